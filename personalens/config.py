@@ -1,0 +1,59 @@
+"""From the Hydra config to typed settings, fingerprints and the saved resolved config."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from personalens.engines.base import Sampling
+from personalens.errors import PersonalensError
+from personalens.paths import PROJECT_ROOT
+
+# model settings that change how fast or where a model runs, not what it generates
+_RUNTIME_ONLY = {"gpu_memory_utilization", "max_num_seqs", "server"}
+
+
+def register_resolvers() -> None:
+    if not OmegaConf.has_resolver("pl_path"):
+        OmegaConf.register_new_resolver("pl_path", lambda rel: str(PROJECT_ROOT / rel))
+
+
+def plain(cfg: Any) -> Any:
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def sampling(section: DictConfig) -> Sampling:
+    return Sampling(temperature=float(section.temperature), max_tokens=int(section.max_tokens),
+                    top_p=float(section.get("top_p", 1.0)))
+
+
+def fingerprint(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def model_identity(model_cfg: DictConfig) -> dict:
+    return {k: v for k, v in plain(model_cfg).items() if k not in _RUNTIME_ONLY}
+
+
+def check_or_save(out_dir: Path, name: str, cfg: DictConfig, digest: str) -> None:
+    """Save the resolved config as `<out_dir>/<name>.yaml`; refuse to run into an output dir whose
+    saved config has another fingerprint, so results of different configurations never mix."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.yaml"
+    if path.exists():
+        saved = OmegaConf.load(path)
+        if saved.get("fingerprint") != digest:
+            raise PersonalensError(
+                f"{path} was written by a run with a different configuration (fingerprint "
+                f"{saved.get('fingerprint')} vs {digest} now: models, prompts, sampling or protocol differ). "
+                f"Use another run.name / run.out_dir, or delete {out_dir} to start over.")
+        return
+    resolved = OmegaConf.create({"fingerprint": digest, "config": plain(cfg)})
+    tmp = path.with_suffix(f".yaml.{os.getpid()}.tmp")
+    OmegaConf.save(resolved, tmp)
+    os.replace(tmp, path)

@@ -1,0 +1,451 @@
+"""Read the official PersonaLens release (or anything in its layout) into records, as released.
+
+Layout: `profile/userN/{profile.json,tasks.json,tasks_md.json}` and `task/<Domain>/task.jsonl`
+(see docs of the release). Every fault is recorded as a Problem with its file and field path;
+the `load_*` functions raise them as one DataError, `validate` (validate.py) walks the same
+readers over the whole root and keeps them all. Only the selected users' files are opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from personalens.data.errors import DataError, Problems
+from personalens.data.records import (
+    DOMAINS, SITUATION_KEYS, Kind, Scenario, Situation, Task, UserProfile,
+)
+from personalens.data.selection import task_kinds, user_indices
+
+PROFILE_DIR = "profile"
+TASK_DIR = "task"
+MULTI_DOMAIN = "Multi-Domain"
+TASK_FILE = "task.jsonl"
+PROFILE_FILE = "profile.json"
+ASSIGNMENT_FILES: dict[Kind, str] = {"SD": "tasks.json", "MD": "tasks_md.json"}
+DEMOGRAPHIC_KEYS: tuple[str, ...] = (
+    "user_id", "age", "gender", "employment_status", "education", "marital_status",
+    "english_proficiency", "ethnicity", "religion", "birth_country", "reside_country",
+)
+# Task fields as the release spells them -> Task attribute; the user's copy must equal the definition.
+TASK_FIELDS: dict[str, str] = {
+    "Task Description": "description",
+    "User Intent": "user_intent",
+    "Task Goal": "goal",
+    "Relevant Domains": "domains",
+    "Relevant Affinity Types": "affinity_types",
+}
+
+_USER_DIR = re.compile(r"user(0|[1-9]\d*)")
+_SD_ID = re.compile(r"SD-(.+)-task-(\d+)")
+_MD_ID = re.compile(r"MD-task-(\d+)")
+_UNREADABLE = object()  # a file that is missing or not JSON (already reported)
+
+
+# ---------------------------------------------------------------------------- public API
+
+def list_user_indices(root: str | Path) -> list[int]:
+    """Indices of every `profile/userN` directory under root, ascending."""
+    profile_dir = _existing_root(root) / PROFILE_DIR
+    if not profile_dir.is_dir():
+        raise DataError(f"{PROFILE_DIR}/: missing in {root}; point the data root at the release's data/ directory")
+    with os.scandir(profile_dir) as entries:
+        return sorted(int(m.group(1)) for e in entries
+                      if e.is_dir() and (m := _USER_DIR.fullmatch(e.name)))
+
+
+def load_task_definitions(root: str | Path) -> dict[str, Task]:
+    """task_id -> Task for every line of every `task/<Domain>/task.jsonl` (SD ids first, MD last)."""
+    problems = Problems()
+    definitions = read_task_definitions(_existing_root(root), problems)
+    problems.raise_if_any(root)
+    return definitions
+
+
+def load_user(root: str | Path, index: int) -> UserProfile:
+    """The profile of user `index` (reads only `profile/user<index>/profile.json`)."""
+    path = _existing_root(root)
+    _require_user_dirs(path, (index,))
+    problems = Problems()
+    profile, _ = read_user_files(path, index, (), {}, problems)
+    problems.raise_if_any(root)
+    assert profile is not None  # no problems means the profile parsed
+    return profile
+
+
+def load_scenarios(root: str | Path, users: object = "all", kinds: object = "both") -> list[Scenario]:
+    """Every (user, assigned task) scenario of the selected users and task kinds.
+
+    Order: by user index, then SD before MD, then the order of the user's tasks file.
+    `users` and `kinds` take the `data.users` / `data.kinds` specs (see selection.py).
+    """
+    path = _existing_root(root)
+    selected = user_indices(users)
+    kind_list = task_kinds(kinds)
+    if selected is None:
+        selected = tuple(list_user_indices(path))
+    else:
+        _require_user_dirs(path, selected)
+    problems = Problems()
+    definitions = read_task_definitions(path, problems)
+    scenarios: list[Scenario] = []
+    for index in selected:
+        profile, assigned = read_user_files(path, index, kind_list, definitions, problems)
+        if profile is not None:
+            scenarios.extend(Scenario(profile, task, situation)
+                             for kind in kind_list for task, situation in assigned[kind])
+    problems.raise_if_any(root)
+    return scenarios
+
+
+# ------------------------------------------------- readers shared with validate.py
+
+def read_task_definitions(root: Path, problems: Problems) -> dict[str, Task]:
+    """Parse every task.jsonl under `task/`, noting each fault in `problems`."""
+    task_dir = root / TASK_DIR
+    if not task_dir.is_dir():
+        problems.add(f"{TASK_DIR}/", "", "missing directory (the task definitions)")
+        return {}
+    with os.scandir(task_dir) as entries:
+        folders = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
+    order = {name: i for i, name in enumerate(DOMAINS + (MULTI_DOMAIN,))}
+    definitions: dict[str, Task] = {}
+    for folder in sorted(folders, key=lambda name: (order.get(name, len(order)), name)):
+        if folder not in order:
+            problems.add(f"{TASK_DIR}/{folder}/", "", f"unknown domain {folder!r}")
+            continue
+        rel = f"{TASK_DIR}/{folder}/{TASK_FILE}"
+        for at, obj in _read_jsonl(root, rel, problems):
+            task = _parse_definition(obj, folder, at)
+            if task is None:
+                continue
+            if task.task_id in definitions:
+                (at / "Task Number").report(f"duplicate definition of {task.task_id}")
+            else:
+                definitions[task.task_id] = task
+    return definitions
+
+
+def read_user_files(
+    root: Path, index: int, kinds: Iterable[Kind], definitions: dict[str, Task], problems: Problems,
+) -> tuple[UserProfile | None, dict[Kind, list[tuple[Task, Situation]]]]:
+    """Parse one user's profile and the assignment files of `kinds`, checked against `definitions`."""
+    user_dir = f"{PROFILE_DIR}/user{index}"
+    rel = f"{user_dir}/{PROFILE_FILE}"
+    obj = _read_json(root, rel, problems)
+    profile = None if obj is _UNREADABLE else _parse_profile(obj, index, _At(problems, rel))
+    seen: dict[str, str] = {}  # task_id -> where it was first assigned, across both files
+    assigned: dict[Kind, list[tuple[Task, Situation]]] = {}
+    for kind in kinds:
+        rel = f"{user_dir}/{ASSIGNMENT_FILES[kind]}"
+        obj = _read_json(root, rel, problems)
+        assigned[kind] = ([] if obj is _UNREADABLE else
+                          _parse_assignments(obj, kind, definitions, profile, seen, _At(problems, rel)))
+    return profile, assigned
+
+
+# --------------------------------------------------------------------- file reading
+
+@dataclass(frozen=True)
+class _At:
+    """A place in one file (optional line, then a field path) at which problems are reported."""
+
+    problems: Problems
+    file: str
+    line: int | None = None
+    path: tuple[str | int, ...] = ()
+
+    def __truediv__(self, key: str | int) -> _At:
+        return _At(self.problems, self.file, self.line, self.path + (key,))
+
+    def report(self, message: str) -> None:
+        field_path = "".join(f"[{k}]" if isinstance(k, int) else f".{json.dumps(k)}" for k in self.path)[1:]
+        line = f"line {self.line}" if self.line is not None else ""
+        self.problems.add(self.file, ", ".join(p for p in (line, field_path) if p), message)
+
+
+def _read_text(root: Path, rel: str, problems: Problems) -> str | None:
+    try:
+        return (root / rel).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        problems.add(rel, "", "missing")
+    except UnicodeDecodeError as e:
+        problems.add(rel, f"byte {e.start}", "not UTF-8 text")
+    except OSError as e:
+        problems.add(rel, "", f"cannot read: {e.strerror}")
+    return None
+
+
+def _read_json(root: Path, rel: str, problems: Problems) -> Any:
+    text = _read_text(root, rel, problems)
+    if text is None:
+        return _UNREADABLE
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        problems.add(rel, f"line {e.lineno} column {e.colno}", f"malformed JSON: {e.msg}")
+        return _UNREADABLE
+
+
+def _read_jsonl(root: Path, rel: str, problems: Problems) -> list[tuple[_At, Any]]:
+    """(place, object) for each non-blank line that is valid JSON."""
+    text = _read_text(root, rel, problems)
+    lines = [] if text is None else text.splitlines()
+    parsed = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            parsed.append((_At(problems, rel, number), json.loads(line)))
+        except json.JSONDecodeError as e:
+            problems.add(rel, f"line {number} column {e.colno}", f"malformed JSON: {e.msg}")
+    return parsed
+
+
+# -------------------------------------------------------------------- field checks
+
+_JSON_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer",
+                    float: "a number", bool: "a boolean", type(None): "null"}
+
+
+def _is(value: Any, kind: type, at: _At) -> bool:
+    """Whether value has JSON type `kind` (a bool is not an integer); reports it when not."""
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        at.report(f"expected {_JSON_TYPE_NAMES[kind]}, got {_JSON_TYPE_NAMES.get(type(value), type(value).__name__)}")
+    return ok
+
+
+def _get(obj: dict, key: str, kind: type, at: _At) -> Any:
+    """obj[key] when present and of JSON type `kind`; otherwise report it and return None."""
+    if key not in obj:
+        (at / key).report("missing")
+        return None
+    return obj[key] if _is(obj[key], kind, at / key) else None
+
+
+def _strings(value: Any, at: _At) -> tuple[str, ...] | None:
+    if not _is(value, list, at):
+        return None
+    flags = [_is(item, str, at / i) for i, item in enumerate(value)]
+    return tuple(value) if all(flags) else None
+
+
+def _get_strings(obj: dict, key: str, at: _At) -> tuple[str, ...] | None:
+    value = _get(obj, key, list, at)
+    return None if value is None else _strings(value, at / key)
+
+
+def _per_domain(obj: dict, key: str, at: _At, parse_value) -> dict[str, Any] | None:
+    """A domain -> value object that must hold all 20 domains, in the file's order."""
+    mapping = _get(obj, key, dict, at)
+    if mapping is None:
+        return None
+    here = at / key
+    for domain in DOMAINS:
+        if domain not in mapping:
+            (here / domain).report("missing")
+    parsed = {}
+    for domain, value in mapping.items():
+        if domain not in DOMAINS:
+            (here / domain).report(f"unknown domain {domain!r}")
+        else:
+            parsed[domain] = parse_value(value, here / domain)
+    return parsed if len(parsed) == len(mapping) == len(DOMAINS) and None not in parsed.values() else None
+
+
+# ------------------------------------------------------------------------ profiles
+
+def _parse_profile(obj: Any, index: int, at: _At) -> UserProfile | None:
+    if not _is(obj, dict, at):
+        return None
+    demographics = _parse_demographics(obj, index, at)
+    interests = _per_domain(obj, "interests", at, _parse_interest)
+    affinities = _per_domain(obj, "affinities", at, _parse_affinities)
+    interactions = _per_domain(obj, "interactions", at, lambda v, here: v if _is(v, str, here) else None)
+    if demographics is None or interests is None or affinities is None or interactions is None:
+        return None
+    return UserProfile(index=index, user_id=f"user{index}", demographics=demographics,
+                       interests=interests, affinities=affinities, interactions=interactions)
+
+
+def _parse_demographics(obj: dict, index: int, at: _At) -> dict[str, str] | None:
+    demographics = _get(obj, "demographics", dict, at)
+    if demographics is None:
+        return None
+    here = at / "demographics"
+    flags = [_is(value, str, here / key) for key, value in demographics.items()]
+    for key in DEMOGRAPHIC_KEYS:
+        if key not in demographics:
+            flags.append(False)
+            (here / key).report("missing")
+    user_id = demographics.get("user_id")
+    if isinstance(user_id, str) and user_id != f"user{index}":
+        flags.append(False)
+        (here / "user_id").report(f"{user_id!r} does not match its directory user{index}")
+    # user_id is dropped here, as the original pipeline does before showing demographics to models.
+    return {k: v for k, v in demographics.items() if k != "user_id"} if all(flags) else None
+
+
+def _parse_interest(value: Any, at: _At) -> int | None:
+    if not _is(value, int, at):
+        return None
+    if value not in (0, 1):
+        at.report(f"expected 0 or 1, got {value}")
+        return None
+    return value
+
+
+def _parse_affinities(value: Any, at: _At) -> dict[str, str | tuple[str, ...]] | None:
+    if not _is(value, dict, at):
+        return None
+    parsed = {}
+    for preference, item in value.items():
+        if isinstance(item, str):
+            parsed[preference] = item
+        elif isinstance(item, list):
+            parsed[preference] = _strings(item, at / preference)
+        else:
+            (at / preference).report(f"expected a string or a list of strings, got "
+                                     f"{_JSON_TYPE_NAMES.get(type(item), type(item).__name__)}")
+            parsed[preference] = None
+    return parsed if None not in parsed.values() else None
+
+
+# --------------------------------------------------------------------------- tasks
+
+def _definition_file(task_id: str) -> str:
+    """Where the definition of a (well-formed) task id lives."""
+    match = _SD_ID.fullmatch(task_id)
+    folder = match.group(1) if match else MULTI_DOMAIN
+    return f"{TASK_DIR}/{folder}/{TASK_FILE}"
+
+
+def _parse_definition(obj: Any, folder: str, at: _At) -> Task | None:
+    if not _is(obj, dict, at):
+        return None
+    number = _get(obj, "Task Number", int, at)
+    texts = [_get(obj, key, str, at) for key in ("Task Description", "User Intent", "Task Goal")]
+    affinity_types = _get_strings(obj, "Relevant Affinity Types", at)
+    if folder == MULTI_DOMAIN:
+        kind: Kind = "MD"
+        domains = _get_strings(obj, "Relevant Domains", at)
+        if domains is not None and not _known_domains(domains, at / "Relevant Domains", minimum=2):
+            domains = None
+        task_id = f"MD-task-{number}"
+    else:
+        kind, domains, task_id = "SD", (folder,), f"SD-{folder}-task-{number}"
+    if number is None or None in texts or affinity_types is None or domains is None:
+        return None
+    description, intent, goal = texts
+    return Task(task_id=task_id, kind=kind, description=description, user_intent=intent, goal=goal,
+                domains=domains, affinity_types=affinity_types)
+
+
+def _known_domains(domains: tuple[str, ...], at: _At, minimum: int) -> bool:
+    ok = True
+    for i, domain in enumerate(domains):
+        if domain not in DOMAINS:
+            (at / i).report(f"unknown domain {domain!r}")
+            ok = False
+    if len(domains) < minimum:
+        at.report(f"expected at least {minimum} domains, got {len(domains)}")
+        ok = False
+    return ok
+
+
+def _parse_assignments(
+    obj: Any, kind: Kind, definitions: dict[str, Task], profile: UserProfile | None,
+    seen: dict[str, str], at: _At,
+) -> list[tuple[Task, Situation]]:
+    """The (task, situation) pairs of one tasks.json / tasks_md.json, in file order."""
+    if not _is(obj, dict, at):
+        return []
+    assigned = []
+    for key, entry in obj.items():
+        pair = _parse_assignment(entry, kind, definitions, profile, at / key)
+        if pair is None:
+            continue
+        task_id = pair[0].task_id
+        if task_id in seen:
+            (at / key / "task_id").report(f"duplicate task id {task_id!r} (also assigned in {seen[task_id]})")
+            continue
+        seen[task_id] = f"{at.file} {json.dumps(key)}"
+        assigned.append(pair)
+    return assigned
+
+
+def _parse_assignment(
+    entry: Any, kind: Kind, definitions: dict[str, Task], profile: UserProfile | None, at: _At,
+) -> tuple[Task, Situation] | None:
+    if not _is(entry, dict, at):
+        return None
+    situation = _parse_situation(entry, at)
+    copy = {key: (_get(entry, key, str, at) if attr in ("description", "user_intent", "goal")
+                  else _get_strings(entry, key, at)) for key, attr in TASK_FIELDS.items()}
+    task_id = _get(entry, "task_id", str, at)
+    if task_id is None:
+        return None
+    id_at = at / "task_id"
+    match = (_SD_ID if kind == "SD" else _MD_ID).fullmatch(task_id)
+    if match is None:
+        shape = "SD-<Domain>-task-<n>" if kind == "SD" else "MD-task-<n>"
+        id_at.report(f"{task_id!r} is not a {'single' if kind == 'SD' else 'multi'}-domain task id ({shape})")
+        return None
+    if kind == "SD" and match.group(1) not in DOMAINS:
+        id_at.report(f"unknown domain {match.group(1)!r} in {task_id!r}")
+        return None
+    task = definitions.get(task_id)
+    if task is None:
+        id_at.report(f"no definition of {task_id!r} in {_definition_file(task_id)}")
+        return None
+    domains = copy["Relevant Domains"]
+    consistent = domains is None or _known_domains(domains, at / "Relevant Domains", minimum=1)
+    for key, attr in TASK_FIELDS.items():
+        if key == "Relevant Domains" and not consistent:
+            continue  # already reported as an unknown domain
+        if copy[key] is not None and copy[key] != getattr(task, attr):
+            (at / key).report(f"differs from the definition of {task_id} in {_definition_file(task_id)}")
+            consistent = False
+    if profile is not None:
+        consistent &= _interested(task, profile, at)
+    if situation is None or None in copy.values() or not consistent:
+        return None
+    return task, situation
+
+
+def _interested(task: Task, profile: UserProfile, at: _At) -> bool:
+    """A task may only be assigned in domains the user's interests mask includes."""
+    excluded = [d for d in task.domains if profile.interests.get(d) == 0]
+    for domain in excluded:
+        (at / "task_id").report(f"{task.task_id} is in domain {domain!r}, which the user's "
+                                f"interests exclude ({PROFILE_FILE} \"interests\".\"{domain}\" is 0)")
+    return not excluded
+
+
+def _parse_situation(entry: dict, at: _At) -> Situation | None:
+    situation = _get(entry, "situations", dict, at)
+    if situation is None:
+        return None
+    values = [_get(situation, key, str, at / "situations") for key in SITUATION_KEYS]
+    return None if None in values else Situation(*values)
+
+
+# ------------------------------------------------------------------------- helpers
+
+def _existing_root(root: str | Path) -> Path:
+    path = Path(root)
+    if not path.is_dir():
+        raise DataError(f"data root {root} does not exist or is not a directory")
+    return path
+
+
+def _require_user_dirs(root: Path, indices: Iterable[int]) -> None:
+    missing = [f"{PROFILE_DIR}/user{i}" for i in indices if not (root / PROFILE_DIR / f"user{i}").is_dir()]
+    if missing:
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        raise DataError(f"selected user directory missing in {root}: {shown}")

@@ -1,0 +1,53 @@
+"""Check a whole data root and list every problem in it (`personalens validate DATA_ROOT`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from personalens.data.errors import Problem, Problems
+from personalens.data.loading import PROFILE_DIR, list_user_indices, read_task_definitions, read_user_files
+
+
+@dataclass(frozen=True)
+class Report:
+    root: str
+    problems: tuple[Problem, ...]
+    users: int
+    sd_scenarios: int  # well-formed single-domain assignments
+    md_scenarios: int  # well-formed multi-domain assignments
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        return (f"{self.users} users, {self.sd_scenarios} single-domain and "
+                f"{self.md_scenarios} multi-domain scenarios")
+
+    def format(self) -> str:
+        """One problem per line, then the summary line."""
+        verdict = "OK" if self.ok else f"{len(self.problems)} problems"
+        return "\n".join([*map(str, self.problems), f"{self.root}: {verdict}; {self.summary()}"])
+
+
+def validate(root: str | Path) -> Report:
+    """Read every user and task definition under root with the loader's checks, keeping all problems."""
+    problems = Problems()
+    path = Path(root)
+    if not path.is_dir():
+        problems.add(str(root), "", "data root does not exist or is not a directory")
+        return Report(root=str(root), problems=tuple(problems.items), users=0, sd_scenarios=0, md_scenarios=0)
+    definitions = read_task_definitions(path, problems)
+    if (path / PROFILE_DIR).is_dir():
+        indices = list_user_indices(path)
+    else:
+        problems.add(f"{PROFILE_DIR}/", "", "missing directory (the user profiles)")
+        indices = []
+    counts = {"SD": 0, "MD": 0}
+    for index in indices:
+        _, assigned = read_user_files(path, index, ("SD", "MD"), definitions, problems)
+        for kind, pairs in assigned.items():
+            counts[kind] += len(pairs)
+    return Report(root=str(root), problems=tuple(problems.items), users=len(indices),
+                  sd_scenarios=counts["SD"], md_scenarios=counts["MD"])

@@ -1,0 +1,38 @@
+"""The one interface every engine implements: batched chat generation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    max_tokens: int = 800
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    messages: Sequence[Message]
+    sampling: Sampling
+    grammar: str | None = None  # an EBNF (GBNF) grammar the output must match
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Engine(Protocol):
+    """Generates one reply per request, in one batched call, in request order."""
+
+    name: str  # the model name recorded in outputs
+
+    def generate(self, requests: Sequence[Request]) -> list[Generation]: ...

@@ -1,0 +1,185 @@
+"""What the judge must write for each dimension: an output grammar and a score parser.
+
+Each grammar (xgrammar EBNF, root rule ``root``) puts the verdict or score first, so an output
+cut by ``max_tokens`` still carries it, and keeps the free-text fields free while forbidding in
+them the labels that follow and the closing tag: the field boundaries stay unambiguous, and the
+model cannot write ``</response>`` without ending the output.
+
+The parser reads grammar-conforming outputs and, for unconstrained engines, the paper's format
+written loosely (any case and spacing, ``**bold**``, ``[3]``, ``3/4``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+# Whitespace before the first token and between the score and the first label: bounded, since a
+# constrained model that may write unbounded whitespace sometimes never stops writing it.
+_SPACE = "[ \\n]?"
+_SEPARATOR = "[ \\n]{1,2}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    score: float | None  # None exactly when parsed is False
+    parsed: bool
+
+
+_UNPARSED = Verdict(score=None, parsed=False)
+
+
+@dataclass(frozen=True)
+class JudgeFormat:
+    dimension: str
+    grammar: str  # xgrammar EBNF, root rule `root`
+    score_range: tuple[int, int]  # inclusive
+    score_pattern: re.Pattern[str]  # group "score" holds the score token, "out_of" a "/N" if any
+    score_words: tuple[str, ...] = ()  # lower-case words for the scores lo..hi; () means digits
+
+    def parse(self, text: str) -> Verdict:
+        """The first verdict or score in `text`; parsed=False when absent or out of range."""
+        match = self.score_pattern.search(text)
+        if match is None:
+            return _UNPARSED
+        lo, hi = self.score_range
+        token = match["score"].lower()
+        if self.score_words:
+            return Verdict(float(lo + self.score_words.index(token)), True)
+        out_of = match.groupdict().get("out_of")
+        value = float(token)
+        if not value.is_integer() or not lo <= value <= hi or out_of not in (None, str(hi)):
+            return _UNPARSED
+        return Verdict(value, True)
+
+
+def score_led_grammar(
+    score_label: str,
+    scores: Sequence[str],
+    fields: Sequence[str],
+    *,
+    opening: str = "",
+    closing: str = "",
+) -> str:
+    """EBNF for ``[opening] score_label score (label free-text)... closing``.
+
+    `fields` are the labels of the free-text fields, in order; each field's text may hold
+    anything except the later labels and `closing`.
+    """
+    if not scores:
+        raise ValueError("score_led_grammar: `scores` is empty")
+    head = [_SPACE]
+    if opening:
+        head += [_literal(opening), _SPACE]
+    if score_label:
+        head += [_literal(score_label), '" "?']
+    body = ["score"]
+    rules = ["score ::= " + " | ".join(_literal(s) for s in scores)]
+    for i, label in enumerate(fields):
+        name = f"text{i}"
+        body += [_SEPARATOR, _literal(label), name]
+        rules += _text_avoiding(name, [*fields[i + 1 :], closing])
+    if closing:
+        body.append(_literal(closing))
+    return "\n".join(["root ::= " + " ".join(head + body), *rules]) + "\n"
+
+
+def _text_avoiding(name: str, forbidden: Sequence[str]) -> list[str]:
+    """Rules for the strings that contain none of `forbidden` (rule `name` is the start).
+
+    One rule per state of the matching automaton (Aho-Corasick): a state is the longest suffix
+    of the text so far that begins a forbidden string; a character completing one has no edge.
+    """
+    words = sorted({w for w in forbidden if w})
+    prefixes = {""} | {w[:i] for w in words for i in range(len(w))}
+
+    def completes_word(text: str) -> bool:
+        return any(text.endswith(w) for w in words)
+
+    def state_of(text: str) -> str:
+        return next(text[i:] for i in range(len(text) + 1) if text[i:] in prefixes)
+
+    states = sorted((p for p in prefixes if not completes_word(p)), key=lambda p: (len(p), p))
+    rule = {p: name if not p else f"{name}_{i}" for i, p in enumerate(states)}
+    alphabet = sorted({c for w in words for c in w})
+    rules = []
+    for state in states:
+        edges: dict[str, list[str]] = {}  # target state -> characters leading there
+        for char in alphabet:
+            if not completes_word(state + char):
+                edges.setdefault(state_of(state + char), []).append(char)
+        # any character outside the alphabet, or leading back to the start, restarts matching
+        special = [c for c in alphabet if c not in edges.get("", [])]
+        alternatives = ['""', f"[^{_class_chars(special)}] {name}"]
+        alternatives += [f"[{_class_chars(cs)}] {rule[t]}" for t, cs in edges.items() if t]
+        rules.append(f"{rule[state]} ::= " + " | ".join(alternatives))
+    return rules
+
+
+_LITERAL_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_CLASS_ESCAPES = {**_LITERAL_ESCAPES, "]": "\\]", "[": "\\[", "^": "\\^", "-": "\\-"}
+
+
+def _literal(text: str) -> str:
+    return '"' + "".join(_LITERAL_ESCAPES.get(c, c) for c in text) + '"'
+
+
+def _class_chars(chars: Sequence[str]) -> str:
+    return "".join(_CLASS_ESCAPES.get(c, c) for c in chars)
+
+
+# Markdown emphasis and brackets a free-running judge wraps around its score; it may also
+# restate the scale, as in "Score (1-5): 4" or "Score: [1-4] 3", which is never the score.
+_DECOR = r"[*_\s]*"
+_SCALE = rf"(?:[\[(]\s*\d+\s*-\s*\d+\s*[\])]{_DECOR})?"
+_NUMERIC_SCORE = re.compile(
+    rf"\bscore\b{_DECOR}{_SCALE}[:=]?{_DECOR}{_SCALE}"
+    rf"[\[(]?\s*(?P<score>\d+(?:\.\d+)?)(?!\s*-\s*\d)(?:\s*/\s*(?P<out_of>\d+))?",
+    re.IGNORECASE,
+)
+# The TC prompt ends with "VERDICT:", so the verdict opens the output; a judge that restates
+# the label first is read too.
+_BOOLEAN_VERDICT = re.compile(
+    rf"(?:^|\bverdict\b{_DECOR}:?){_DECOR}[\[(]?\s*(?P<score>true|false)\b", re.IGNORECASE
+)
+
+
+def _tagged_format(dimension: str, score_label: str, hi: int, fields: Sequence[str]) -> JudgeFormat:
+    """The <response>...</response> format of Figs. 17-20: a 1-`hi` score, then free text."""
+    grammar = score_led_grammar(
+        score_label,
+        [str(s) for s in range(1, hi + 1)],
+        fields,
+        opening="<response>",
+        closing="</response>",
+    )
+    return JudgeFormat(dimension, grammar, (1, hi), _NUMERIC_SCORE)
+
+
+FORMATS: dict[str, JudgeFormat] = {
+    "task_completion": JudgeFormat(
+        "task_completion",
+        score_led_grammar("", ["False", "True"], ["EXPLANATION:"]),
+        (0, 1),
+        _BOOLEAN_VERDICT,
+        score_words=("false", "true"),
+    ),
+    "personalization": _tagged_format(
+        "personalization",
+        "Personalization Score:",
+        4,
+        ["Key Observations:", "Justification:", "Improvement Suggestions:"],
+    ),
+    "naturalness": _tagged_format("naturalness", "Naturalness Score:", 5, ["Justification:"]),
+    "coherence": _tagged_format("coherence", "Coherence Score:", 5, ["Justification:"]),
+}
+
+
+def format_for(dimension: str) -> JudgeFormat:
+    try:
+        return FORMATS[dimension]
+    except KeyError:
+        raise ValueError(
+            f"unknown judge dimension {dimension!r}; expected one of {sorted(FORMATS)}"
+        ) from None

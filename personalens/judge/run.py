@@ -1,0 +1,113 @@
+"""`judge`: score every dialogue on the paper's dimensions in large batched, grammar-constrained
+calls, streaming the judgments to Parquet and skipping those a previous run already wrote."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import pyarrow as pa
+
+from personalens.data.records import Scenario, Turn
+from personalens.engines.base import Engine, Request, Sampling
+from personalens.judge.formats import format_for
+from personalens.prompts.render import judge_messages
+from personalens.prompts.templates import Templates
+from personalens.simulate.generate import ID_FIELDS, KEY_COLUMNS
+from personalens.simulate.progress import Progress
+from personalens.simulate.store import PartWriter, existing_values
+
+JUDGMENT_SCHEMA = pa.schema(ID_FIELDS + [
+    ("dimension", pa.string()), ("speaker", pa.string()), ("turn", pa.int32()),
+    ("score", pa.float64()), ("parsed", pa.bool_()), ("judge_text", pa.string()),
+    ("judge_model", pa.string()), ("prompt_hash", pa.string()),
+])
+JUDGMENT_KEY = KEY_COLUMNS + ["dimension", "speaker", "turn"]
+_ID_NAMES = [name for name, _ in ID_FIELDS]
+_SPEAKERS = {"naturalness": ("assistant", "user"), "coherence": ("assistant", "user")}
+CHUNK = 512  # judgments per generate call: large batches, yet results reach disk steadily
+
+
+@dataclass(frozen=True)
+class Item:
+    dialogue: dict  # a dialogue row
+    scenario: Scenario
+    dimension: str
+    speaker: str
+    turn: int  # -1: the whole dialogue; k: cut after the k-th assistant reply
+
+    @property
+    def key(self) -> tuple:
+        d = self.dialogue
+        return (d["user_id"], d["task_id"], d["setting"], d["trial"], self.dimension, self.speaker, self.turn)
+
+    def turns(self) -> list[Turn]:
+        turns = [Turn(t["role"], t["text"]) for t in self.dialogue["turns"]]
+        if self.turn < 0:
+            return turns
+        replies = [i for i, t in enumerate(turns) if t.role == "assistant"]
+        return turns[: replies[self.turn - 1] + 1]
+
+
+def plan(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenario],
+         dimensions: Sequence[str], turn_level: bool, done: set[tuple]) -> list[Item]:
+    items = []
+    for d in dialogues:
+        scenario = scenarios.get((d["user_id"], d["task_id"]))
+        if scenario is None:
+            continue  # a dialogue outside this run's selection (e.g. written before a re-selection)
+        for dim in dimensions:
+            for speaker in _SPEAKERS.get(dim, ("",)):
+                items.append(Item(d, scenario, dim, speaker, -1))
+        if turn_level and "personalization" in dimensions:
+            items.extend(Item(d, scenario, "personalization", "", k) for k in range(1, d["rounds"] + 1))
+    return [i for i in items if i.key not in done]
+
+
+def render(templates: Templates, item: Item) -> list[dict]:
+    return judge_messages(templates, item.dimension, item.scenario, item.turns(),
+                          speaker=item.speaker or None)
+
+
+def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenario], *,
+          templates: Templates, engine: Engine, sampling: Sampling, dimensions: Sequence[str],
+          turn_level: bool, folder: Path, progress: bool = True) -> int:
+    """Judge what is not judged yet; returns the number of judgments written."""
+    for dim in dimensions:
+        format_for(dim)  # an unknown dimension fails before any model call
+    writer = PartWriter(folder, JUDGMENT_SCHEMA)
+    items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
+    bar = Progress(total=len(items), label="judge", enabled=progress)
+    started, failed = time.monotonic(), 0
+    for start in range(0, len(items), CHUNK):
+        chunk = items[start:start + CHUNK]
+        prompts = [render(templates, i) for i in chunk]
+        requests = [Request(messages=p, sampling=sampling, grammar=format_for(i.dimension).grammar)
+                    for i, p in zip(chunk, prompts)]
+        generations = engine.generate(requests)
+        rows = []
+        for item, prompt, gen in zip(chunk, prompts, generations):
+            verdict = format_for(item.dimension).parse(gen.text)
+            failed += not verdict.parsed
+            rows.append({
+                **{k: item.dialogue[k] for k in _ID_NAMES},
+                "dimension": item.dimension, "speaker": item.speaker, "turn": item.turn,
+                "score": verdict.score, "parsed": verdict.parsed, "judge_text": gen.text,
+                "judge_model": engine.name, "prompt_hash": prompt_hash(prompt),
+            })
+        writer.write(rows)
+        bar.update(len(chunk), active=len(items) - start - len(chunk),
+                   tokens=sum(g.completion_tokens for g in generations))
+    bar.close()
+    print(f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "
+          f"{failed} outputs without a valid score", file=sys.stderr)
+    return len(items)
+
+
+def prompt_hash(messages: Sequence[dict]) -> str:
+    text = "\x1e".join(f"{m['role']}\x1f{m['content']}" for m in messages)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,180 @@
+"""`merge`: check that the shard folders of a run together hold every dialogue of the selection
+exactly once, with all its whole-dialogue judgments, and only then write the merged tables.
+
+Problems are grouped by shard so that a user knows which array task to re-run: missing items by
+the shard that should hold them, duplicated and unexpected ones by the folder they were found in."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from personalens.judge.run import _SPEAKERS, JUDGMENT_KEY
+from personalens.simulate.generate import KEY_COLUMNS
+from personalens.simulate.store import read_table, shard_dir
+
+DialogueKey = tuple[str, str, str, int]                  # user_id, task_id, setting, trial
+JudgmentKey = tuple[str, str, str, int, str, str, int]   # + dimension, speaker, turn
+Shard = tuple[int, int]                                  # (index, count)
+
+TABLES = ("dialogues", "judgments")
+_SHARD_FOLDER = re.compile(r"shard-(\d+)-of-(\d+)")
+_EXAMPLES = 4  # items named per problem; the counts are always complete
+
+
+@dataclass(frozen=True)
+class ShardProblems:
+    """What is wrong in one shard; only built for shards with at least one problem."""
+    index: int
+    count: int
+    no_dialogue_files: bool = False  # its dialogues folder is absent or empty
+    missing_dialogues: tuple[DialogueKey, ...] = ()
+    duplicated_dialogues: tuple[DialogueKey, ...] = ()
+    unexpected_dialogues: tuple[DialogueKey, ...] = ()
+    missing_judgments: tuple[JudgmentKey, ...] = ()
+    duplicated_judgments: tuple[JudgmentKey, ...] = ()
+    unexpected_judgments: tuple[JudgmentKey, ...] = ()
+
+    def format(self) -> str:
+        parts = [f"{len(items)} {what} ({_examples(items)})" for what, items in (
+            ("dialogues missing", self.missing_dialogues),
+            ("dialogues duplicated", self.duplicated_dialogues),
+            ("dialogues not in the selection", self.unexpected_dialogues),
+            ("judgments missing", self.missing_judgments),
+            ("judgments duplicated", self.duplicated_judgments),
+            ("judgments of dialogues not in the selection", self.unexpected_judgments),
+        ) if items]
+        if self.no_dialogue_files:
+            parts.insert(0, f"no dialogue files in {shard_dir(Path(), 'dialogues', self.index, self.count)}")
+        return f"shard {self.index} of {self.count}: " + ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    out_dir: Path
+    shard_count: int
+    expected_dialogues: int
+    dialogues: int                       # dialogue rows found across all shard folders
+    judgments: int                       # judgment rows found across all shard folders
+    problems: tuple[ShardProblems, ...]  # ordered by (count, index)
+    written: tuple[Path, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def format(self) -> str:
+        found = (f"{self.dialogues} dialogues and {self.judgments} judgments found for "
+                 f"{self.expected_dialogues} expected dialogues in {self.out_dir}")
+        if self.ok:
+            return "\n".join([f"merge: complete: {found}",
+                              *(f"  wrote {path}" for path in self.written)])
+        rerun = ",".join(str(p.index) for p in self.problems if p.count == self.shard_count)
+        hint = [f"  re-run shard(s) {rerun} of {self.shard_count} (shard.index=K shard.count="
+                f"{self.shard_count}; on SLURM --array={rerun}), then merge again"] if rerun else []
+        return "\n".join([f"merge: INCOMPLETE, nothing written: {found}",
+                          *(f"  {p.format()}" for p in self.problems), *hint])
+
+
+def merge(out_dir: Path, expected: Mapping[DialogueKey, int], dimensions: Sequence[str],
+          shard_count: int) -> MergeResult:
+    """Check the shards of `out_dir` against `expected` (dialogue key -> shard index that should
+    hold it); when complete, write `<out_dir>/merged/{dialogues,judgments}.parquet` atomically."""
+    out_dir = Path(out_dir)
+    dialogues = _read_shards(out_dir, "dialogues")
+    judgments = _read_shards(out_dir, "judgments")
+    expected_shard = {key: (index, shard_count) for key, index in expected.items()}
+
+    found: dict[Shard, list[DialogueKey]] = {s: _keys(t, KEY_COLUMNS) for s, t in dialogues.items()}
+    judged: dict[Shard, list[JudgmentKey]] = {s: _keys(t, JUDGMENT_KEY) for s, t in judgments.items()}
+    wanted_judgments = {(*key, dim, speaker, -1): shard for key, shard in expected_shard.items()
+                        for dim in dimensions for speaker in _SPEAKERS.get(dim, ("",))}
+
+    problems: dict[Shard, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for name, by_shard, wanted, in_selection in (
+        ("dialogues", found, expected_shard, lambda key: key in expected_shard),
+        ("judgments", judged, wanted_judgments, lambda key: key[:4] in expected_shard),
+    ):
+        present = {key for keys in by_shard.values() for key in keys}
+        for key, shard in wanted.items():
+            if key not in present:
+                problems[shard][f"missing_{name}"].append(key)
+        copies = Counter(key for keys in by_shard.values() for key in keys)
+        for shard, keys in by_shard.items():
+            problems[shard][f"duplicated_{name}"].extend(k for k in dict.fromkeys(keys) if copies[k] > 1)
+            problems[shard][f"unexpected_{name}"].extend(k for k in dict.fromkeys(keys) if not in_selection(k))
+
+    report = tuple(
+        ShardProblems(index=shard[0], count=shard[1],
+                      no_dialogue_files=shard not in dialogues,
+                      **{kind: tuple(items) for kind, items in kinds.items()})
+        for shard, kinds in sorted(problems.items(), key=lambda item: item[0][::-1])
+        if any(kinds.values()))
+    result = MergeResult(out_dir=out_dir, shard_count=shard_count, expected_dialogues=len(expected),
+                         dialogues=sum(map(len, found.values())),
+                         judgments=sum(map(len, judged.values())), problems=report)
+    if not result.ok:
+        return result
+    written = _write_atomically(out_dir / "merged", {
+        "dialogues": _concat(dialogues.values(), ["user_index", *KEY_COLUMNS]),
+        "judgments": _concat(judgments.values(), ["user_index", *JUDGMENT_KEY]),
+    })
+    return replace(result, written=written)
+
+
+def _read_shards(out_dir: Path, table: str) -> dict[Shard, pa.Table]:
+    """Every `<table>/shard-KKK-of-NNN` folder that holds rows, whatever its shard count."""
+    tables = {}
+    for folder in sorted((out_dir / table).glob("shard-*-of-*")):
+        match = _SHARD_FOLDER.fullmatch(folder.name)
+        data = read_table(folder) if match and folder.is_dir() else None
+        if data is not None and data.num_rows:
+            tables[(int(match[1]), int(match[2]))] = data
+    return tables
+
+
+def _keys(table: pa.Table, columns: Sequence[str]) -> list[tuple]:
+    return list(zip(*(table.column(c).to_pylist() for c in columns)))
+
+
+def _concat(tables: Iterable[pa.Table], order: Sequence[str]) -> pa.Table:
+    merged = pa.concat_tables(list(tables), promote_options="default")
+    return merged.sort_by([(column, "ascending") for column in order])
+
+
+def _write_atomically(folder: Path, tables: Mapping[str, pa.Table]) -> tuple[Path, ...]:
+    """Write every table to a temporary file first, then rename them all, so readers never see
+    a half-written file and a failed write leaves the previous merge in place."""
+    folder.mkdir(parents=True, exist_ok=True)
+    staged = []
+    try:
+        for name, table in tables.items():
+            tmp = folder / f".{name}.parquet.{os.getpid()}.tmp"
+            staged.append(tmp)
+            pq.write_table(table, tmp)
+    except BaseException:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    targets = tuple(folder / f"{name}.parquet" for name in tables)
+    for tmp, target in zip(staged, targets):
+        os.replace(tmp, target)
+    return targets
+
+
+def _examples(keys: Sequence[tuple]) -> str:
+    """'user3: SD-Alarm-task-1, SD-Movies-task-2; user4: MD-task-1 ...' for the first few keys."""
+    by_user: dict[str, list[str]] = defaultdict(list)
+    for key in keys[:_EXAMPLES]:
+        item = key[1] if len(key) == 4 else " ".join([key[1], key[4], *([key[5]] if key[5] else [])])
+        if item not in by_user[key[0]]:
+            by_user[key[0]].append(item)
+    text = "; ".join(f"{user}: {', '.join(items)}" for user, items in by_user.items())
+    return text + (" ..." if len(keys) > _EXAMPLES else "")

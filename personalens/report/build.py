@@ -1,0 +1,122 @@
+"""`build_report`: load runs, compute the tables, write tables, figures and report.md into one folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+from personalens.data.records import DOMAINS
+from personalens.report import render
+from personalens.report.figures import plot_by_domain, plot_by_turn
+from personalens.report.load import RunData, load_runs
+from personalens.report.stats import Bootstrap
+from personalens.report.tables import (by_domain, by_turn, parse_failures, table3, table4, table12, table13,
+                                       Table)
+
+
+@dataclass(frozen=True)
+class Report:
+    out_dir: Path
+    table3: Table
+    table4: tuple[Table, ...]  # one per assistant model run in several prompt settings; empty if none
+    table12: Table
+    table13: Table
+    by_domain: Table  # Figure 4's numbers
+    by_turn: Table | None  # Figure 5's numbers; None without turn-level judgments
+    parse_failures: Table
+    files: tuple[Path, ...]  # everything written, report.md last
+
+    def table3_markdown(self) -> str:
+        return render.markdown([self.table3])
+
+    @property
+    def unparsed(self) -> int:
+        """Judgments left out of every mean because their output did not parse."""
+        return self._failure_total("_unparsed")
+
+    @property
+    def judged(self) -> int:
+        return self._failure_total("_judged")
+
+    def _failure_total(self, suffix: str) -> int:
+        table = self.parse_failures
+        return sum(c for _, cells in table.rows for c, col in zip(cells, table.columns)
+                   if col.key.endswith(suffix) and isinstance(c, int))
+
+
+def build_report(run_dirs: Sequence[Path], out_dir: Path, *, bootstrap: int = 1000, seed: int = 0,
+                 figure5_domains: Sequence[str] = ()) -> Report:
+    """Report on the dialogues and judgments of `run_dirs`, written into `out_dir`."""
+    unknown = [d for d in figure5_domains if d not in DOMAINS]
+    if unknown:
+        raise ValueError(f"figure5_domains: unknown domain(s) {unknown}; the domains are {', '.join(DOMAINS)}")
+    if bootstrap < 1:
+        raise ValueError(f"bootstrap: number of resamples must be >= 1, got {bootstrap}")
+    run_dirs = [Path(d) for d in run_dirs]
+    data = load_runs(run_dirs)
+    report = _compute(data, Path(out_dir), Bootstrap(bootstrap, seed), tuple(figure5_domains))
+    report.out_dir.mkdir(parents=True, exist_ok=True)
+    files = [*_write_tables("table3", [report.table3], report.out_dir),
+             *_write_tables("table4", report.table4, report.out_dir),
+             *_write_tables("table12", [report.table12], report.out_dir),
+             *_write_tables("table13", [report.table13], report.out_dir),
+             *_write_tables("figure4", [report.by_domain], report.out_dir),
+             plot_by_domain(report.by_domain, report.out_dir / "figure4.png")]
+    if report.by_turn is not None:
+        files += [*_write_tables("figure5", [report.by_turn], report.out_dir),
+                  plot_by_turn(report.by_turn, report.out_dir / "figure5.png")]
+    files += _write_tables("parse_failures", [report.parse_failures], report.out_dir)
+    summary = report.out_dir / "report.md"
+    summary.write_text(report_markdown(report, run_dirs, Bootstrap(bootstrap, seed), figure5_domains))
+    return replace(report, files=(*files, summary))
+
+
+def _compute(data: RunData, out_dir: Path, boot: Bootstrap, figure5_domains: tuple[str, ...]) -> Report:
+    j = data.judgments
+    return Report(out_dir=out_dir, table3=table3(j, boot), table4=tuple(table4(j, boot)),
+                  table12=table12(j, boot), table13=table13(data.dialogues, boot), by_domain=by_domain(j, boot),
+                  by_turn=by_turn(j, figure5_domains, boot), parse_failures=parse_failures(j), files=())
+
+
+def _write_tables(stem: str, tables: Sequence[Table], out_dir: Path) -> list[Path]:
+    if not tables:
+        return []
+    paths = []
+    for suffix, text in ((".md", render.markdown(tables)), (".csv", render.csv_text(tables)),
+                         (".tex", render.latex(tables))):
+        path = out_dir / f"{stem}{suffix}"
+        path.write_text(text)
+        paths.append(path)
+    return paths
+
+
+def report_markdown(report: Report, run_dirs: Sequence[Path], boot: Bootstrap,
+                    figure5_domains: Sequence[str]) -> str:
+    """report.md: every table, the figures and the parse-failure counts, in the paper's order."""
+    parts = [
+        "# PersonaLens report",
+        "Runs: " + ", ".join(f"`{d}`" for d in run_dirs),
+        f"Cells show `mean [95% CI] (n=dialogues)`; intervals are percentile bootstrap over dialogues "
+        f"({boot.resamples} resamples, seed {boot.seed}). TCR is in percent; P is 1-4; Nat. and Coh. are 1-5.",
+        f"**Unparsed judgments: {report.unparsed} of {report.judged}**, excluded from every mean "
+        "(per dimension in the last table).",
+        render.markdown([report.table3]),
+        render.markdown(report.table4) if report.table4 else
+        "### Table 4\n\nNot shown: no assistant model was run in more than one prompt setting.\n",
+        render.markdown([report.table12]),
+        render.markdown([report.table13]),
+        "### Figure 4: TCR and P by domain\n\n![Figure 4](figure4.png)\n",
+        render.markdown([report.by_domain]),
+    ]
+    if report.by_turn is None:
+        parts.append("### Figure 5\n\nNot drawn: the runs hold no turn-level personalization judgments "
+                     "(judge with `judge.turn_level=true` to get them).\n")
+    else:
+        shown = {labels[-2] for labels, _ in report.by_turn.rows}
+        missing = [d for d in figure5_domains if d not in shown]
+        parts.append("### Figure 5: turn-level personalization\n\n![Figure 5](figure5.png)\n"
+                     + (f"\nNo turn-level SD judgments for: {', '.join(missing)}.\n" if missing else ""))
+        parts.append(render.markdown([report.by_turn]))
+    parts.append(render.markdown([report.parse_failures]))
+    return "\n\n".join(p.rstrip() for p in parts) + "\n"

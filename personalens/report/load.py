@@ -1,0 +1,149 @@
+"""Read the `dialogues/` and `judgments/` Parquet datasets of run output directories (docs/outputs.md).
+
+Only the columns the report needs are read (dialogue text stays on disk), and every row becomes a
+small typed record so that the arithmetic in `tables` never touches pyarrow.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pyarrow.parquet as pq
+
+KINDS = ("SD", "MD")
+DIMENSIONS = ("task_completion", "personalization", "naturalness", "coherence")
+
+# Columns that identify one dialogue across runs; a repeat means the same run was given twice.
+_DIALOGUE_KEY = ("run_id", "user_id", "task_id", "setting", "trial", "assistant_model", "user_model")
+_JUDGMENT_KEY = _DIALOGUE_KEY + ("dimension", "speaker", "turn")
+
+
+@dataclass(frozen=True)
+class Judgment:
+    assistant_model: str
+    setting: str
+    kind: str  # "SD" | "MD"
+    domains: tuple[str, ...]
+    dimension: str
+    speaker: str  # "assistant" | "user" for naturalness/coherence, "" otherwise
+    turn: int  # -1: whole dialogue; k >= 1: dialogue cut after the k-th assistant reply
+    score: float | None  # None exactly when the judge output did not parse
+    parsed: bool
+
+
+@dataclass(frozen=True)
+class Dialogue:
+    assistant_model: str
+    setting: str
+    kind: str
+    domains: tuple[str, ...]
+    rounds: int
+    completion_tokens: tuple[int, ...]  # one per turn that reported a count
+
+
+@dataclass(frozen=True)
+class RunData:
+    dialogues: tuple[Dialogue, ...]
+    judgments: tuple[Judgment, ...]
+
+
+def load_runs(run_dirs: Sequence[Path]) -> RunData:
+    """All dialogues and judgments of `run_dirs`, checked for the fields the report relies on."""
+    if not run_dirs:
+        raise ValueError("no run directories given to report on")
+    dialogue_rows: list[tuple[Path, dict[str, Any]]] = []
+    judgment_rows: list[tuple[Path, dict[str, Any]]] = []
+    for run_dir in map(Path, run_dirs):
+        if not run_dir.is_dir():
+            raise FileNotFoundError(f"run directory {run_dir} does not exist")
+        dialogue_rows += _read_dataset(run_dir / "dialogues", _DIALOGUE_KEY + ("kind", "domains", "rounds"),
+                                       with_tokens=True)
+        judgment_rows += _read_dataset(run_dir / "judgments", _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"),
+                                       with_tokens=False)
+    _reject_repeats(dialogue_rows, _DIALOGUE_KEY, "dialogue")
+    _reject_repeats(judgment_rows, _JUDGMENT_KEY, "judgment")
+    return RunData(
+        dialogues=tuple(_dialogue(path, row) for path, row in dialogue_rows),
+        judgments=tuple(_judgment(path, row) for path, row in judgment_rows),
+    )
+
+
+def _part_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} does not exist (was this step of the run done?)")
+    # Hidden or underscore names are temporary files of an unfinished atomic write.
+    files = sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith((".", "_")))
+    if not files:
+        raise FileNotFoundError(f"{folder} holds no Parquet part files")
+    return files
+
+
+def _read_dataset(folder: Path, columns: Iterable[str], *, with_tokens: bool) -> list[tuple[Path, dict[str, Any]]]:
+    rows: list[tuple[Path, dict[str, Any]]] = []
+    for path in _part_files(folder):
+        try:
+            file = pq.ParquetFile(path)
+        except Exception as err:  # pyarrow raises several types for a damaged file
+            raise ValueError(f"{path}: not a readable Parquet file ({err})") from err
+        wanted = list(columns)
+        missing = [c for c in wanted if c not in file.schema_arrow.names]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (see docs/outputs.md)")
+        if with_tokens:
+            wanted.append(_tokens_leaf(file, path))
+        for row in file.read(columns=wanted).to_pylist():
+            rows.append((path, row))
+    return rows
+
+
+def _tokens_leaf(file: pq.ParquetFile, path: Path) -> str:
+    # The list's inner names ("list.element" or "list.item") depend on the writer, so look the leaf up.
+    for i in range(file.metadata.num_columns):
+        leaf = file.schema.column(i).path
+        if leaf.startswith("turns.") and leaf.endswith(".completion_tokens"):
+            return leaf
+    raise ValueError(f"{path}: column turns has no completion_tokens field (see docs/outputs.md)")
+
+
+def _reject_repeats(rows: list[tuple[Path, dict[str, Any]]], key: tuple[str, ...], what: str) -> None:
+    counts = Counter(tuple(row[c] for c in key) for _, row in rows)
+    repeated = [k for k, c in counts.items() if c > 1]
+    if repeated:
+        first = dict(zip(key, repeated[0]))
+        raise ValueError(f"{len(repeated)} {what}(s) appear more than once across the run directories, "
+                         f"e.g. {first}; was a run directory given twice?")
+
+
+def _kind(path: Path, row: dict[str, Any]) -> str:
+    if row["kind"] not in KINDS:
+        raise ValueError(f"{path}: kind is {row['kind']!r}, expected one of {KINDS}")
+    return row["kind"]
+
+
+def _domains(path: Path, row: dict[str, Any]) -> tuple[str, ...]:
+    if not row["domains"]:
+        raise ValueError(f"{path}: task {row['task_id']} of {row['user_id']} has no domains")
+    return tuple(row["domains"])
+
+
+def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
+    if row["rounds"] is None or row["rounds"] < 0:
+        raise ValueError(f"{path}: rounds is {row['rounds']!r} for {row['user_id']}/{row['task_id']}")
+    tokens = tuple(t["completion_tokens"] for t in row["turns"] or () if t["completion_tokens"] is not None)
+    return Dialogue(row["assistant_model"], row["setting"], _kind(path, row), _domains(path, row),
+                    row["rounds"], tokens)
+
+
+def _judgment(path: Path, row: dict[str, Any]) -> Judgment:
+    if row["dimension"] not in DIMENSIONS:
+        raise ValueError(f"{path}: dimension is {row['dimension']!r}, expected one of {DIMENSIONS}")
+    parsed = bool(row["parsed"])
+    if parsed and row["score"] is None:
+        raise ValueError(f"{path}: {row['dimension']} of {row['user_id']}/{row['task_id']} "
+                         "is marked parsed but has no score")
+    return Judgment(row["assistant_model"], row["setting"], _kind(path, row), _domains(path, row),
+                    row["dimension"], row["speaker"] or "", int(row["turn"]),
+                    float(row["score"]) if parsed else None, parsed)

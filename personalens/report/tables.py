@@ -1,0 +1,271 @@
+"""The paper's tables as pure functions of loaded rows: no I/O, no formatting."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Hashable, Iterable, Sequence, TypeVar, Union
+
+from personalens.data.records import DOMAINS
+from personalens.report.load import KINDS, Dialogue, Judgment
+from personalens.report.stats import Bootstrap, Estimate
+
+# Table 4's row order; the full ablation is shown under the paper's name for it.
+SETTING_ORDER = ("vanilla", "base", "base+D", "base+I", "base+S", "base+D+I+S")
+SETTING_LABELS = {"base+D+I+S": "base+all"}
+ALL_SD = "All SD"  # the Figure 5 series over every single-domain task
+
+Cell = Union[Estimate, int, None]
+Group = tuple[str, str]  # (assistant_model, setting)
+R = TypeVar("R", Judgment, Dialogue)
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # CSV column stem, e.g. "SD_TCR"
+    group: str  # header over several columns ("SD", "MD") or ""
+    label: str  # "TCR (%)"
+    digits: int = 2  # decimals shown for a mean
+    count: bool = False  # cells are plain integers, not estimates
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str  # file stem: "table3"
+    title: str
+    row_header: tuple[str, ...]
+    columns: tuple[Column, ...]
+    rows: tuple[tuple[tuple[str, ...], tuple[Cell, ...]], ...]  # (row labels, one cell per column)
+    # Constant fields of the whole table, e.g. (("assistant_model", "m"),) for one Table 4 per model.
+    context: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def cell(self, labels: tuple[str, ...], key: str) -> Cell:
+        """The cell in the row with `labels` and the column with `key` (KeyError when absent)."""
+        col = next(i for i, c in enumerate(self.columns) if c.key == key)
+        for row_labels, cells in self.rows:
+            if row_labels == labels:
+                return cells[col]
+        raise KeyError(f"{self.name} has no row {labels}")
+
+
+# ---- grouping ---------------------------------------------------------------------------------
+
+def setting_label(setting: str) -> str:
+    return SETTING_LABELS.get(setting, setting)
+
+
+def setting_sort_key(setting: str) -> tuple[int, str]:
+    return (SETTING_ORDER.index(setting), "") if setting in SETTING_ORDER else (len(SETTING_ORDER), setting)
+
+
+def domain_sort_key(domain: str) -> tuple[int, str]:
+    return (DOMAINS.index(domain), "") if domain in DOMAINS else (len(DOMAINS), domain)
+
+
+def groups_of(rows: Iterable[Judgment | Dialogue]) -> list[Group]:
+    """(model, setting) pairs present, models alphabetically and settings in ablation order."""
+    return sorted({(r.assistant_model, r.setting) for r in rows},
+                  key=lambda g: (g[0], setting_sort_key(g[1])))
+
+
+def shows_setting(groups: Sequence[Group]) -> bool:
+    """Whether rows need the setting to be told apart: some model ran in several settings."""
+    models = [model for model, _ in groups]
+    return len(set(models)) < len(models)
+
+
+def group_header(with_setting: bool) -> tuple[str, ...]:
+    return ("Assistant model", "Setting") if with_setting else ("Assistant model",)
+
+
+def group_labels(group: Group, with_setting: bool) -> tuple[str, ...]:
+    return (group[0], setting_label(group[1])) if with_setting else (group[0],)
+
+
+def _by(rows: Iterable[R], key: Callable[[R], K]) -> dict[K, list[R]]:
+    out: dict[K, list[R]] = defaultdict(list)
+    for r in rows:
+        out[key(r)].append(r)
+    return out
+
+
+# ---- metrics ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Metric:
+    """A judged quantity: which judgment rows it averages and how it is shown."""
+
+    key: str
+    label: str
+    dimension: str
+    speaker: str = ""
+    scale: float = 1.0
+    digits: int = 2
+
+    def selects(self, j: Judgment) -> bool:
+        return j.dimension == self.dimension and j.speaker == self.speaker and j.turn == -1
+
+
+TCR = Metric("TCR", "TCR (%)", "task_completion", scale=100.0, digits=1)
+P = Metric("P", "P", "personalization")
+NAT_ASSISTANT = Metric("Nat", "Nat.", "naturalness", "assistant")
+COH_ASSISTANT = Metric("Coh", "Coh.", "coherence", "assistant")
+NAT_USER = Metric("Nat", "Nat.", "naturalness", "user")
+COH_USER = Metric("Coh", "Coh.", "coherence", "user")
+
+
+def mean_of(judgments: Sequence[Judgment], boot: Bootstrap, scale: float = 1.0) -> Estimate | None:
+    """Mean score of parsed judgments; the unparsed ones are counted on the cell, not averaged."""
+    scores = [j.score for j in judgments if j.score is not None]
+    unparsed = len(judgments) - len(scores)
+    est = boot.estimate(scores, unparsed=unparsed)
+    if est is None:
+        # Every judgment failed to parse: an empty cell that still shows how many were excluded.
+        return Estimate(float("nan"), float("nan"), float("nan"), 0, unparsed) if unparsed else None
+    return est.scaled(scale)
+
+
+def metric_cell(judgments: Sequence[Judgment], metric: Metric, boot: Bootstrap) -> Estimate | None:
+    return mean_of([j for j in judgments if metric.selects(j)], boot, metric.scale)
+
+
+UNPARSED_NOTE = ("Means and rates exclude judgments whose output did not parse; "
+                 "a cell shows how many were excluded, and report.md counts them per dimension.")
+
+
+def _kind_metric_table(name: str, title: str, judgments: Sequence[Judgment], metrics: Sequence[Metric],
+                       rows: Sequence[tuple[tuple[str, ...], Group]], row_header: tuple[str, ...],
+                       boot: Bootstrap, context: tuple[tuple[str, str], ...] = ()) -> Table:
+    """One row per (labels, group), columns metric x kind (SD block, then MD block)."""
+    columns = tuple(Column(f"{kind}_{m.key}", kind, m.label, m.digits) for kind in KINDS for m in metrics)
+    by_cell = _by(judgments, lambda j: (j.assistant_model, j.setting, j.kind))
+    cells = tuple(
+        (labels, tuple(metric_cell(by_cell.get((*g, kind), []), m, boot) for kind in KINDS for m in metrics))
+        for labels, g in rows)
+    return Table(name, title, row_header, columns, cells, context, (UNPARSED_NOTE,))
+
+
+def _group_rows(rows: Sequence[Judgment] | Sequence[Dialogue]) -> tuple[list[tuple[tuple[str, ...], Group]],
+                                                                       tuple[str, ...]]:
+    """Row labels per group and the row header, with the setting shown only where needed."""
+    groups = groups_of(rows)
+    with_setting = shows_setting(groups)
+    return [(group_labels(g, with_setting), g) for g in groups], group_header(with_setting)
+
+
+# ---- the paper's tables -----------------------------------------------------------------------
+
+def table3(judgments: Sequence[Judgment], boot: Bootstrap) -> Table:
+    return _kind_metric_table(
+        "table3", "Table 3: assistant models on single-domain (SD) and multi-domain (MD) tasks",
+        judgments, (TCR, P, NAT_ASSISTANT, COH_ASSISTANT), *_group_rows(judgments), boot)
+
+
+def table4(judgments: Sequence[Judgment], boot: Bootstrap) -> list[Table]:
+    """One ablation table per assistant model that ran in more than one prompt setting."""
+    tables = []
+    for model, model_rows in sorted(_by(judgments, lambda j: j.assistant_model).items()):
+        groups = groups_of(model_rows)
+        if len(groups) > 1:
+            tables.append(_kind_metric_table(
+                "table4", f"Table 4: prompt settings of {model}", model_rows, (TCR, P),
+                [((setting_label(g[1]),), g) for g in groups], ("Setting",), boot,
+                context=(("assistant_model", model),)))
+    return tables
+
+
+def table12(judgments: Sequence[Judgment], boot: Bootstrap) -> Table:
+    return _kind_metric_table(
+        "table12", "Table 12: the user agent's naturalness and coherence, per assistant model",
+        judgments, (NAT_USER, COH_USER), *_group_rows(judgments), boot)
+
+
+def table13(dialogues: Sequence[Dialogue], boot: Bootstrap) -> Table:
+    """Dialogue counts, rounds per dialogue and completion tokens per turn, for SD and MD."""
+    group_rows, header = _group_rows(dialogues)
+    columns = tuple(c for kind in KINDS for c in (
+        Column(f"{kind}_dialogues", kind, "# Dialogues", count=True),
+        Column(f"{kind}_rounds", kind, "Rounds/dialogue", 2),
+        Column(f"{kind}_tokens_per_turn", kind, "Tokens/turn", 1)))
+    by_cell = _by(dialogues, lambda d: (d.assistant_model, d.setting, d.kind))
+    rows = []
+    for labels, g in group_rows:
+        cells: list[Cell] = []
+        for kind in KINDS:
+            ds = by_cell.get((*g, kind), [])
+            # Tokens per turn over all turns: each dialogue's own mean, weighted by its turn count.
+            counted = [d for d in ds if d.completion_tokens]
+            cells += [len(ds),
+                      boot.estimate([d.rounds for d in ds]),
+                      boot.estimate([sum(d.completion_tokens) / len(d.completion_tokens) for d in counted],
+                                    weights=[len(d.completion_tokens) for d in counted])]
+        rows.append((labels, tuple(cells)))
+    return Table("table13", "Table 13: dialogue statistics", header, columns, tuple(rows),
+                 notes=("Tokens/turn is the mean completion_tokens over all user and assistant turns; "
+                        "its interval resamples dialogues.",))
+
+
+def by_domain(judgments: Sequence[Judgment], boot: Bootstrap) -> Table:
+    """Figure 4's numbers: TCR and P per domain; a multi-domain dialogue counts in each of its domains."""
+    group_rows, header = _group_rows(judgments)
+    per_domain: dict[tuple[str, str, str], list[Judgment]] = defaultdict(list)
+    for j in judgments:
+        for domain in j.domains:
+            per_domain[(j.assistant_model, j.setting, domain)].append(j)
+    rows = []
+    for labels, g in group_rows:
+        domains = sorted({d for model, setting, d in per_domain if (model, setting) == g}, key=domain_sort_key)
+        rows += [((*labels, d), tuple(metric_cell(per_domain[(*g, d)], m, boot) for m in (TCR, P)))
+                 for d in domains]
+    return Table("figure4", "Figure 4 data: TCR and P per domain (SD and MD dialogues)", (*header, "Domain"),
+                 tuple(Column(m.key, "", m.label, m.digits) for m in (TCR, P)), tuple(rows),
+                 notes=("A multi-domain dialogue counts towards each of its domains.", UNPARSED_NOTE))
+
+
+def by_turn(judgments: Sequence[Judgment], domains: Sequence[str], boot: Bootstrap) -> Table | None:
+    """Figure 5's numbers: mean turn-level P of SD tasks by turn, per chosen domain and over all SD.
+
+    None when the runs hold no turn-level judgments (the judge's turn_level option was off).
+    """
+    turn_rows = [j for j in judgments if j.dimension == "personalization" and j.turn >= 1 and j.kind == "SD"]
+    if not turn_rows:
+        return None
+    group_rows, header = _group_rows(turn_rows)
+    series: dict[tuple[str, str, str, int], list[Judgment]] = defaultdict(list)
+    for j in turn_rows:
+        for name in (ALL_SD, *(d for d in j.domains if d in domains)):
+            series[(j.assistant_model, j.setting, name, j.turn)].append(j)
+    rows = []
+    for labels, g in group_rows:
+        for name in (*domains, ALL_SD):
+            turns = sorted(t for model, setting, s, t in series if (model, setting, s) == (*g, name))
+            rows += [((*labels, name, str(t)), (mean_of(series[(*g, name, t)], boot),)) for t in turns]
+    return Table("figure5", "Figure 5 data: turn-level personalization of SD tasks", (*header, "Series", "Turn"),
+                 (Column("P", "", "P"),), tuple(rows),
+                 notes=("Turn k scores the dialogue cut after the k-th assistant reply; "
+                        "later turns have fewer dialogues.", UNPARSED_NOTE))
+
+
+def _dimension_label(j: Judgment) -> str:
+    detail = j.speaker or ("turn-level" if j.turn >= 1 else "")
+    return f"{j.dimension} ({detail})" if detail else j.dimension
+
+
+def parse_failures(judgments: Sequence[Judgment]) -> Table:
+    """Judgments whose output did not parse, per group and dimension (with speaker / turn level)."""
+    group_rows, header = _group_rows(judgments)
+    counts = _by(judgments, lambda j: (j.assistant_model, j.setting, _dimension_label(j), j.kind))
+    columns = tuple(c for kind in KINDS for c in (Column(f"{kind}_unparsed", kind, "Unparsed", count=True),
+                                                  Column(f"{kind}_judged", kind, "Judged", count=True)))
+    rows = []
+    for labels, g in group_rows:
+        for dimension in sorted({dim for model, setting, dim, _ in counts if (model, setting) == g}):
+            cells: list[Cell] = []
+            for kind in KINDS:
+                js = counts.get((*g, dimension, kind), [])
+                cells += [sum(not j.parsed for j in js), len(js)]
+            rows.append(((*labels, dimension), tuple(cells)))
+    return Table("parse_failures", "Judgments whose output did not parse (excluded from all means)",
+                 (*header, "Dimension"), columns, tuple(rows))

@@ -1,0 +1,89 @@
+"""One simulated dialogue and the paper's protocol rules, as a small state machine.
+
+The user agent opens; then each round is an assistant reply and a user reply. A user reply with
+TERMINATE ends the dialogue after one more assistant reply (the word is removed from the stored
+text). Otherwise the dialogue stops after `max_rounds` assistant replies. TERMINATE in the opening
+message is not an ending (the paper's prompt forbids it there): it is kept and recorded."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from personalens.data.records import Role, Scenario, Turn
+
+TERMINATE = "TERMINATE"
+_TERMINATE_RE = re.compile(r"[ \t]*'?\bTERMINATE\b'?[ \t]*")
+
+Ending = Literal["terminated", "max_rounds"]
+DialogueKey = tuple[str, str, str, int]  # (user_id, task_id, setting, trial)
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    role: Role
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def strip_terminate(text: str) -> str:
+    return _TERMINATE_RE.sub(" ", text).strip()
+
+
+@dataclass
+class Dialogue:
+    scenario: Scenario
+    setting: str
+    trial: int
+    seed: int
+    max_rounds: int
+    turns: list[TurnRecord] = field(default_factory=list)
+    ended: Ending | None = None
+    opening_terminate: bool = False
+    terminating: bool = False  # the user said TERMINATE; one assistant reply is still due
+    started: float | None = None
+    finished: float | None = None
+
+    @property
+    def key(self) -> DialogueKey:
+        return (self.scenario.user.user_id, self.scenario.task.task_id, self.setting, self.trial)
+
+    @property
+    def rounds(self) -> int:
+        return sum(t.role == "assistant" for t in self.turns)
+
+    @property
+    def waiting_on(self) -> Role | None:
+        """Whose reply the dialogue needs next; None once it has ended."""
+        if self.ended is not None:
+            return None
+        if not self.turns or self.turns[-1].role == "assistant":
+            return "user"
+        return "assistant"
+
+    def history(self) -> list[Turn]:
+        return [Turn(t.role, t.text) for t in self.turns]
+
+    def turn_seed(self) -> int:
+        """Seed for the next generation: distinct per turn, reproducible per dialogue."""
+        return (self.seed + 7919 * len(self.turns)) % (2**31)
+
+    def add(self, role: Role, text: str, prompt_tokens: int, completion_tokens: int,
+            now: float) -> None:
+        if role != self.waiting_on:
+            raise ValueError(f"dialogue {self.key} is waiting on {self.waiting_on}, got a {role} reply")
+        if self.started is None:
+            self.started = now
+        if role == "user":
+            said_terminate = _TERMINATE_RE.search(text) is not None
+            if not self.turns:
+                self.opening_terminate = said_terminate
+            elif said_terminate:
+                self.terminating = True
+                text = strip_terminate(text)
+        self.turns.append(TurnRecord(role, text, prompt_tokens, completion_tokens))
+        if role == "assistant" and (self.terminating or self.rounds >= self.max_rounds):
+            self.ended = "terminated" if self.terminating else "max_rounds"
+            self.finished = now

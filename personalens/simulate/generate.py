@@ -1,0 +1,142 @@
+"""`generate`: simulate every (scenario, trial) of a shard in lockstep and stream the finished
+dialogues to Parquet, skipping the ones a previous run already wrote."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import pyarrow as pa
+
+from personalens.data.records import Role, Scenario
+from personalens.engines.base import Engine, Sampling
+from personalens.prompts.render import assistant_messages, user_agent_messages
+from personalens.prompts.setting import PromptSetting
+from personalens.prompts.templates import Templates
+from personalens.simulate.dialogue import Dialogue, DialogueKey
+from personalens.simulate.lockstep import StepStats, run_lockstep
+from personalens.simulate.progress import Progress
+from personalens.simulate.store import PartWriter
+
+TURN_TYPE = pa.struct([("role", pa.string()), ("text", pa.string()),
+                       ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32())])
+
+# columns that identify a dialogue and travel with every judgment of it
+ID_FIELDS = [
+    ("run_id", pa.string()), ("user_id", pa.string()), ("user_index", pa.int32()),
+    ("task_id", pa.string()), ("kind", pa.string()), ("domains", pa.list_(pa.string())),
+    ("setting", pa.string()), ("trial", pa.int32()),
+    ("assistant_model", pa.string()), ("user_model", pa.string()),
+]
+KEY_COLUMNS = ["user_id", "task_id", "setting", "trial"]
+
+DIALOGUE_SCHEMA = pa.schema(ID_FIELDS + [
+    ("seed", pa.int64()), ("turns", pa.list_(TURN_TYPE)), ("rounds", pa.int32()),
+    ("ended", pa.string()), ("opening_terminate", pa.bool_()), ("seconds", pa.float64()),
+    ("config_hash", pa.string()),
+])
+
+
+@dataclass(frozen=True)
+class Protocol:
+    max_rounds_sd: int
+    max_rounds_md: int
+    sampling: Mapping[Role, Sampling]  # user agent and assistant
+
+    def max_rounds(self, scenario: Scenario) -> int:
+        return self.max_rounds_sd if scenario.task.kind == "SD" else self.max_rounds_md
+
+
+@dataclass(frozen=True)
+class GenerateSummary:
+    dialogues: int
+    skipped: int
+    turns: int
+    completion_tokens: int
+    seconds: float
+
+    def line(self) -> str:
+        rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
+        return (f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped), "
+                f"{self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
+                f"({rate:.1f} tokens/s)")
+
+
+def dialogue_seed(seed: int, user_id: str, task_id: str, trial: int) -> int:
+    """Stable across processes and machines (unlike hash()); independent of the prompt setting,
+    so the ablation settings of one scenario and trial are sampled alike."""
+    digest = hashlib.sha256(f"{seed}|{user_id}|{task_id}|{trial}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def plan_dialogues(scenarios: Sequence[Scenario], setting: PromptSetting, trials: int, seed: int,
+                   protocol: Protocol, done: set[DialogueKey]) -> tuple[list[Dialogue], int]:
+    """The dialogues still to simulate, and how many were skipped as already written."""
+    todo, skipped = [], 0
+    for trial in range(trials):
+        for scenario in scenarios:
+            key = (scenario.user.user_id, scenario.task.task_id, setting.label, trial)
+            if key in done:
+                skipped += 1
+                continue
+            todo.append(Dialogue(scenario=scenario, setting=setting.label, trial=trial,
+                                 seed=dialogue_seed(seed, *key[:2], trial),
+                                 max_rounds=protocol.max_rounds(scenario)))
+    return todo, skipped
+
+
+def id_columns(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine]) -> dict:
+    scenario = dialogue.scenario
+    return {
+        "run_id": run_id, "user_id": scenario.user.user_id, "user_index": scenario.user.index,
+        "task_id": scenario.task.task_id, "kind": scenario.task.kind,
+        "domains": list(scenario.task.domains), "setting": dialogue.setting, "trial": dialogue.trial,
+        "assistant_model": engines["assistant"].name, "user_model": engines["user"].name,
+    }
+
+
+def dialogue_row(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine], config_hash: str) -> dict:
+    return {
+        **id_columns(dialogue, run_id, engines),
+        "seed": dialogue.seed,
+        "turns": [vars(t) for t in dialogue.turns],
+        "rounds": dialogue.rounds, "ended": dialogue.ended,
+        "opening_terminate": dialogue.opening_terminate,
+        "seconds": (dialogue.finished or 0.0) - (dialogue.started or 0.0),
+        "config_hash": config_hash,
+    }
+
+
+def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates: Templates,
+             engines: Mapping[Role, Engine], protocol: Protocol, trials: int, seed: int,
+             writer: PartWriter, done: set[DialogueKey], run_id: str, config_hash: str,
+             progress: bool = True) -> GenerateSummary:
+    todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
+
+    def render(dialogue: Dialogue, role: Role):
+        history = dialogue.history()
+        if role == "user":
+            return user_agent_messages(templates, dialogue.scenario, history)
+        return assistant_messages(templates, dialogue.scenario, history, setting)
+
+    bar = Progress(total=len(todo), label="generate", enabled=progress)
+    totals = {"turns": 0, "tokens": 0}
+
+    def on_finished(finished: list[Dialogue]) -> None:
+        writer.write([dialogue_row(d, run_id, engines, config_hash) for d in finished])
+
+    def on_step(stats: StepStats) -> None:
+        totals["turns"] += stats.requests
+        totals["tokens"] += stats.completion_tokens
+        bar.update(stats.finished, active=stats.active, tokens=stats.completion_tokens)
+
+    started = time.monotonic()
+    run_lockstep(todo, engines, render, protocol.sampling, on_finished, on_step)
+    bar.close()
+    summary = GenerateSummary(len(todo), skipped, totals["turns"], totals["tokens"],
+                              time.monotonic() - started)
+    print(summary.line(), file=sys.stderr)
+    return summary

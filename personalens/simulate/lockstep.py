@@ -1,0 +1,77 @@
+"""Lockstep scheduling: every active dialogue advances one turn per step, each step one batched
+generate call per engine, finished dialogues drop out.
+
+When the user agent and the assistant share an engine, both roles' requests of a step go into the
+same call, so the engine always sees the largest batch there is."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping, Sequence
+
+from personalens.data.records import Role
+from personalens.engines.base import Engine, Message, Request, Sampling
+from personalens.simulate.dialogue import Dialogue
+
+Render = Callable[[Dialogue, Role], Sequence[Message]]
+
+
+@dataclass
+class StepStats:
+    step: int
+    requests: int
+    active: int  # dialogues still running after the step
+    finished: int  # dialogues that ended in this step
+    completion_tokens: int
+    seconds: float
+
+
+def plan_step(active: Iterable[Dialogue], engines: Mapping[Role, Engine]) -> list[tuple[Engine, list[tuple[Dialogue, Role]]]]:
+    """Group the waiting dialogues by the engine that must answer them, in a stable order."""
+    groups: dict[int, tuple[Engine, list[tuple[Dialogue, Role]]]] = {}
+    for dialogue in active:
+        role = dialogue.waiting_on
+        if role is None:
+            continue
+        engine = engines[role]
+        groups.setdefault(id(engine), (engine, []))[1].append((dialogue, role))
+    return list(groups.values())
+
+
+def run_lockstep(
+    dialogues: Sequence[Dialogue],
+    engines: Mapping[Role, Engine],
+    render: Render,
+    sampling: Mapping[Role, Sampling],
+    on_finished: Callable[[list[Dialogue]], None],
+    on_step: Callable[[StepStats], None] = lambda stats: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Run every dialogue to its end. `on_finished` receives each step's finished dialogues
+    (so the caller can write them out at once); `on_step` receives per-step statistics."""
+    active = [d for d in dialogues if d.waiting_on is not None]
+    step = 0
+    while active:
+        step += 1
+        started = clock()
+        requests = tokens = 0
+        for engine, waiting in plan_step(active, engines):
+            batch = [
+                Request(messages=render(d, role),
+                        sampling=replace(sampling[role], seed=d.turn_seed()))
+                for d, role in waiting
+            ]
+            generations = engine.generate(batch)
+            if len(generations) != len(batch):
+                raise RuntimeError(f"engine {engine.name} returned {len(generations)} replies for {len(batch)} requests")
+            now = clock()
+            for (dialogue, role), gen in zip(waiting, generations):
+                dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, now)
+                tokens += gen.completion_tokens
+            requests += len(batch)
+        finished = [d for d in active if d.ended is not None]
+        active = [d for d in active if d.ended is None]
+        if finished:
+            on_finished(finished)
+        on_step(StepStats(step, requests, len(active), len(finished), tokens, clock() - started))

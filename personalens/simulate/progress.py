@@ -1,0 +1,25 @@
+"""A progress bar for long batch work: finished items, active items, generated tokens per second."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tqdm import tqdm
+
+
+class Progress:
+    def __init__(self, total: int, label: str, enabled: bool = True):
+        self._bar = tqdm(total=total, desc=label, unit="dlg", file=sys.stderr,
+                         disable=not enabled, dynamic_ncols=True)
+        self._started = time.monotonic()
+        self._tokens = 0
+
+    def update(self, finished: int, *, active: int, tokens: int) -> None:
+        self._tokens += tokens
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        self._bar.set_postfix(active=active, tok_s=f"{self._tokens / elapsed:.1f}", refresh=False)
+        self._bar.update(finished)
+
+    def close(self) -> None:
+        self._bar.close()
