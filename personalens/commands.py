@@ -4,8 +4,10 @@ Heavy imports (vLLM, torch) happen inside the commands that need them."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig
 
@@ -20,7 +22,7 @@ def validate(cfg: DictConfig) -> int:
     return 0 if report.ok else 1
 
 
-def generate(cfg: DictConfig, engines: dict | None = None) -> int:
+def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     from personalens.simulate.generate import KEY_COLUMNS, DIALOGUE_SCHEMA, Protocol, generate as simulate
     from personalens.simulate.store import PartWriter, existing_values, shard_dir
 
@@ -36,10 +38,10 @@ def generate(cfg: DictConfig, engines: dict | None = None) -> int:
     })
     C.check_or_save(out_dir, "generate", cfg, digest)
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
-    engines = engines if engines is not None else _engines(cfg, ("user_agent", "assistant"))
+    load = engines or functools.cache(lambda: _engines(cfg, ("user_agent", "assistant")))
     simulate(
         scenarios, setting=setting, templates=templates,
-        engines={"user": engines["user_agent"], "assistant": engines["assistant"]},
+        load_engines=lambda: {"user": load()["user_agent"], "assistant": load()["assistant"]},
         protocol=Protocol(cfg.protocol.max_rounds_sd, cfg.protocol.max_rounds_md,
                           {"user": C.sampling(cfg.protocol.user_agent),
                            "assistant": C.sampling(cfg.protocol.assistant)}),
@@ -51,7 +53,7 @@ def generate(cfg: DictConfig, engines: dict | None = None) -> int:
     return 0
 
 
-def judge(cfg: DictConfig, engines: dict | None = None) -> int:
+def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     from personalens.judge.run import judge as score
     from personalens.simulate.store import PartWriter, read_table, shard_dir
 
@@ -64,10 +66,10 @@ def judge(cfg: DictConfig, engines: dict | None = None) -> int:
     digest = C.fingerprint({"judge": C.model_identity(cfg.judge), "sampling": C.plain(cfg.protocol.judge),
                             "templates": templates_digest, "turn_level": bool(cfg.judge.turn_level)})
     C.check_or_save(out_dir, "judge", cfg, digest)
-    engines = engines if engines is not None else _engines(cfg, ("judge",))
+    load = engines or functools.cache(lambda: _engines(cfg, ("judge",)))
     score(
         dialogues.to_pylist(), {s.key: s for s in _scenarios(cfg)},
-        templates=templates, engine=engines["judge"], sampling=C.sampling(cfg.protocol.judge),
+        templates=templates, load_engine=lambda: load()["judge"], sampling=C.sampling(cfg.protocol.judge),
         dimensions=list(cfg.judge.dimensions), turn_level=bool(cfg.judge.turn_level),
         folder=shard_dir(out_dir, "judgments", cfg.shard.index, cfg.shard.count),
         progress=bool(cfg.progress),
@@ -100,8 +102,8 @@ def report(cfg: DictConfig) -> int:
 
 
 def run(cfg: DictConfig) -> int:
-    """generate, judge and report in one process, loading each model once."""
-    engines = _engines(cfg, ("user_agent", "assistant", "judge"))
+    """generate, judge and report in one process, loading each model once (and only if needed)."""
+    engines = functools.cache(lambda: _engines(cfg, ("user_agent", "assistant", "judge")))
     return generate(cfg, engines) or judge(cfg, engines) or report(cfg)
 
 

@@ -24,7 +24,6 @@ DialogueKey = tuple[str, str, str, int]                  # user_id, task_id, set
 JudgmentKey = tuple[str, str, str, int, str, str, int]   # + dimension, speaker, turn
 Shard = tuple[int, int]                                  # (index, count)
 
-TABLES = ("dialogues", "judgments")
 _SHARD_FOLDER = re.compile(r"shard-(\d+)-of-(\d+)")
 _EXAMPLES = 4  # items named per problem; the counts are always complete
 
@@ -41,6 +40,11 @@ class ShardProblems:
     missing_judgments: tuple[JudgmentKey, ...] = ()
     duplicated_judgments: tuple[JudgmentKey, ...] = ()
     unexpected_judgments: tuple[JudgmentKey, ...] = ()
+
+    @property
+    def incomplete(self) -> bool:
+        """Something is missing, which re-running the shard fills in (runs resume)."""
+        return bool(self.missing_dialogues or self.missing_judgments)
 
     def format(self) -> str:
         parts = [f"{len(items)} {what} ({_examples(items)})" for what, items in (
@@ -76,7 +80,8 @@ class MergeResult:
         if self.ok:
             return "\n".join([f"merge: complete: {found}",
                               *(f"  wrote {path}" for path in self.written)])
-        rerun = ",".join(str(p.index) for p in self.problems if p.count == self.shard_count)
+        rerun = ",".join(str(p.index) for p in self.problems
+                         if p.incomplete and p.count == self.shard_count)
         hint = [f"  re-run shard(s) {rerun} of {self.shard_count} (shard.index=K shard.count="
                 f"{self.shard_count}; on SLURM --array={rerun}), then merge again"] if rerun else []
         return "\n".join([f"merge: INCOMPLETE, nothing written: {found}",

@@ -99,8 +99,8 @@ def test_an_output_cut_short_is_a_prefix_but_not_complete(dimension, text, score
     fmt = format_for(dimension)
     cut = text[: len(text) - 3]
     assert accepts(fmt.grammar, cut, complete=False)
-    # The free-text explanation ends the TC output, so it may stop anywhere; the others must close.
-    assert accepts(fmt.grammar, cut) == (dimension == "task_completion")
+    # The TC output may stop anywhere in its explanation; the others must close their tag.
+    assert accepts(fmt.grammar, cut) == (dimension == "task_completion" and "EXPLANATION:" in cut)
     # The score leads, so it survives the cut.
     assert fmt.parse(cut) == Verdict(score, True)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from personalens.errors import PersonalensError
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -15,8 +17,10 @@ class Problem:
         return f"{self.file}: {self.location}: {self.message}" if self.location else f"{self.file}: {self.message}"
 
 
-class DataError(ValueError):
-    """Bad data on disk or a bad data selection; the message names the file and field."""
+class DataError(PersonalensError, ValueError):
+    """Bad data on disk or a bad data selection; the message names the file and field.
+
+    A PersonalensError, so the CLI shows it as a message rather than a traceback."""
 
     def __init__(self, message: str, problems: tuple[Problem, ...] = ()):
         super().__init__(message)

@@ -1,7 +1,7 @@
 """Read the official PersonaLens release (or anything in its layout) into records, as released.
 
-Layout: `profile/userN/{profile.json,tasks.json,tasks_md.json}` and `task/<Domain>/task.jsonl`
-(see docs of the release). Every fault is recorded as a Problem with its file and field path;
+The release layout: `profile/userN/{profile.json,tasks.json,tasks_md.json}` and
+`task/<Domain>/task.jsonl`. Every fault is recorded as a Problem with its file and field path;
 the `load_*` functions raise them as one DataError, `validate` (validate.py) walks the same
 readers over the whole root and keeps them all. Only the selected users' files are opened.
 """
@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from personalens.data.errors import DataError, Problems
 from personalens.data.records import (
@@ -31,14 +31,9 @@ DEMOGRAPHIC_KEYS: tuple[str, ...] = (
     "user_id", "age", "gender", "employment_status", "education", "marital_status",
     "english_proficiency", "ethnicity", "religion", "birth_country", "reside_country",
 )
-# Task fields as the release spells them -> Task attribute; the user's copy must equal the definition.
-TASK_FIELDS: dict[str, str] = {
-    "Task Description": "description",
-    "User Intent": "user_intent",
-    "Task Goal": "goal",
-    "Relevant Domains": "domains",
-    "Relevant Affinity Types": "affinity_types",
-}
+# Task fields as the release spells them -> Task attribute; a user's copy must equal the definition.
+TEXT_FIELDS: dict[str, str] = {"Task Description": "description", "User Intent": "user_intent", "Task Goal": "goal"}
+LIST_FIELDS: dict[str, str] = {"Relevant Domains": "domains", "Relevant Affinity Types": "affinity_types"}
 
 _USER_DIR = re.compile(r"user(0|[1-9]\d*)")
 _SD_ID = re.compile(r"SD-(.+)-task-(\d+)")
@@ -191,19 +186,18 @@ def _read_json(root: Path, rel: str, problems: Problems) -> Any:
         return _UNREADABLE
 
 
-def _read_jsonl(root: Path, rel: str, problems: Problems) -> list[tuple[_At, Any]]:
-    """(place, object) for each non-blank line that is valid JSON."""
+def _read_jsonl(root: Path, rel: str, problems: Problems) -> Iterator[tuple[_At, Any]]:
+    """(place, object) for each non-blank line that is valid JSON; lazily, so problems come in line order."""
     text = _read_text(root, rel, problems)
-    lines = [] if text is None else text.splitlines()
-    parsed = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate([] if text is None else text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            parsed.append((_At(problems, rel, number), json.loads(line)))
+            obj = json.loads(line)
         except json.JSONDecodeError as e:
             problems.add(rel, f"line {number} column {e.colno}", f"malformed JSON: {e.msg}")
-    return parsed
+            continue
+        yield _At(problems, rel, number), obj
 
 
 # -------------------------------------------------------------------- field checks
@@ -216,8 +210,12 @@ def _is(value: Any, kind: type, at: _At) -> bool:
     """Whether value has JSON type `kind` (a bool is not an integer); reports it when not."""
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok:
-        at.report(f"expected {_JSON_TYPE_NAMES[kind]}, got {_JSON_TYPE_NAMES.get(type(value), type(value).__name__)}")
+        at.report(f"expected {_JSON_TYPE_NAMES[kind]}, got {_json_type(value)}")
     return ok
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
 
 
 def _get(obj: dict, key: str, kind: type, at: _At) -> Any:
@@ -310,8 +308,7 @@ def _parse_affinities(value: Any, at: _At) -> dict[str, str | tuple[str, ...]] |
         elif isinstance(item, list):
             parsed[preference] = _strings(item, at / preference)
         else:
-            (at / preference).report(f"expected a string or a list of strings, got "
-                                     f"{_JSON_TYPE_NAMES.get(type(item), type(item).__name__)}")
+            (at / preference).report(f"expected a string or a list of strings, got {_json_type(item)}")
             parsed[preference] = None
     return parsed if None not in parsed.values() else None
 
@@ -329,7 +326,7 @@ def _parse_definition(obj: Any, folder: str, at: _At) -> Task | None:
     if not _is(obj, dict, at):
         return None
     number = _get(obj, "Task Number", int, at)
-    texts = [_get(obj, key, str, at) for key in ("Task Description", "User Intent", "Task Goal")]
+    texts = [_get(obj, key, str, at) for key in TEXT_FIELDS]
     affinity_types = _get_strings(obj, "Relevant Affinity Types", at)
     if folder == MULTI_DOMAIN:
         kind: Kind = "MD"
@@ -385,8 +382,8 @@ def _parse_assignment(
     if not _is(entry, dict, at):
         return None
     situation = _parse_situation(entry, at)
-    copy = {key: (_get(entry, key, str, at) if attr in ("description", "user_intent", "goal")
-                  else _get_strings(entry, key, at)) for key, attr in TASK_FIELDS.items()}
+    copy = {**{key: _get(entry, key, str, at) for key in TEXT_FIELDS},
+            **{key: _get_strings(entry, key, at) for key in LIST_FIELDS}}
     task_id = _get(entry, "task_id", str, at)
     if task_id is None:
         return None
@@ -405,7 +402,7 @@ def _parse_assignment(
         return None
     domains = copy["Relevant Domains"]
     consistent = domains is None or _known_domains(domains, at / "Relevant Domains", minimum=1)
-    for key, attr in TASK_FIELDS.items():
+    for key, attr in {**TEXT_FIELDS, **LIST_FIELDS}.items():
         if key == "Relevant Domains" and not consistent:
             continue  # already reported as an unknown domain
         if copy[key] is not None and copy[key] != getattr(task, attr):

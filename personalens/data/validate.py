@@ -27,7 +27,8 @@ class Report:
 
     def format(self) -> str:
         """One problem per line, then the summary line."""
-        verdict = "OK" if self.ok else f"{len(self.problems)} problems"
+        count = len(self.problems)
+        verdict = "OK" if self.ok else f"{count} problem{'s' if count > 1 else ''}"
         return "\n".join([*map(str, self.problems), f"{self.root}: {verdict}; {self.summary()}"])
 
 

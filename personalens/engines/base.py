@@ -14,6 +14,7 @@ class Sampling:
     max_tokens: int = 800
     top_p: float = 1.0
     seed: int | None = None
+    min_tokens: int = 0  # benchmarks set min_tokens == max_tokens to fix every reply's length
 
 
 @dataclass(frozen=True)

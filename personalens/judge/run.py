@@ -8,7 +8,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -74,13 +74,15 @@ def render(templates: Templates, item: Item) -> list[dict]:
 
 
 def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenario], *,
-          templates: Templates, engine: Engine, sampling: Sampling, dimensions: Sequence[str],
-          turn_level: bool, folder: Path, progress: bool = True) -> int:
-    """Judge what is not judged yet; returns the number of judgments written."""
+          templates: Templates, load_engine: Callable[[], Engine], sampling: Sampling,
+          dimensions: Sequence[str], turn_level: bool, folder: Path, progress: bool = True) -> int:
+    """Judge what is not judged yet; returns the number of judgments written. `load_engine` is
+    called only when there is something to judge."""
     for dim in dimensions:
         format_for(dim)  # an unknown dimension fails before any model call
     writer = PartWriter(folder, JUDGMENT_SCHEMA)
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
+    engine = load_engine() if items else None
     bar = Progress(total=len(items), label="judge", enabled=progress)
     started, failed = time.monotonic(), 0
     for start in range(0, len(items), CHUNK):

@@ -12,8 +12,11 @@ from typing import Mapping
 
 import jinja2
 
-# The project's own templates, next to the package (the repository's top-level prompts/ folder).
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "prompts"
+from personalens.errors import PersonalensError
+from personalens.paths import PROJECT_ROOT
+
+# The project's own templates: the repository's top-level prompts/ folder.
+DEFAULT_DIR = PROJECT_ROOT / "prompts"
 
 # Every file a folder must provide (the renderer uses all of them, some by {% include %}).
 TEMPLATE_FILES: tuple[str, ...] = (
@@ -30,7 +33,7 @@ TEMPLATE_FILES: tuple[str, ...] = (
 )
 
 
-class PromptError(ValueError):
+class PromptError(PersonalensError, ValueError):
     """A template folder or file that cannot be used; the message names the file."""
 
 

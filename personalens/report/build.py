@@ -8,6 +8,7 @@ from typing import Sequence
 
 from personalens.data.records import DOMAINS
 from personalens.report import render
+from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.load import RunData, load_runs
 from personalens.report.stats import Bootstrap
@@ -17,7 +18,10 @@ from personalens.report.tables import (by_domain, by_turn, parse_failures, table
 
 @dataclass(frozen=True)
 class Report:
+    run_dirs: tuple[Path, ...]
     out_dir: Path
+    bootstrap: Bootstrap
+    figure5_domains: tuple[str, ...]
     table3: Table
     table4: tuple[Table, ...]  # one per assistant model run in several prompt settings; empty if none
     table12: Table
@@ -25,7 +29,7 @@ class Report:
     by_domain: Table  # Figure 4's numbers
     by_turn: Table | None  # Figure 5's numbers; None without turn-level judgments
     parse_failures: Table
-    files: tuple[Path, ...]  # everything written, report.md last
+    files: tuple[Path, ...] = ()  # everything written, report.md last
 
     def table3_markdown(self) -> str:
         return render.markdown([self.table3])
@@ -50,55 +54,64 @@ def build_report(run_dirs: Sequence[Path], out_dir: Path, *, bootstrap: int = 10
     """Report on the dialogues and judgments of `run_dirs`, written into `out_dir`."""
     unknown = [d for d in figure5_domains if d not in DOMAINS]
     if unknown:
-        raise ValueError(f"figure5_domains: unknown domain(s) {unknown}; the domains are {', '.join(DOMAINS)}")
+        raise ReportError(f"figure5_domains: unknown domain(s) {unknown}; the domains are {', '.join(DOMAINS)}")
     if bootstrap < 1:
-        raise ValueError(f"bootstrap: number of resamples must be >= 1, got {bootstrap}")
-    run_dirs = [Path(d) for d in run_dirs]
-    data = load_runs(run_dirs)
-    report = _compute(data, Path(out_dir), Bootstrap(bootstrap, seed), tuple(figure5_domains))
-    report.out_dir.mkdir(parents=True, exist_ok=True)
-    files = [*_write_tables("table3", [report.table3], report.out_dir),
-             *_write_tables("table4", report.table4, report.out_dir),
-             *_write_tables("table12", [report.table12], report.out_dir),
-             *_write_tables("table13", [report.table13], report.out_dir),
-             *_write_tables("figure4", [report.by_domain], report.out_dir),
-             plot_by_domain(report.by_domain, report.out_dir / "figure4.png")]
-    if report.by_turn is not None:
-        files += [*_write_tables("figure5", [report.by_turn], report.out_dir),
-                  plot_by_turn(report.by_turn, report.out_dir / "figure5.png")]
-    files += _write_tables("parse_failures", [report.parse_failures], report.out_dir)
-    summary = report.out_dir / "report.md"
-    summary.write_text(report_markdown(report, run_dirs, Bootstrap(bootstrap, seed), figure5_domains))
-    return replace(report, files=(*files, summary))
+        raise ReportError(f"bootstrap: number of resamples must be >= 1, got {bootstrap}")
+    dirs = tuple(Path(d) for d in run_dirs)
+    report = compute_report(load_runs(dirs), dirs, Path(out_dir), Bootstrap(bootstrap, seed),
+                            tuple(figure5_domains))
+    return replace(report, files=write_report(report))
 
 
-def _compute(data: RunData, out_dir: Path, boot: Bootstrap, figure5_domains: tuple[str, ...]) -> Report:
+def compute_report(data: RunData, run_dirs: tuple[Path, ...], out_dir: Path, boot: Bootstrap,
+                   figure5_domains: tuple[str, ...]) -> Report:
     j = data.judgments
-    return Report(out_dir=out_dir, table3=table3(j, boot), table4=tuple(table4(j, boot)),
-                  table12=table12(j, boot), table13=table13(data.dialogues, boot), by_domain=by_domain(j, boot),
-                  by_turn=by_turn(j, figure5_domains, boot), parse_failures=parse_failures(j), files=())
+    return Report(run_dirs=run_dirs, out_dir=out_dir, bootstrap=boot, figure5_domains=figure5_domains,
+                  table3=table3(j, boot), table4=tuple(table4(j, boot)), table12=table12(j, boot),
+                  table13=table13(data.dialogues, boot), by_domain=by_domain(j, boot),
+                  by_turn=by_turn(j, figure5_domains, boot), parse_failures=parse_failures(j))
 
 
-def _write_tables(stem: str, tables: Sequence[Table], out_dir: Path) -> list[Path]:
+def write_report(report: Report) -> tuple[Path, ...]:
+    """Write every table, the figures and report.md; returns the paths, report.md last."""
+    out = report.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    # Outputs that this report may not produce: drop any left by an earlier report into the same folder.
+    for stale in ("table4", "figure5"):
+        for path in out.glob(f"{stale}.*"):
+            path.unlink()
+    files = [*_write_tables([report.table3], out), *_write_tables(report.table4, out),
+             *_write_tables([report.table12], out), *_write_tables([report.table13], out),
+             *_write_tables([report.by_domain], out), plot_by_domain(report.by_domain, out / "figure4.png")]
+    if report.by_turn is not None:
+        files += [*_write_tables([report.by_turn], out), plot_by_turn(report.by_turn, out / "figure5.png")]
+    files += _write_tables([report.parse_failures], out)
+    summary = out / "report.md"
+    summary.write_text(report_markdown(report))
+    return (*files, summary)
+
+
+def _write_tables(tables: Sequence[Table], out_dir: Path) -> list[Path]:
+    """`<name>.md`, `.csv` and `.tex` of tables that share a name (one Table 4 per model)."""
     if not tables:
         return []
     paths = []
     for suffix, text in ((".md", render.markdown(tables)), (".csv", render.csv_text(tables)),
                          (".tex", render.latex(tables))):
-        path = out_dir / f"{stem}{suffix}"
+        path = out_dir / f"{tables[0].name}{suffix}"
         path.write_text(text)
         paths.append(path)
     return paths
 
 
-def report_markdown(report: Report, run_dirs: Sequence[Path], boot: Bootstrap,
-                    figure5_domains: Sequence[str]) -> str:
+def report_markdown(report: Report) -> str:
     """report.md: every table, the figures and the parse-failure counts, in the paper's order."""
     parts = [
         "# PersonaLens report",
-        "Runs: " + ", ".join(f"`{d}`" for d in run_dirs),
+        "Runs: " + ", ".join(f"`{d}`" for d in report.run_dirs),
         f"Cells show `mean [95% CI] (n=dialogues)`; intervals are percentile bootstrap over dialogues "
-        f"({boot.resamples} resamples, seed {boot.seed}). TCR is in percent; P is 1-4; Nat. and Coh. are 1-5.",
+        f"({report.bootstrap.resamples} resamples, seed {report.bootstrap.seed}). "
+        "TCR is in percent; P is 1-4; Nat. and Coh. are 1-5.",
         f"**Unparsed judgments: {report.unparsed} of {report.judged}**, excluded from every mean "
         "(per dimension in the last table).",
         render.markdown([report.table3]),
@@ -114,7 +127,7 @@ def report_markdown(report: Report, run_dirs: Sequence[Path], boot: Bootstrap,
                      "(judge with `judge.turn_level=true` to get them).\n")
     else:
         shown = {labels[-2] for labels, _ in report.by_turn.rows}
-        missing = [d for d in figure5_domains if d not in shown]
+        missing = [d for d in report.figure5_domains if d not in shown]
         parts.append("### Figure 5: turn-level personalization\n\n![Figure 5](figure5.png)\n"
                      + (f"\nNo turn-level SD judgments for: {', '.join(missing)}.\n" if missing else ""))
         parts.append(render.markdown([report.by_turn]))

@@ -13,6 +13,8 @@ from typing import Any, Iterable, Sequence
 
 import pyarrow.parquet as pq
 
+from personalens.report.errors import ReportError
+
 KINDS = ("SD", "MD")
 DIMENSIONS = ("task_completion", "personalization", "naturalness", "coherence")
 
@@ -53,12 +55,12 @@ class RunData:
 def load_runs(run_dirs: Sequence[Path]) -> RunData:
     """All dialogues and judgments of `run_dirs`, checked for the fields the report relies on."""
     if not run_dirs:
-        raise ValueError("no run directories given to report on")
+        raise ReportError("no run directories given to report on")
     dialogue_rows: list[tuple[Path, dict[str, Any]]] = []
     judgment_rows: list[tuple[Path, dict[str, Any]]] = []
     for run_dir in map(Path, run_dirs):
         if not run_dir.is_dir():
-            raise FileNotFoundError(f"run directory {run_dir} does not exist")
+            raise ReportError(f"run directory {run_dir} does not exist")
         dialogue_rows += _read_dataset(run_dir / "dialogues", _DIALOGUE_KEY + ("kind", "domains", "rounds"),
                                        with_tokens=True)
         judgment_rows += _read_dataset(run_dir / "judgments", _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"),
@@ -73,11 +75,11 @@ def load_runs(run_dirs: Sequence[Path]) -> RunData:
 
 def _part_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} does not exist (was this step of the run done?)")
+        raise ReportError(f"{folder} does not exist (was this step of the run done?)")
     # Hidden or underscore names are temporary files of an unfinished atomic write.
     files = sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith((".", "_")))
     if not files:
-        raise FileNotFoundError(f"{folder} holds no Parquet part files")
+        raise ReportError(f"{folder} holds no Parquet part files")
     return files
 
 
@@ -87,11 +89,11 @@ def _read_dataset(folder: Path, columns: Iterable[str], *, with_tokens: bool) ->
         try:
             file = pq.ParquetFile(path)
         except Exception as err:  # pyarrow raises several types for a damaged file
-            raise ValueError(f"{path}: not a readable Parquet file ({err})") from err
+            raise ReportError(f"{path}: not a readable Parquet file ({err})") from err
         wanted = list(columns)
         missing = [c for c in wanted if c not in file.schema_arrow.names]
         if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (see docs/outputs.md)")
+            raise ReportError(f"{path}: missing column(s) {', '.join(missing)} (see docs/outputs.md)")
         if with_tokens:
             wanted.append(_tokens_leaf(file, path))
         for row in file.read(columns=wanted).to_pylist():
@@ -105,7 +107,7 @@ def _tokens_leaf(file: pq.ParquetFile, path: Path) -> str:
         leaf = file.schema.column(i).path
         if leaf.startswith("turns.") and leaf.endswith(".completion_tokens"):
             return leaf
-    raise ValueError(f"{path}: column turns has no completion_tokens field (see docs/outputs.md)")
+    raise ReportError(f"{path}: column turns has no completion_tokens field (see docs/outputs.md)")
 
 
 def _reject_repeats(rows: list[tuple[Path, dict[str, Any]]], key: tuple[str, ...], what: str) -> None:
@@ -113,25 +115,25 @@ def _reject_repeats(rows: list[tuple[Path, dict[str, Any]]], key: tuple[str, ...
     repeated = [k for k, c in counts.items() if c > 1]
     if repeated:
         first = dict(zip(key, repeated[0]))
-        raise ValueError(f"{len(repeated)} {what}(s) appear more than once across the run directories, "
+        raise ReportError(f"{len(repeated)} {what}(s) appear more than once across the run directories, "
                          f"e.g. {first}; was a run directory given twice?")
 
 
 def _kind(path: Path, row: dict[str, Any]) -> str:
     if row["kind"] not in KINDS:
-        raise ValueError(f"{path}: kind is {row['kind']!r}, expected one of {KINDS}")
+        raise ReportError(f"{path}: kind is {row['kind']!r}, expected one of {KINDS}")
     return row["kind"]
 
 
 def _domains(path: Path, row: dict[str, Any]) -> tuple[str, ...]:
     if not row["domains"]:
-        raise ValueError(f"{path}: task {row['task_id']} of {row['user_id']} has no domains")
+        raise ReportError(f"{path}: task {row['task_id']} of {row['user_id']} has no domains")
     return tuple(row["domains"])
 
 
 def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
     if row["rounds"] is None or row["rounds"] < 0:
-        raise ValueError(f"{path}: rounds is {row['rounds']!r} for {row['user_id']}/{row['task_id']}")
+        raise ReportError(f"{path}: rounds is {row['rounds']!r} for {row['user_id']}/{row['task_id']}")
     tokens = tuple(t["completion_tokens"] for t in row["turns"] or () if t["completion_tokens"] is not None)
     return Dialogue(row["assistant_model"], row["setting"], _kind(path, row), _domains(path, row),
                     row["rounds"], tokens)
@@ -139,10 +141,10 @@ def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
 
 def _judgment(path: Path, row: dict[str, Any]) -> Judgment:
     if row["dimension"] not in DIMENSIONS:
-        raise ValueError(f"{path}: dimension is {row['dimension']!r}, expected one of {DIMENSIONS}")
+        raise ReportError(f"{path}: dimension is {row['dimension']!r}, expected one of {DIMENSIONS}")
     parsed = bool(row["parsed"])
     if parsed and row["score"] is None:
-        raise ValueError(f"{path}: {row['dimension']} of {row['user_id']}/{row['task_id']} "
+        raise ReportError(f"{path}: {row['dimension']} of {row['user_id']}/{row['task_id']} "
                          "is marked parsed but has no score")
     return Judgment(row["assistant_model"], row["setting"], _kind(path, row), _domains(path, row),
                     row["dimension"], row["speaker"] or "", int(row["turn"]),

@@ -15,7 +15,9 @@ from personalens.report.stats import Estimate
 from personalens.report.tables import Cell, Column, Table
 
 EMPTY = "–"
-_ESTIMATE_FIELDS = ("mean", "lo", "hi", "n", "unparsed")
+# CSV columns per table column, by what the column holds.
+_CSV_FIELDS = {"judged": ("mean", "lo", "hi", "n", "unparsed"), "estimate": ("mean", "lo", "hi", "n"),
+               "count": ()}
 
 
 def cell_text(cell: Cell, column: Column) -> str:
@@ -68,7 +70,8 @@ def csv_text(tables: Sequence[Table]) -> str:
     first = tables[0]
     header = [key for key, _ in first.context] + [h.lower().replace(" ", "_") for h in first.row_header]
     for column in first.columns:
-        header += [column.key] if column.count else [f"{column.key}_{f}" for f in _ESTIMATE_FIELDS]
+        fields = _CSV_FIELDS[column.holds]
+        header += [f"{column.key}_{f}" for f in fields] if fields else [column.key]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -84,17 +87,19 @@ def csv_text(tables: Sequence[Table]) -> str:
 
 
 def _csv_cell(cell: Cell, column: Column) -> list[object]:
-    if column.count:
+    if column.holds == "count":
         return ["" if cell is None else cell]
-    if cell is None:
-        return ["", "", "", 0, 0]
-    assert isinstance(cell, Estimate), f"column {column.key} holds {cell!r}, not an estimate"
-    bounds = ["" if math.isnan(x) else repr(x) for x in (cell.mean, cell.lo, cell.hi)]
-    return [*bounds, cell.n, cell.unparsed]
+    if not isinstance(cell, Estimate):  # an empty cell: no mean, nothing behind it
+        values: list[object] = ["", "", "", 0, 0]
+    else:
+        bounds = ["" if math.isnan(x) else repr(x) for x in (cell.mean, cell.lo, cell.hi)]
+        values = [*bounds, cell.n, cell.unparsed]
+    return values[:len(_CSV_FIELDS[column.holds])]
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", EMPTY: "--"}
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                  "|": r"\textbar{}", EMPTY: "--"}
 
 
 def latex_escape(text: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterable, Sequence, TypeVar, Union
+from typing import Callable, Hashable, Iterable, Literal, Sequence, TypeVar, Union
 
 from personalens.data.records import DOMAINS
 from personalens.report.load import KINDS, Dialogue, Judgment
@@ -27,7 +27,8 @@ class Column:
     group: str  # header over several columns ("SD", "MD") or ""
     label: str  # "TCR (%)"
     digits: int = 2  # decimals shown for a mean
-    count: bool = False  # cells are plain integers, not estimates
+    # "judged": estimates of judge scores (unparsed ones counted); "estimate": other means; "count": integers
+    holds: Literal["judged", "estimate", "count"] = "judged"
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,10 @@ class Table:
 
     def cell(self, labels: tuple[str, ...], key: str) -> Cell:
         """The cell in the row with `labels` and the column with `key` (KeyError when absent)."""
-        col = next(i for i, c in enumerate(self.columns) if c.key == key)
+        keys = [c.key for c in self.columns]
+        if key not in keys:
+            raise KeyError(f"{self.name} has no column {key!r}")
+        col = keys.index(key)
         for row_labels, cells in self.rows:
             if row_labels == labels:
                 return cells[col]
@@ -186,9 +190,9 @@ def table13(dialogues: Sequence[Dialogue], boot: Bootstrap) -> Table:
     """Dialogue counts, rounds per dialogue and completion tokens per turn, for SD and MD."""
     group_rows, header = _group_rows(dialogues)
     columns = tuple(c for kind in KINDS for c in (
-        Column(f"{kind}_dialogues", kind, "# Dialogues", count=True),
-        Column(f"{kind}_rounds", kind, "Rounds/dialogue", 2),
-        Column(f"{kind}_tokens_per_turn", kind, "Tokens/turn", 1)))
+        Column(f"{kind}_dialogues", kind, "# Dialogues", holds="count"),
+        Column(f"{kind}_rounds", kind, "Rounds/dialogue", 2, holds="estimate"),
+        Column(f"{kind}_tokens_per_turn", kind, "Tokens/turn", 1, holds="estimate")))
     by_cell = _by(dialogues, lambda d: (d.assistant_model, d.setting, d.kind))
     rows = []
     for labels, g in group_rows:
@@ -257,8 +261,8 @@ def parse_failures(judgments: Sequence[Judgment]) -> Table:
     """Judgments whose output did not parse, per group and dimension (with speaker / turn level)."""
     group_rows, header = _group_rows(judgments)
     counts = _by(judgments, lambda j: (j.assistant_model, j.setting, _dimension_label(j), j.kind))
-    columns = tuple(c for kind in KINDS for c in (Column(f"{kind}_unparsed", kind, "Unparsed", count=True),
-                                                  Column(f"{kind}_judged", kind, "Judged", count=True)))
+    columns = tuple(c for kind in KINDS for c in (Column(f"{kind}_unparsed", kind, "Unparsed", holds="count"),
+                                                  Column(f"{kind}_judged", kind, "Judged", holds="count")))
     rows = []
     for labels, g in group_rows:
         for dimension in sorted({dim for model, setting, dim, _ in counts if (model, setting) == g}):

@@ -7,7 +7,7 @@ import hashlib
 import sys
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -111,10 +111,12 @@ def dialogue_row(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine]
 
 
 def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates: Templates,
-             engines: Mapping[Role, Engine], protocol: Protocol, trials: int, seed: int,
-             writer: PartWriter, done: set[DialogueKey], run_id: str, config_hash: str,
+             load_engines: Callable[[], Mapping[Role, Engine]], protocol: Protocol, trials: int,
+             seed: int, writer: PartWriter, done: set[DialogueKey], run_id: str, config_hash: str,
              progress: bool = True) -> GenerateSummary:
+    """`load_engines` is called only when there is something to simulate."""
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
+    engines = load_engines() if todo else {}
 
     def render(dialogue: Dialogue, role: Role):
         history = dialogue.history()

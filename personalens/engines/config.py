@@ -1,0 +1,118 @@
+"""A model's settings (one `conf/model/*.yaml`), checked once so engines can trust them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+ENGINE_KINDS = ("vllm", "server")
+_MISSING = "???"  # Hydra's mandatory-value marker
+
+
+class ModelConfigError(ValueError):
+    """A model config has a missing, unknown or ill-typed field."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """An OpenAI-compatible endpoint, e.g. `vllm serve` on another node."""
+
+    base_url: str  # up to and including /v1, as OpenAI clients take it: http://host:8000/v1
+    model: str | None = None  # the served model name; None asks /v1/models (one model served)
+    max_concurrency: int = 64  # requests in flight per generate() call
+    retries: int = 3  # further attempts after a connection error, timeout, 429 or 5xx
+    backoff_s: float = 1.0  # wait before the first retry, doubled for each next one
+    timeout_s: float = 600.0  # per HTTP request
+    api_key_env: str | None = None  # name of an environment variable holding a bearer token
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str  # recorded in outputs
+    engine: str = "vllm"
+    path: str | None = None  # None: the embedded SmolLM2-135M-Instruct
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_bytes: int | None = None  # when set, vLLM ignores gpu_memory_utilization
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = False  # skips torch.compile: faster start, slower decoding
+    seed: int = 0
+    max_num_seqs: int = 256
+    system_role: bool | str = "auto"
+    server: ServerConfig | None = field(default=None)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], where: str = "model") -> ModelConfig:
+        """Checks a config mapping (a plain dict or Hydra's DictConfig); `where` names it in errors."""
+        values = _plain(raw)
+        server = values.pop("server", None)
+        config = cls(**_checked(cls, values, where), server=_server(server, where))
+        if config.engine == "server" and config.server is None:
+            raise ModelConfigError(f"{where}.server.base_url: required when engine is server")
+        if not 0 < config.gpu_memory_utilization <= 1:
+            raise ModelConfigError(
+                f"{where}.gpu_memory_utilization: must be in (0, 1], got {config.gpu_memory_utilization}"
+            )
+        return config
+
+    def with_memory_share(self, share: float) -> ModelConfig:
+        """The same model given `share` of the memory it was configured with."""
+        return dataclasses.replace(self, gpu_memory_utilization=self.gpu_memory_utilization * share)
+
+
+def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ModelConfigError(f"{where}.server: expected a mapping, got {raw!r}")
+    return ServerConfig(**_checked(ServerConfig, dict(raw), f"{where}.server"))
+
+
+def _checked(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
+    known = {f.name: f for f in fields(cls) if f.name != "server"}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ModelConfigError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
+    for key, value in values.items():
+        if value == _MISSING:
+            raise ModelConfigError(f"{where}.{key}: mandatory value is missing (???); set it")
+        if not _type_ok(known[key].type, value):
+            raise ModelConfigError(f"{where}.{key}: expected {known[key].type}, got {value!r}")
+    required = [f.name for f in known.values() if _is_required(f) and f.name not in values]
+    if required:
+        raise ModelConfigError(f"{where}: missing field(s) {required}")
+    if "engine" in values and values["engine"] not in ENGINE_KINDS:
+        raise ModelConfigError(f"{where}.engine: expected one of {ENGINE_KINDS}, got {values['engine']!r}")
+    return values
+
+
+def _is_required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+# field annotations are strings under `from __future__ import annotations`
+_TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "None": type(None)}
+
+
+def _type_ok(annotation: str, value: Any) -> bool:
+    allowed = tuple(_TYPES[part.strip()] for part in annotation.split("|") if part.strip() in _TYPES)
+    if isinstance(value, bool) and bool not in allowed:
+        return False  # bool is an int subclass, but `true` is no valid size
+    return isinstance(value, allowed)
+
+
+def _plain(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain dict from a Mapping or an OmegaConf DictConfig, leaving `???` as a string."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:  # omegaconf comes with hydra-core; plain dicts need neither
+        DictConfig = ()
+    if isinstance(raw, DictConfig):
+        return OmegaConf.to_container(raw, resolve=True, throw_on_missing=False)
+    if not isinstance(raw, Mapping):
+        raise ModelConfigError(f"a model config must be a mapping, got {type(raw).__name__}")
+    return {key: dict(value) if isinstance(value, Mapping) else value for key, value in raw.items()}

@@ -1,0 +1,70 @@
+"""An engine over an in-process `vllm.LLM`: one batched chat call per generate().
+
+vLLM starts worker processes; a script that builds this engine needs an
+`if __name__ == "__main__":` guard.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from personalens.engines.base import Generation, Request
+from personalens.engines.chat import format_messages, resolve_system_role
+from personalens.engines.config import ModelConfig
+from personalens.engines.embedded import embedded_model_dir
+
+
+class VllmEngine:
+    def __init__(self, config: ModelConfig):
+        from vllm import LLM  # heavy; only engines that run in-process need it
+
+        model = config.path or str(embedded_model_dir())
+        self.name = config.name
+        self._llm = LLM(
+            model=model,
+            tokenizer=config.tokenizer or model,
+            dtype=config.dtype,
+            tensor_parallel_size=config.tensor_parallel_size,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            kv_cache_memory_bytes=config.kv_cache_memory_bytes,
+            max_model_len=config.max_model_len,
+            enable_prefix_caching=config.enable_prefix_caching,
+            enforce_eager=config.enforce_eager,
+            seed=config.seed,
+            max_num_seqs=config.max_num_seqs,
+            # grammars use xgrammar's EBNF dialect, so the backend is pinned rather than "auto"
+            structured_outputs_config={"backend": "xgrammar"},
+        )
+        self._system_role = resolve_system_role(config.system_role, self._llm.get_tokenizer().chat_template)
+
+    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+        if not requests:
+            return []
+        outputs = self._llm.chat(
+            [format_messages(r.messages, self._system_role) for r in requests],
+            [sampling_params(r) for r in requests],
+            use_tqdm=False,  # callers draw their own progress
+        )
+        return [
+            Generation(
+                text=out.outputs[0].text,
+                prompt_tokens=len(out.prompt_token_ids),
+                completion_tokens=len(out.outputs[0].token_ids),
+            )
+            for out in outputs
+        ]
+
+
+def sampling_params(request: Request):
+    """vLLM's SamplingParams for one request, grammar-constrained when it carries a grammar."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    s = request.sampling
+    return SamplingParams(
+        temperature=s.temperature,
+        top_p=s.top_p,
+        max_tokens=s.max_tokens,
+        seed=s.seed,
+        structured_outputs=StructuredOutputsParams(grammar=request.grammar) if request.grammar else None,
+    )

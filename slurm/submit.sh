@@ -1,0 +1,78 @@
+#!/bin/bash
+# Submit generate -> judge -> merge+report as three chained SLURM jobs and print their ids.
+#
+#   slurm/submit.sh SHARDS [hydra overrides...]
+#   slurm/submit.sh 8 data=paper50 data.root=/data/personalens/data run.name=llama8b \
+#       model@assistant=llama31_8b assistant.path=/models/Llama-3.1-8B-Instruct
+#
+# Judge task k starts when generate task k has succeeded; the report job runs once every judge
+# task has ended, whatever its state, so that `personalens merge` names the shards that are
+# incomplete (and fails the job) instead of the report silently covering part of the data.
+# Runs resume, so re-submitting with ARRAY=<failed shards> only does the missing work.
+#
+# Settings (environment variables; empty = the #SBATCH default in the .sbatch file):
+#   PERSONALENS  personalens executable, e.g. /path/to/.venv/bin/personalens (default: on PATH)
+#   GPUS         GPUs per generate/judge task (default 1); 0 = no GPU request (CPU-only cluster).
+#                70B models: GPUS=4 with assistant.tensor_parallel_size=4 (or judge.*) overrides
+#   CPUS         CPUs per generate/judge task (default 8)
+#   MEM          memory per generate/judge task (default 64G)
+#   TIME         time limit per generate/judge task (default 24:00:00)
+#   REPORT_CPUS, REPORT_MEM, REPORT_TIME   the same for the merge+report job (default 4, 16G, 02:00:00)
+#   PARTITION    partition of every job (default: the cluster's default partition)
+#   ACCOUNT      account of every job
+#   ARRAY        shards to run, in sbatch --array syntax (default: all, 0-(SHARDS-1)); e.g. 1,3
+#   LOG_DIR      where job logs go, named <job name>-<job id>_<array index>.log (default: slurm-logs)
+#   SBATCH_ARGS  more sbatch arguments for every job, split on spaces, e.g. "--qos=high"
+set -euo pipefail
+
+usage="usage: [SETTING=value ...] $0 SHARDS [hydra overrides...]   (settings: see the top of $0)"
+if [[ $# -lt 1 || ! $1 =~ ^[1-9][0-9]*$ ]]; then
+  echo "$usage" >&2
+  exit 2
+fi
+shards=$1
+shift
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+personalens=${PERSONALENS:-personalens}
+if ! command -v "$personalens" >/dev/null; then
+  echo "$0: personalens executable '$personalens' not found; set PERSONALENS=/path/to/.venv/bin/personalens" >&2
+  exit 2
+fi
+personalens=$(command -v "$personalens")  # absolute, so that jobs find it from any node
+log_dir=${LOG_DIR:-slurm-logs}
+mkdir -p "$log_dir"
+
+common=(--parsable "--export=ALL,SHARDS=$shards,PERSONALENS=$personalens")
+[[ -n ${PARTITION:-} ]] && common+=("--partition=$PARTITION")
+[[ -n ${ACCOUNT:-} ]] && common+=("--account=$ACCOUNT")
+# shellcheck disable=SC2206  # word splitting is the point
+[[ -n ${SBATCH_ARGS:-} ]] && common+=($SBATCH_ARGS)
+
+shard_jobs=("--array=${ARRAY:-0-$((shards - 1))}" "--output=$log_dir/%x-%A_%a.log")
+if [[ -n ${GPUS:-} ]]; then
+  if [[ $GPUS == 0 ]]; then shard_jobs+=(--gres=none); else shard_jobs+=("--gres=gpu:$GPUS"); fi
+fi
+
+# sbatch flags from the settings <prefix>CPUS, <prefix>MEM and <prefix>TIME that are set
+resources() {
+  local cpus=${1}CPUS mem=${1}MEM time=${1}TIME
+  if [[ -n ${!cpus:-} ]]; then echo "--cpus-per-task=${!cpus}"; fi
+  if [[ -n ${!mem:-} ]]; then echo "--mem=${!mem}"; fi
+  if [[ -n ${!time:-} ]]; then echo "--time=${!time}"; fi
+}
+mapfile -t shard_resources < <(resources "")
+mapfile -t report_resources < <(resources REPORT_)
+shard_jobs+=("${shard_resources[@]}")
+
+# --parsable prints "<job id>[;<cluster>]"
+submit() { sbatch "${common[@]}" "$@" | cut -d';' -f1; }
+
+generate=$(submit "${shard_jobs[@]}" "$here/generate.sbatch" "$@")
+judge=$(submit "${shard_jobs[@]}" "--dependency=aftercorr:$generate" "$here/judge.sbatch" "$@")
+report=$(submit "${report_resources[@]}" "--output=$log_dir/%x-%j.log" "--dependency=afterany:$judge" "$here/report.sbatch" "$@")
+
+echo "generate $generate"
+echo "judge $judge"
+echo "report $report"
+echo "logs in $log_dir/ (pl-generate-${generate}_<shard>.log, pl-judge-${judge}_<shard>.log, pl-report-$report.log)" >&2

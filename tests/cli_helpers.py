@@ -1,0 +1,40 @@
+"""Running the real `personalens` command line from tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as ds
+
+REPO = Path(__file__).resolve().parents[1]
+PERSONALENS = [sys.executable, "-m", "personalens.cli"]
+
+
+def cli_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    return env
+
+
+def run_cli(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*PERSONALENS, *args], cwd=REPO, env=cli_env(), text=True,
+                          capture_output=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"personalens {' '.join(args)} exited {proc.returncode}\n"
+                             f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-8000:]}")
+    return proc
+
+
+def start_cli(*args: str, log: Path) -> subprocess.Popen:
+    """Start the CLI in its own process group, so a test can kill it with every vLLM worker."""
+    with open(log, "w") as out:
+        return subprocess.Popen([*PERSONALENS, *args], cwd=REPO, env=cli_env(), stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def read_rows(folder: Path) -> list[dict]:
+    files = sorted(str(p) for p in Path(folder).rglob("part-*.parquet"))
+    return ds.dataset(files, format="parquet").to_table().to_pylist() if files else []

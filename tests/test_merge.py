@@ -1,0 +1,178 @@
+"""merge: completeness across shard folders, judged on hand-built Parquet part files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from personalens.judge.run import JUDGMENT_SCHEMA
+from personalens.merge import merge
+from personalens.simulate.generate import DIALOGUE_SCHEMA
+
+DIMENSIONS = ["task_completion", "personalization", "naturalness", "coherence"]
+# naturalness and coherence are scored once per speaker
+JUDGMENTS_PER_DIALOGUE = 6
+# two shards: users 0 and 1 in shard 0, user 2 in shard 1; two tasks each, one setting, two trials
+USERS = {"user0": 0, "user1": 0, "user2": 1}
+TASKS = ["SD-Alarm-task-1", "MD-task-3"]
+TRIALS = 2
+EXPECTED = {(user, task, "base", trial): shard
+            for user, shard in USERS.items() for task in TASKS for trial in range(TRIALS)}
+
+
+def dialogue_row(key: tuple) -> dict:
+    user, task, setting, trial = key
+    return {
+        "run_id": "test", "user_id": user, "user_index": int(user[4:]), "task_id": task,
+        "kind": task[:2], "domains": ["Alarm"], "setting": setting, "trial": trial, "seed": trial,
+        "assistant_model": "a", "user_model": "u",
+        "turns": [{"role": "user", "text": "hi", "prompt_tokens": 3, "completion_tokens": 1}],
+        "rounds": 1, "ended": "terminated", "opening_terminate": False, "seconds": 0.5,
+        "config_hash": "abc",
+    }
+
+
+def judgment_rows(key: tuple) -> list[dict]:
+    ids = {k: v for k, v in dialogue_row(key).items() if k in JUDGMENT_SCHEMA.names}
+    speakers = {"naturalness": ["assistant", "user"], "coherence": ["assistant", "user"]}
+    return [{**ids, "dimension": dim, "speaker": speaker, "turn": -1, "score": 1.0, "parsed": True,
+             "judge_text": "1", "judge_model": "j", "prompt_hash": "h"}
+            for dim in DIMENSIONS for speaker in speakers.get(dim, [""])]
+
+
+def write_part(out_dir: Path, table: str, shard: int, rows: list[dict], part: int = 0,
+               count: int = 2) -> None:
+    schema = DIALOGUE_SCHEMA if table == "dialogues" else JUDGMENT_SCHEMA
+    folder = out_dir / table / f"shard-{shard:03d}-of-{count:03d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), folder / f"part-{part:05d}-x.parquet")
+
+
+def write_run(out_dir: Path, keys=EXPECTED) -> None:
+    """Every shard's dialogues and judgments, each shard split over two part files."""
+    for shard in (0, 1):
+        mine = [key for key in keys if keys[key] == shard]
+        for part, half in enumerate((mine[: len(mine) // 2], mine[len(mine) // 2:])):
+            write_part(out_dir, "dialogues", shard, [dialogue_row(k) for k in half], part)
+            write_part(out_dir, "judgments", shard, [r for k in half for r in judgment_rows(k)], part)
+
+
+def merged_files(out_dir: Path) -> list[Path]:
+    return sorted((out_dir / "merged").glob("*")) if (out_dir / "merged").exists() else []
+
+
+def test_complete_run_merges_every_row_once(tmp_path):
+    write_run(tmp_path)
+    result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
+    assert result.ok, result.format()
+    assert "complete" in result.format()
+
+    dialogues = pq.read_table(tmp_path / "merged" / "dialogues.parquet")
+    keys = list(zip(*(dialogues.column(c).to_pylist() for c in ("user_id", "task_id", "setting", "trial"))))
+    assert sorted(keys) == sorted(EXPECTED)
+    judgments = pq.read_table(tmp_path / "merged" / "judgments.parquet")
+    assert judgments.num_rows == len(EXPECTED) * JUDGMENTS_PER_DIALOGUE
+    judged = set(zip(*(judgments.column(c).to_pylist()
+                       for c in ("user_id", "task_id", "trial", "dimension", "speaker"))))
+    assert len(judged) == judgments.num_rows
+    assert set(result.written) == {tmp_path / "merged" / "dialogues.parquet",
+                                   tmp_path / "merged" / "judgments.parquet"}
+    # only the two tables: no temporary files left behind
+    assert [p.name for p in merged_files(tmp_path)] == ["dialogues.parquet", "judgments.parquet"]
+
+
+def test_missing_shard_folder_names_that_shard_and_writes_nothing(tmp_path):
+    write_run(tmp_path)
+    for table in ("dialogues", "judgments"):
+        for part in (tmp_path / table / "shard-001-of-002").iterdir():
+            part.unlink()
+        (tmp_path / table / "shard-001-of-002").rmdir()
+
+    result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
+    assert not result.ok
+    assert [(p.index, p.count) for p in result.problems] == [(1, 2)]
+    shard = result.problems[0]
+    assert shard.no_dialogue_files
+    assert sorted(shard.missing_dialogues) == sorted(k for k, s in EXPECTED.items() if s == 1)
+    assert len(shard.missing_judgments) == 4 * JUDGMENTS_PER_DIALOGUE
+    text = result.format()
+    assert "shard 1 of 2" in text and "shard 0 of 2" not in text
+    assert "4 dialogues missing (user2: SD-Alarm-task-1, MD-task-3" in text
+    assert "--array=1" in text
+    assert merged_files(tmp_path) == []
+
+
+def test_duplicated_dialogue_is_refused(tmp_path):
+    write_run(tmp_path)
+    again = ("user0", "MD-task-3", "base", 1)
+    # a re-submitted job that wrote the same dialogue again, with its judgments
+    write_part(tmp_path, "dialogues", 0, [dialogue_row(again)], part=7)
+    write_part(tmp_path, "judgments", 0, judgment_rows(again), part=7)
+
+    result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
+    assert not result.ok
+    assert [(p.index, p.duplicated_dialogues) for p in result.problems] == [(0, (again,))]
+    assert len(result.problems[0].duplicated_judgments) == JUDGMENTS_PER_DIALOGUE
+    assert "1 dialogues duplicated (user0: MD-task-3)" in result.format()
+    assert merged_files(tmp_path) == []
+
+
+def test_same_dialogue_in_two_shard_folders_is_refused_in_both(tmp_path):
+    write_run(tmp_path)
+    moved = ("user2", "SD-Alarm-task-1", "base", 0)
+    write_part(tmp_path, "dialogues", 0, [dialogue_row(moved)], part=7)
+
+    result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
+    assert [(p.index, p.duplicated_dialogues) for p in result.problems] == [(0, (moved,)), (1, (moved,))]
+
+
+def test_missing_judgments_are_refused(tmp_path):
+    write_run(tmp_path)
+    folder = tmp_path / "judgments" / "shard-000-of-002"
+    table = pq.read_table(folder / "part-00000-x.parquet")
+    # drop the user-side naturalness score of one dialogue
+    rows = table.to_pylist()
+    dropped = next(r for r in rows if r["dimension"] == "naturalness" and r["speaker"] == "user")
+    rows.remove(dropped)
+    pq.write_table(pa.Table.from_pylist(rows, schema=JUDGMENT_SCHEMA), folder / "part-00000-x.parquet")
+
+    result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
+    assert not result.ok
+    [shard] = result.problems
+    assert (shard.index, shard.missing_dialogues) == (0, ())
+    assert shard.missing_judgments == ((dropped["user_id"], dropped["task_id"], dropped["setting"],
+                                        dropped["trial"], "naturalness", "user", -1),)
+    assert "1 judgments missing" in result.format()
+    assert merged_files(tmp_path) == []
+
+
+def test_dialogue_outside_the_selection_is_refused(tmp_path):
+    write_run(tmp_path)
+    stray = ("user9", "SD-Alarm-task-1", "base", 0)
+    write_part(tmp_path, "dialogues", 1, [dialogue_row(stray)], part=7)
+
+    result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
+    assert [(p.index, p.unexpected_dialogues) for p in result.problems] == [(1, (stray,))]
+
+
+def test_only_whole_part_files_are_read(tmp_path):
+    """A temporary file of a killed writer is not part of the data."""
+    write_run(tmp_path)
+    (tmp_path / "dialogues" / "shard-000-of-002" / ".part-00009-y.parquet.tmp").write_bytes(b"half")
+    assert merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2).ok
+
+
+@pytest.mark.parametrize("dimensions, per_dialogue", [(["task_completion"], 1), (["coherence"], 2)])
+def test_only_the_requested_dimensions_are_required(tmp_path, dimensions, per_dialogue):
+    for shard in (0, 1):
+        keys = [k for k, s in EXPECTED.items() if s == shard]
+        write_part(tmp_path, "dialogues", shard, [dialogue_row(k) for k in keys])
+        write_part(tmp_path, "judgments", shard,
+                   [r for k in keys for r in judgment_rows(k) if r["dimension"] in dimensions])
+    result = merge(tmp_path, EXPECTED, dimensions, shard_count=2)
+    assert result.ok, result.format()
+    assert result.judgments == len(EXPECTED) * per_dialogue
+    assert not merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2).ok

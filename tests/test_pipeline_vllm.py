@@ -1,0 +1,75 @@
+"""The README's main command, `personalens run`, end to end on this CPU through the real vLLM
+engine with grammar-constrained judging: dialogues, judgments, report."""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+
+import pytest
+
+from cli_helpers import REPO, read_rows, run_cli
+from personalens.data import load_scenarios
+
+pytestmark = pytest.mark.vllm
+
+RANGES = {"task_completion": (0.0, 1.0), "personalization": (1.0, 4.0),
+          "naturalness": (1.0, 5.0), "coherence": (1.0, 5.0)}
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pipeline") / "run"
+    proc = run_cli("run", "data.users=0", "protocol=quick", "judge.turn_level=true",
+                   f"run.out_dir={out}", "progress=false", "report.bootstrap=200")
+    return out, proc
+
+
+def test_every_dialogue_is_judged_on_every_dimension_with_a_parsed_score(pipeline):
+    out, _ = pipeline
+    dialogues = read_rows(out / "dialogues")
+    judgments = read_rows(out / "judgments")
+    scenarios = load_scenarios(REPO / "data" / "sample", "0", "both")
+    assert len(dialogues) == len(scenarios)
+
+    whole = [j for j in judgments if j["turn"] == -1]
+    per_dialogue = Counter((j["user_id"], j["task_id"]) for j in whole)
+    # TC, P, and naturalness + coherence once for each speaker
+    assert set(per_dialogue.values()) == {6}
+    assert set(per_dialogue) == {(d["user_id"], d["task_id"]) for d in dialogues}
+    for j in judgments:
+        assert j["parsed"], j["judge_text"]
+        lo, hi = RANGES[j["dimension"]]
+        assert lo <= j["score"] <= hi
+        assert j["judge_model"] == "SmolLM2-135M-Instruct"
+        assert len(j["prompt_hash"]) == 64
+    speakers = Counter((j["dimension"], j["speaker"]) for j in whole)
+    assert speakers[("naturalness", "user")] == speakers[("naturalness", "assistant")] == len(dialogues)
+
+    # turn-level personalization: one judgment per assistant reply
+    turn_level = Counter((j["user_id"], j["task_id"]) for j in judgments if j["turn"] >= 1)
+    assert turn_level == Counter({(d["user_id"], d["task_id"]): d["rounds"] for d in dialogues})
+
+
+def test_the_report_holds_the_tables_and_figures(pipeline):
+    out, proc = pipeline
+    report = out / "report"
+    for table in ("table3", "table12", "table13"):
+        for ext in ("md", "csv", "tex"):
+            assert (report / f"{table}.{ext}").stat().st_size > 0
+    for figure in ("figure4.png", "figure5.png"):
+        data = (report / figure).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        width, height = struct.unpack(">II", data[16:24])
+        assert width > 100 and height > 100
+    # the Table 3 layout is printed at the end
+    assert "SmolLM2-135M-Instruct" in proc.stdout and "TCR" in proc.stdout
+
+
+def test_rerunning_the_pipeline_judges_nothing_twice(pipeline):
+    out, _ = pipeline
+    before = read_rows(out / "judgments")
+    proc = run_cli("judge", "data.users=0", "protocol=quick", "judge.turn_level=true",
+                   f"run.out_dir={out}", "progress=false")
+    assert "judge: 0 judgments" in proc.stderr
+    assert len(read_rows(out / "judgments")) == len(before)

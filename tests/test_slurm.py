@@ -1,0 +1,132 @@
+"""slurm/submit.sh on a real single-node SLURM cluster: the generate -> judge -> merge+report
+chain over 2 shards of the bundled sample, run with the embedded model on the CPU.
+
+Each generate/judge job loads vLLM, so this takes minutes; the cluster runs one job at a time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import slurm_cluster
+from personalens.data import load_scenarios
+
+SHARDS = 2
+USERS, KINDS = "0-2", "SD"
+OVERRIDES = [f"data.users={USERS}", f"data.kinds={KINDS}", "protocol=quick", "trials=1",
+             "progress=false"]
+KEY_COLUMNS = ["user_id", "task_id", "setting", "trial"]
+CHAIN_TIMEOUT = 1800  # seconds for one submitted chain (five vLLM loads at most on a small CPU)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = slurm_cluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    started = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def expected_keys(sample_root) -> list[tuple]:
+    """The dialogues a single process would run: every selected scenario, default setting, trial 0."""
+    return sorted((s.user.user_id, s.task.task_id, "base", 0)
+                  for s in load_scenarios(sample_root, USERS, KINDS))
+
+
+def submit(cluster: slurm_cluster.SlurmCluster, workdir: Path, out_dir: Path,
+           array: str | None = None) -> dict[str, str]:
+    """Run slurm/submit.sh as a user would on a CPU-only cluster; returns {stage: job id}."""
+    env = {**cluster.env, "PERSONALENS": str(Path(sys.executable).with_name("personalens")),
+           "GPUS": "0", "CPUS": "1", "MEM": "2G", "REPORT_CPUS": "1", "REPORT_MEM": "2G",
+           "LOG_DIR": str(workdir / "logs")}
+    if array is not None:
+        env["ARRAY"] = array
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([str(repo / "slurm" / "submit.sh"), str(SHARDS), *OVERRIDES,
+                           f"run.out_dir={out_dir}"],
+                          env=env, cwd=workdir, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return dict(line.split() for line in done.stdout.splitlines())
+
+
+def job_logs(workdir: Path, cluster: slurm_cluster.SlurmCluster) -> str:
+    logs = sorted((workdir / "logs").glob("*.log"))
+    return "\n".join([*(f"===== {p.name}\n{p.read_text(errors='replace')[-6000:]}" for p in logs),
+                      cluster.daemon_logs()])
+
+
+def keys(path: Path) -> list[tuple]:
+    table = pq.read_table(path, columns=KEY_COLUMNS)
+    return sorted(zip(*(table.column(c).to_pylist() for c in KEY_COLUMNS)))
+
+
+@pytest.mark.slurm
+@pytest.mark.vllm
+def test_sharded_chain_merges_exactly_the_selection(cluster, tmp_path, expected_keys):
+    out_dir = tmp_path / "run"
+    jobs = submit(cluster, tmp_path, out_dir)
+    states = cluster.wait(list(jobs.values()), CHAIN_TIMEOUT)
+    logs = job_logs(tmp_path, cluster)
+    assert sorted(states) == sorted([f"{jobs['generate']}_0", f"{jobs['generate']}_1",
+                                     f"{jobs['judge']}_0", f"{jobs['judge']}_1", jobs["report"]]), logs
+    assert set(states.values()) == {"COMPLETED"}, f"{states}\n{logs}"
+
+    # the shards split the work by user, and together hold each dialogue once
+    users_by_shard = [{key[0] for key in keys(out_dir / "dialogues" / f"shard-{k:03d}-of-{SHARDS:03d}")}
+                      for k in range(SHARDS)]
+    assert all(users_by_shard) and not set.intersection(*users_by_shard), users_by_shard
+    assert keys(out_dir / "merged" / "dialogues.parquet") == expected_keys
+    judged = keys(out_dir / "merged" / "judgments.parquet")
+    assert sorted(set(judged)) == expected_keys
+    assert (out_dir / "report" / "report.md").is_file(), logs
+
+
+@pytest.mark.slurm
+@pytest.mark.vllm
+def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(
+        cluster, tmp_path, expected_keys):
+    out_dir = tmp_path / "run"
+    jobs = submit(cluster, tmp_path, out_dir)
+    # kill shard 1 before it runs: the node runs one job at a time and shard 0 goes first
+    cluster.run("scancel", f"{jobs['generate']}_1")
+    states = cluster.wait(list(jobs.values()), CHAIN_TIMEOUT)
+    logs = job_logs(tmp_path, cluster)
+    assert states == {
+        f"{jobs['generate']}_0": "COMPLETED", f"{jobs['generate']}_1": "CANCELLED",
+        f"{jobs['judge']}_0": "COMPLETED", f"{jobs['judge']}_1": "CANCELLED",
+        jobs["report"]: "FAILED",
+    }, f"{states}\n{logs}"
+    merge_log = (tmp_path / "logs" / f"pl-report-{jobs['report']}.log").read_text()
+    assert "shard 1 of 2" in merge_log and "shard 0 of 2" not in merge_log, logs
+    assert not (out_dir / "merged").exists()
+    assert not (out_dir / "report" / "report.md").exists()
+
+    again = submit(cluster, tmp_path, out_dir, array="1")
+    states = cluster.wait(list(again.values()), CHAIN_TIMEOUT)
+    logs = job_logs(tmp_path, cluster)
+    assert states == {f"{again['generate']}_1": "COMPLETED", f"{again['judge']}_1": "COMPLETED",
+                      again["report"]: "COMPLETED"}, f"{states}\n{logs}"
+    assert keys(out_dir / "merged" / "dialogues.parquet") == expected_keys
+    assert sorted(set(keys(out_dir / "merged" / "judgments.parquet"))) == expected_keys
+    assert (out_dir / "report" / "report.md").is_file(), logs
+
+
+@pytest.mark.parametrize("args, env, error", [
+    (["0"], {}, "usage"),
+    (["two", "run.name=x"], {}, "usage"),
+    (["2"], {"PERSONALENS": "/nonexistent/personalens"}, "PERSONALENS=/path/to/.venv/bin/personalens"),
+])
+def test_submit_refuses_bad_settings_before_submitting(tmp_path, args, env, error):
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([str(repo / "slurm" / "submit.sh"), *args], cwd=tmp_path,
+                          capture_output=True, text=True, env={**os.environ, **env})
+    assert done.returncode == 2 and error in done.stderr
+    assert not (tmp_path / "slurm-logs").exists()
