@@ -1,0 +1,43 @@
+"""Shared helpers for the engine tests: the embedded model's settings for tests, and requests."""
+
+from __future__ import annotations
+
+import re
+import socket
+
+from personalens.engines.base import Request, Sampling
+from personalens.engines.config import ModelConfig
+
+# small and quick to start: a fixed 512 MiB KV cache, no torch.compile; the in-process engine and a
+# `vllm serve` may run side by side
+TEST_KV_CACHE_BYTES = 512 * 2**20
+TEST_MAX_MODEL_LEN = 2048
+
+TINY_MODEL = ModelConfig(
+    name="SmolLM2-135M-Instruct",
+    path=None,
+    gpu_memory_utilization=0.15,
+    kv_cache_memory_bytes=TEST_KV_CACHE_BYTES,
+    max_model_len=TEST_MAX_MODEL_LEN,
+    enforce_eager=True,
+    max_num_seqs=32,
+)
+
+SCORE_GRAMMAR = 'root ::= "Score: " [1-5] "\\n" [a-zA-Z ,.]*'
+SCORE_PATTERN = re.compile(r"Score: [1-5]\n[a-zA-Z ,.]*")
+
+
+def tagged_grammar(tag: int) -> str:
+    """A grammar whose output starts with `Item <tag>:`, to tell batched replies apart."""
+    return f'root ::= "Item {tag}:" [a-z ]*'
+
+
+def chat(text: str, *, system: str | None = None, grammar: str | None = None, **sampling) -> Request:
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+    return Request(messages=messages, sampling=Sampling(**sampling), grammar=grammar)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
