@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from personalens.engines import build_engines
+from personalens.engines.build import build_engines
 from personalens.engines.base import Request, Sampling
 from personalens.data import load_scenarios
 from personalens.paths import project_path

@@ -64,13 +64,13 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
                                "run `personalens generate` with the same run.out_dir and shard first")
     templates, templates_digest = _templates(cfg)
     digest = C.fingerprint({"judge": C.model_identity(cfg.judge), "sampling": C.plain(cfg.protocol.judge),
-                            "templates": templates_digest, "turn_level": bool(cfg.judge.turn_level)})
+                            "templates": templates_digest, "turn_level": bool(cfg.judging.turn_level)})
     C.check_or_save(out_dir, "judge", cfg, digest)
     load = engines or functools.cache(lambda: _engines(cfg, ("judge",)))
     score(
         dialogues.to_pylist(), {s.key: s for s in _scenarios(cfg)},
         templates=templates, load_engine=lambda: load()["judge"], sampling=C.sampling(cfg.protocol.judge),
-        dimensions=list(cfg.judge.dimensions), turn_level=bool(cfg.judge.turn_level),
+        dimensions=list(cfg.judging.dimensions), turn_level=bool(cfg.judging.turn_level),
         folder=shard_dir(out_dir, "judgments", cfg.shard.index, cfg.shard.count),
         progress=bool(cfg.progress),
     )
@@ -86,7 +86,7 @@ def merge(cfg: DictConfig) -> int:
     assignment = assign_shards(scenario_counts(scenarios), int(cfg.shard.count))
     expected = {(s.user.user_id, s.task.task_id, label, t): assignment[s.user.index]
                 for s in scenarios for t in range(int(cfg.trials))}
-    result = check(Path(cfg.run.out_dir), expected, list(cfg.judge.dimensions), int(cfg.shard.count))
+    result = check(Path(cfg.run.out_dir), expected, list(cfg.judging.dimensions), int(cfg.shard.count))
     print(result.format())
     return 0 if result.ok else 1
 
@@ -129,6 +129,6 @@ def _templates(cfg: DictConfig):
 
 
 def _engines(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
-    from personalens.engines import build_engines
+    from personalens.engines.build import build_engines
     return build_engines({role: cfg[role] for role in roles})
 

@@ -20,7 +20,7 @@ RANGES = {"task_completion": (0.0, 1.0), "personalization": (1.0, 4.0),
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     out = tmp_path_factory.mktemp("pipeline") / "run"
-    proc = run_cli("run", "data.users=0", "protocol=quick", "judge.turn_level=true",
+    proc = run_cli("run", "data.users=0", "protocol=quick", "judging.turn_level=true",
                    f"run.out_dir={out}", "progress=false", "report.bootstrap=200")
     return out, proc
 
@@ -69,7 +69,7 @@ def test_the_report_holds_the_tables_and_figures(pipeline):
 def test_rerunning_the_pipeline_judges_nothing_twice(pipeline):
     out, _ = pipeline
     before = read_rows(out / "judgments")
-    proc = run_cli("judge", "data.users=0", "protocol=quick", "judge.turn_level=true",
+    proc = run_cli("judge", "data.users=0", "protocol=quick", "judging.turn_level=true",
                    f"run.out_dir={out}", "progress=false")
     assert "judge: 0 judgments" in proc.stderr
     assert len(read_rows(out / "judgments")) == len(before)

@@ -25,7 +25,8 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
-def _render(chat_template: str, messages: list[Message]) -> str:
+def render_chat(chat_template: str, messages: list[Message]) -> str:
+    """Renders a conversation the way transformers renders chat templates (with a generation prompt)."""
     # the same Jinja settings transformers uses for chat templates
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
@@ -39,14 +40,14 @@ def template_supports_system_role(chat_template: str) -> bool:
     """True when the template renders a system message and keeps its text."""
     user = {"role": "user", "content": _PROBE_USER}
     try:
-        _render(chat_template, [user])
+        render_chat(chat_template, [user])
     except Exception as err:  # any failure here means the probe itself is meaningless
         raise ChatTemplateError(
             f"the chat template fails on a single user message ({err}); "
             "set the model's system_role to true or false instead of auto"
         ) from err
     try:
-        rendered = _render(chat_template, [{"role": "system", "content": _PROBE_SYSTEM}, user])
+        rendered = render_chat(chat_template, [{"role": "system", "content": _PROBE_SYSTEM}, user])
     except Exception:
         return False
     return _PROBE_SYSTEM in rendered

@@ -67,6 +67,7 @@ def embedded_model_dir(cache_dir: Path | None = None) -> Path:
         return target
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
+    staging.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
     try:
         convert_gguf(gguf.path, staging)
         (staging / _COMPLETE_MARKER).write_text(f"converted from {gguf.path}\n")
@@ -79,7 +80,7 @@ def embedded_model_dir(cache_dir: Path | None = None) -> Path:
 def _publish(staging: Path, target: Path) -> None:
     """Moves a finished conversion into place; a concurrent converter may have won the race."""
     if target.exists() and not (target / _COMPLETE_MARKER).is_file():
-        shutil.rmtree(target)  # left over from an interrupted run of an older layout
+        shutil.rmtree(target)  # an incomplete copy not made here (ours appear whole, by rename)
     try:
         staging.rename(target)
     except OSError:

@@ -77,6 +77,8 @@ def chat_body(model: str, request: Request, system_role: bool) -> dict[str, Any]
     }
     if s.seed is not None:
         body["seed"] = s.seed
+    if s.min_tokens:
+        body["min_tokens"] = s.min_tokens  # a vLLM extension, sent only when asked for
     if request.grammar:
         body["structured_outputs"] = {"grammar": request.grammar}
     return body

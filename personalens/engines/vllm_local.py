@@ -65,6 +65,7 @@ def sampling_params(request: Request):
         temperature=s.temperature,
         top_p=s.top_p,
         max_tokens=s.max_tokens,
+        min_tokens=s.min_tokens,
         seed=s.seed,
         structured_outputs=StructuredOutputsParams(grammar=request.grammar) if request.grammar else None,
     )

@@ -124,7 +124,7 @@ def report_markdown(report: Report) -> str:
     ]
     if report.by_turn is None:
         parts.append("### Figure 5\n\nNot drawn: the runs hold no turn-level personalization judgments "
-                     "(judge with `judge.turn_level=true` to get them).\n")
+                     "(judge with `judging.turn_level=true` to get them).\n")
     else:
         shown = {labels[-2] for labels, _ in report.by_turn.rows}
         missing = [d for d in report.figure5_domains if d not in shown]

@@ -1,0 +1,251 @@
+"""Engine layer: model configs, engine planning, chat formats, and the in-process vLLM engine."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from jinja2 import TemplateError
+from omegaconf import OmegaConf
+
+from engine_fixtures import SCORE_GRAMMAR, SCORE_PATTERN, TINY_MODEL, chat, tagged_grammar
+from personalens.engines.build import build_engines, model_configs, plan_engines
+from personalens.engines.chat import (
+    ChatTemplateError,
+    fold_system_prompt,
+    format_messages,
+    render_chat,
+    resolve_system_role,
+    template_supports_system_role,
+)
+from personalens.engines.config import ModelConfig, ModelConfigError
+
+MODEL_CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
+
+# --- chat templates, written after the behaviour of real ones ---------------------------------
+
+# ChatML as SmolLM2/Qwen use it: every role is rendered
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Mistral-7B-Instruct-v0.2: roles must alternate user/assistant, anything else raises
+MISTRAL_LIKE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}"
+    "{% endfor %}"
+)
+# a template that silently drops system messages
+DROPS_SYSTEM = "{% for m in messages if m['role'] != 'system' %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+
+
+@pytest.mark.parametrize(
+    ("template", "supported"), [(CHATML, True), (MISTRAL_LIKE, False), (DROPS_SYSTEM, False)]
+)
+def test_template_system_role_detection(template, supported):
+    assert template_supports_system_role(template) is supported
+
+
+def test_template_broken_on_plain_user_turn_is_reported():
+    with pytest.raises(ChatTemplateError, match="system_role"):
+        template_supports_system_role("{{ messages[0]['content'] | no_such_filter }}")
+
+
+def test_resolve_system_role_forced_and_invalid():
+    assert resolve_system_role(False, CHATML) is False
+    assert resolve_system_role(True, MISTRAL_LIKE) is True
+    assert resolve_system_role("auto", MISTRAL_LIKE) is False
+    with pytest.raises(ValueError, match="system_role"):
+        resolve_system_role("sometimes", CHATML)
+    with pytest.raises(ChatTemplateError, match="no chat template"):
+        resolve_system_role("auto", None)
+
+
+def test_fold_system_prompt_into_first_user_turn():
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Bye"},
+    ]
+    folded = fold_system_prompt(messages)
+    assert folded[0] == {"role": "user", "content": "You are terse.\n\nHi"}
+    assert folded[1:] == messages[2:]
+    assert messages[0]["role"] == "system"  # the input is left as it was
+
+
+def test_fold_system_prompt_before_assistant_turn_keeps_alternation():
+    folded = fold_system_prompt([{"role": "system", "content": "S"}, {"role": "assistant", "content": "A"}])
+    assert [m["role"] for m in folded] == ["user", "assistant"]
+    assert folded[0]["content"] == "S"
+
+
+def test_folded_conversation_renders_with_a_template_that_rejects_system():
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    with pytest.raises(TemplateError):
+        render_chat(MISTRAL_LIKE, messages)
+    rendered = render_chat(MISTRAL_LIKE, format_messages(messages, system_role=False))
+    assert "[INST] Be brief.\n\nHi [/INST]" in rendered
+    assert format_messages(messages, system_role=True) == messages
+
+
+# --- model configs ------------------------------------------------------------------------------
+
+
+def _yaml(name: str):
+    return OmegaConf.load(MODEL_CONF / f"{name}.yaml")
+
+
+def test_embedded_default_config_loads():
+    config = ModelConfig.from_mapping(_yaml("smollm2"))
+    assert config.path is None and config.engine == "vllm" and config.system_role == "auto"
+
+
+@pytest.mark.parametrize("name", ["llama31_8b", "llama31_70b", "mistral7b_v02", "mixtral8x7b"])
+def test_ready_made_configs_need_a_path(name):
+    raw = _yaml(name)
+    with pytest.raises(ModelConfigError, match=r"model@assistant\.path: mandatory"):
+        ModelConfig.from_mapping(raw, where="model@assistant")
+    raw.path = "/models/x"
+    config = ModelConfig.from_mapping(raw)
+    assert config.gpu_memory_utilization == 0.9
+    if name.startswith(("mistral", "mixtral")):
+        assert config.system_role is False
+
+
+def test_vllm_configs_spell_out_every_setting():
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    for path in MODEL_CONF.glob("*.yaml"):
+        raw = OmegaConf.load(path)
+        if raw.engine == "vllm":
+            assert set(raw.keys()) == names, path.name
+
+
+def test_server_config_needs_base_url_and_loads_when_set():
+    raw = _yaml("server")
+    raw.name = "remote"
+    with pytest.raises(ModelConfigError, match=r"server\.base_url: mandatory"):
+        ModelConfig.from_mapping(raw)
+    raw.server.base_url = "http://node:8000/v1"
+    config = ModelConfig.from_mapping(raw)
+    assert config.server.base_url == "http://node:8000/v1" and config.server.retries == 3
+    with pytest.raises(ModelConfigError, match=r"server\.base_url: required"):
+        ModelConfig.from_mapping({"name": "remote", "engine": "server"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"name": "m", "temprature": 0.1}, r"unknown field\(s\) \['temprature'\]"),
+        ({"name": "m", "tensor_parallel_size": "2"}, r"m\.tensor_parallel_size: expected int"),
+        ({"name": "m", "max_num_seqs": True}, r"max_num_seqs: expected int"),
+        ({"name": "m", "engine": "llamacpp"}, r"engine: expected one of"),
+        ({"name": "m", "gpu_memory_utilization": 1.5}, r"gpu_memory_utilization: must be in"),
+        ({"path": "/x"}, r"missing field\(s\) \['name'\]"),
+        ({"name": "m", "server": {"base_url": "http://x/v1", "retry": 2}}, r"m\.server: unknown field"),
+    ],
+)
+def test_bad_model_configs_are_reported_by_field(raw, message):
+    with pytest.raises(ModelConfigError, match=message):
+        ModelConfig.from_mapping(raw, where="m")
+
+
+# --- building engines for roles -----------------------------------------------------------------
+
+SMALL = {"name": "small", "gpu_memory_utilization": 0.8}
+OTHER = {"name": "other", "gpu_memory_utilization": 0.6}
+REMOTE = {"name": "remote", "engine": "server", "server": {"base_url": "http://127.0.0.1:9/v1"}}
+
+
+def test_equal_configs_share_one_engine_with_all_its_memory():
+    plan = plan_engines(model_configs({"user_agent": SMALL, "assistant": dict(SMALL), "judge": REMOTE}))
+    assert plan["user_agent"] is plan["assistant"]
+    assert plan["assistant"].gpu_memory_utilization == pytest.approx(0.8)
+
+
+def test_distinct_in_process_models_split_memory():
+    plan = plan_engines(model_configs({"user_agent": SMALL, "assistant": OTHER, "judge": SMALL}))
+    assert plan["user_agent"] is plan["judge"]
+    assert plan["user_agent"].gpu_memory_utilization == pytest.approx(0.4)
+    assert plan["assistant"].gpu_memory_utilization == pytest.approx(0.3)
+
+
+def test_build_engines_for_a_subset_of_roles_shares_equal_ones():
+    other_remote = {**REMOTE, "name": "remote-2"}
+    engines = build_engines({"assistant": REMOTE, "judge": dict(REMOTE)})
+    assert set(engines) == {"assistant", "judge"} and engines["assistant"] is engines["judge"]
+    engines = build_engines({"assistant": REMOTE, "judge": other_remote})
+    assert engines["assistant"] is not engines["judge"] and engines["judge"].name == "remote-2"
+
+
+def test_unknown_role_is_rejected():
+    with pytest.raises(ModelConfigError, match="unknown role"):
+        model_configs({"critic": SMALL})
+
+
+# --- the real vLLM engine on the embedded model ---------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def engine():
+    pytest.importorskip("vllm")
+    from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir
+    from personalens.engines.vllm_local import VllmEngine
+
+    try:
+        embedded_model_dir()
+    except EmbeddedModelError as err:
+        pytest.skip(str(err))
+    return VllmEngine(TINY_MODEL)
+
+
+@pytest.mark.vllm
+def test_batch_comes_back_in_request_order_with_token_counts(engine):
+    requests = [chat(f"List some fruits, number {i}.", grammar=tagged_grammar(i), max_tokens=12) for i in range(4)]
+    requests.append(chat("Write a long essay about the history of the ocean.", max_tokens=7))
+    requests.append(chat("Hi", max_tokens=7))
+    requests.append(chat("Say yes.", min_tokens=9, max_tokens=9))
+    out = engine.generate(requests)
+    assert len(out) == len(requests)
+    for i, generation in enumerate(out[:4]):
+        assert generation.text.startswith(f"Item {i}:")
+    assert all(g.prompt_tokens > 0 and 0 < g.completion_tokens <= r.sampling.max_tokens for g, r in zip(out, requests))
+    assert out[4].completion_tokens == 7  # an essay does not end within 7 tokens: max_tokens cut it
+    assert out[4].prompt_tokens > out[5].prompt_tokens
+    assert out[6].completion_tokens == 9  # min_tokens holds off the end of the reply
+
+
+@pytest.mark.vllm
+def test_same_seed_same_sample_and_greedy_is_deterministic(engine):
+    prompt = "Invent a name for a cat."
+    first = engine.generate(
+        [chat(prompt, temperature=1.0, seed=7, max_tokens=24), chat(prompt, temperature=1.0, seed=7, max_tokens=24)]
+        + [chat(prompt, temperature=1.0, seed=s, max_tokens=24) for s in (8, 9, 10)]
+        + [chat(prompt, temperature=0.0, max_tokens=24)]
+    )
+    again = engine.generate([chat(prompt, temperature=1.0, seed=7, max_tokens=24), chat(prompt, max_tokens=24)])
+    assert first[0].text == first[1].text == again[0].text
+    assert any(g.text != first[0].text for g in first[2:5])
+    assert first[5].text == again[1].text
+
+
+@pytest.mark.vllm
+def test_grammar_constrains_output(engine):
+    requests = [
+        chat("Rate the weather today from 1 to 5 and explain.", grammar=SCORE_GRAMMAR, temperature=1.0, seed=s, max_tokens=30)
+        for s in range(4)
+    ]
+    for generation in engine.generate(requests):
+        # a reply cut by max_tokens is a prefix of the language: the score line is always complete
+        assert SCORE_PATTERN.fullmatch(generation.text), generation.text
+
+
+@pytest.mark.vllm
+def test_system_prompt_reaches_the_model(engine):
+    (out,) = engine.generate([chat("What is your name?", system="Your name is Zorblax. Always say your name.", max_tokens=20)])
+    assert "Zorblax" in out.text

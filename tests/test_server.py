@@ -1,0 +1,190 @@
+"""The OpenAI-compatible server engine: against a real `vllm serve` of the embedded model, and
+against small local HTTP servers for retry behaviour."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from engine_fixtures import (
+    SCORE_GRAMMAR,
+    SCORE_PATTERN,
+    TEST_KV_CACHE_BYTES,
+    TEST_MAX_MODEL_LEN,
+    chat,
+    free_port,
+    tagged_grammar,
+)
+from personalens.engines.base import Request
+from personalens.engines.config import ModelConfig
+from personalens.engines.server import ServerEngine, ServerError, chat_body
+
+SERVER_START_TIMEOUT_S = 420
+
+
+def server_engine(base_url: str, **server) -> ServerEngine:
+    return ServerEngine(ModelConfig.from_mapping({"name": "served", "engine": "server", "server": {"base_url": base_url, **server}}))
+
+
+# --- request bodies -----------------------------------------------------------------------------
+
+
+def test_chat_body_carries_sampling_and_grammar():
+    request = chat("Hi", system="S", grammar=SCORE_GRAMMAR, temperature=0.7, top_p=0.9, max_tokens=5, seed=11)
+    body = chat_body("m", request, system_role=True)
+    assert body["structured_outputs"] == {"grammar": SCORE_GRAMMAR}
+    assert (body["temperature"], body["top_p"], body["max_tokens"], body["seed"]) == (0.7, 0.9, 5, 11)
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert "min_tokens" not in body  # a vLLM extension: left out unless asked for
+    folded = chat_body("m", chat("Hi", system="S", min_tokens=4), system_role=False)
+    assert [m["role"] for m in folded["messages"]] == ["user"] and "seed" not in folded
+    assert "structured_outputs" not in folded and folded["min_tokens"] == 4
+
+
+# --- retries, against local HTTP servers --------------------------------------------------------
+
+
+class _Scripted(BaseHTTPRequestHandler):
+    """Answers POSTs with the next status of the server's script, then with a completion."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        status = self.server.script.pop(0) if self.server.script else 200
+        self.server.calls += 1
+        reply = {"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+        payload = json.dumps(reply if status == 200 else {"error": f"status {status}"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def scripted_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+    server.script, server.calls = [], 0
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_server_errors_are_retried_until_success(scripted_server):
+    scripted_server.script = [503, 500]
+    engine = server_engine(f"http://127.0.0.1:{scripted_server.server_port}/v1", model="m", retries=2, backoff_s=0.01)
+    (out,) = engine.generate([chat("Hi")])
+    assert (out.text, out.prompt_tokens, out.completion_tokens) == ("ok", 3, 1)
+    assert scripted_server.calls == 3
+
+
+def test_client_errors_are_not_retried(scripted_server):
+    scripted_server.script = [400]
+    engine = server_engine(f"http://127.0.0.1:{scripted_server.server_port}/v1", model="m", retries=3, backoff_s=0.01)
+    with pytest.raises(ServerError, match="HTTP 400"):
+        engine.generate([chat("Hi")])
+    assert scripted_server.calls == 1
+
+
+def test_nothing_listening_fails_after_the_configured_retries():
+    engine = server_engine(f"http://127.0.0.1:{free_port()}/v1", model="m", retries=2, backoff_s=0.05, timeout_s=5)
+    started = time.monotonic()
+    with pytest.raises(ServerError, match=r"failed after 3 attempt\(s\)"):
+        engine.generate([chat("Hi")])
+    elapsed = time.monotonic() - started
+    assert 0.15 <= elapsed < 5  # waited 0.05 + 0.1 between the three attempts
+
+
+def test_empty_batch_sends_nothing():
+    assert server_engine(f"http://127.0.0.1:{free_port()}/v1", retries=0).generate([]) == []
+
+
+# --- a real `vllm serve` of the embedded model --------------------------------------------------
+
+
+def _wait_healthy(process: subprocess.Popen, url: str) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"vllm serve exited with {process.returncode} before becoming healthy")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise TimeoutError(f"vllm serve not healthy after {SERVER_START_TIMEOUT_S}s")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    pytest.importorskip("vllm")
+    from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir
+
+    try:
+        model_dir = embedded_model_dir()
+    except EmbeddedModelError as err:
+        pytest.skip(str(err))
+    port = free_port()
+    log = (tmp_path_factory.mktemp("vllm-serve") / "serve.log").open("w")
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
+        "--host", "127.0.0.1", "--port", str(port),
+        "--kv-cache-memory-bytes", str(TEST_KV_CACHE_BYTES),
+        "--max-model-len", str(TEST_MAX_MODEL_LEN),
+        "--max-num-seqs", "32", "--enforce-eager",
+        "--structured-outputs-config.backend", "xgrammar",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_healthy(process, f"http://127.0.0.1:{port}/health")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        # vllm serve runs its engine in child processes: stop the whole group
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        log.close()
+
+
+@pytest.mark.vllm
+def test_served_batch_comes_back_in_order_with_usage(served):
+    engine = server_engine(served, max_concurrency=4)  # server.model unset: asks /v1/models
+    requests = [chat(f"Name a colour, number {i}.", grammar=tagged_grammar(i), max_tokens=10) for i in range(8)]
+    requests.append(chat("Write a long essay about the history of the ocean.", max_tokens=6))
+    out = engine.generate(requests)
+    assert len(out) == len(requests)
+    for i, generation in enumerate(out[:8]):
+        assert generation.text.startswith(f"Item {i}:"), generation.text
+    assert all(g.prompt_tokens > 0 and 0 < g.completion_tokens <= r.sampling.max_tokens for g, r in zip(out, requests))
+    assert out[8].completion_tokens == 6
+
+
+@pytest.mark.vllm
+def test_served_grammar_and_seed_are_honoured(served):
+    engine = server_engine(served)
+    rate = "Rate the weather today from 1 to 5 and explain."
+    requests: list[Request] = [
+        chat(rate, grammar=SCORE_GRAMMAR, temperature=1.0, seed=s, max_tokens=30) for s in (1, 2, 1)
+    ]
+    out = engine.generate(requests)
+    for generation in out:
+        assert SCORE_PATTERN.fullmatch(generation.text), generation.text
+    assert out[0].text == out[2].text
