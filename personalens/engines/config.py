@@ -6,11 +6,13 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from personalens.errors import PersonalensError
+
 ENGINE_KINDS = ("vllm", "server")
 _MISSING = "???"  # Hydra's mandatory-value marker
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(PersonalensError, ValueError):
     """A model config has a missing, unknown or ill-typed field."""
 
 

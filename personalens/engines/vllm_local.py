@@ -6,19 +6,21 @@ vLLM starts worker processes; a script that builds this engine needs an
 
 from __future__ import annotations
 
+import gc
+from pathlib import Path
 from typing import Sequence
 
 from personalens.engines.base import Generation, Request
 from personalens.engines.chat import format_messages, resolve_system_role
-from personalens.engines.config import ModelConfig
+from personalens.engines.config import ModelConfig, ModelConfigError
 from personalens.engines.embedded import embedded_model_dir
 
 
 class VllmEngine:
     def __init__(self, config: ModelConfig):
+        model = _local_weights(config) if config.path else str(embedded_model_dir())
         from vllm import LLM  # heavy; only engines that run in-process need it
 
-        model = config.path or str(embedded_model_dir())
         self.name = config.name
         self._llm = LLM(
             model=model,
@@ -53,6 +55,25 @@ class VllmEngine:
             )
             for out in outputs
         ]
+
+    def reset_prefix_cache(self) -> None:
+        """Forget cached prompt prefixes (benchmarks start each phase cold)."""
+        self._llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Stops vLLM's engine processes and frees their memory now, not at interpreter exit."""
+        self._llm = None
+        gc.collect()  # the LLM sits in reference cycles; its finalizers stop the processes
+
+
+def _local_weights(config: ModelConfig) -> str:
+    """The model path, checked when it is a filesystem path (a hub id is left to vLLM)."""
+    path = Path(config.path).expanduser()
+    if config.path.startswith(("/", ".", "~")) and not path.is_dir():
+        raise ModelConfigError(
+            f"model {config.name!r}: path {config.path} is not a directory; set it to local weights"
+        )
+    return str(path)
 
 
 def sampling_params(request: Request):

@@ -17,7 +17,7 @@ from personalens.prompts.render import assistant_messages, user_agent_messages
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import Templates
 from personalens.simulate.dialogue import Dialogue, DialogueKey
-from personalens.simulate.lockstep import StepStats, run_lockstep
+from personalens.simulate.lockstep import Render, StepStats, run_lockstep
 from personalens.simulate.progress import Progress
 from personalens.simulate.store import PartWriter
 
@@ -88,6 +88,16 @@ def plan_dialogues(scenarios: Sequence[Scenario], setting: PromptSetting, trials
     return todo, skipped
 
 
+def renderer(templates: Templates, setting: PromptSetting) -> Render:
+    """The prompt of whichever role a dialogue waits on."""
+    def render(dialogue: Dialogue, role: Role):
+        history = dialogue.history()
+        if role == "user":
+            return user_agent_messages(templates, dialogue.scenario, history)
+        return assistant_messages(templates, dialogue.scenario, history, setting)
+    return render
+
+
 def id_columns(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine]) -> dict:
     scenario = dialogue.scenario
     return {
@@ -118,12 +128,6 @@ def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
     engines = load_engines() if todo else {}
 
-    def render(dialogue: Dialogue, role: Role):
-        history = dialogue.history()
-        if role == "user":
-            return user_agent_messages(templates, dialogue.scenario, history)
-        return assistant_messages(templates, dialogue.scenario, history, setting)
-
     bar = Progress(total=len(todo), label="generate", enabled=progress)
     totals = {"turns": 0, "tokens": 0}
 
@@ -136,7 +140,7 @@ def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates
         bar.update(stats.finished, active=stats.active, tokens=stats.completion_tokens)
 
     started = time.monotonic()
-    run_lockstep(todo, engines, render, protocol.sampling, on_finished, on_step)
+    run_lockstep(todo, engines, renderer(templates, setting), protocol.sampling, on_finished, on_step)
     bar.close()
     summary = GenerateSummary(len(todo), skipped, totals["turns"], totals["tokens"],
                               time.monotonic() - started)
