@@ -42,6 +42,7 @@ class ModelConfig:
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
     enforce_eager: bool = False  # skips torch.compile: faster start, slower decoding
+    enable_chunked_prefill: bool | None = None  # None: vLLM's default
     seed: int = 0
     max_num_seqs: int = 256
     system_role: bool | str = "auto"

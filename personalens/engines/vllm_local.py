@@ -32,6 +32,7 @@ class VllmEngine:
             max_model_len=config.max_model_len,
             enable_prefix_caching=config.enable_prefix_caching,
             enforce_eager=config.enforce_eager,
+            enable_chunked_prefill=config.enable_chunked_prefill,
             seed=config.seed,
             max_num_seqs=config.max_num_seqs,
             # grammars use xgrammar's EBNF dialect, so the backend is pinned rather than "auto"
