@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from personalens.judge.run import _SPEAKERS, JUDGMENT_KEY
+from personalens.judge.run import SPEAKERS, JUDGMENT_KEY
 from personalens.simulate.generate import KEY_COLUMNS
 from personalens.simulate.store import read_table, shard_dir
 
@@ -100,7 +100,7 @@ def merge(out_dir: Path, expected: Mapping[DialogueKey, int], dimensions: Sequen
     found: dict[Shard, list[DialogueKey]] = {s: _keys(t, KEY_COLUMNS) for s, t in dialogues.items()}
     judged: dict[Shard, list[JudgmentKey]] = {s: _keys(t, JUDGMENT_KEY) for s, t in judgments.items()}
     wanted_judgments = {(*key, dim, speaker, -1): shard for key, shard in expected_shard.items()
-                        for dim in dimensions for speaker in _SPEAKERS.get(dim, ("",))}
+                        for dim in dimensions for speaker in SPEAKERS.get(dim, ("",))}
 
     problems: dict[Shard, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for name, by_shard, wanted, in_selection in (

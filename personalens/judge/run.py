@@ -15,7 +15,7 @@ import pyarrow as pa
 from personalens.data.records import Scenario, Turn
 from personalens.engines.base import Engine, Request, Sampling
 from personalens.judge.formats import format_for
-from personalens.prompts.render import judge_messages
+from personalens.prompts.render import PER_SPEAKER, RATED_SPEAKERS, judge_messages
 from personalens.prompts.templates import Templates
 from personalens.simulate.generate import ID_FIELDS, KEY_COLUMNS
 from personalens.simulate.progress import Progress
@@ -28,7 +28,8 @@ JUDGMENT_SCHEMA = pa.schema(ID_FIELDS + [
 ])
 JUDGMENT_KEY = KEY_COLUMNS + ["dimension", "speaker", "turn"]
 _ID_NAMES = [name for name, _ in ID_FIELDS]
-_SPEAKERS = {"naturalness": ("assistant", "user"), "coherence": ("assistant", "user")}
+# dimension -> the speakers rated separately (naturalness and coherence: user and assistant)
+SPEAKERS = {dim: tuple(RATED_SPEAKERS) for dim in PER_SPEAKER}
 CHUNK = 512  # judgments per generate call: large batches, yet results reach disk steadily
 
 
@@ -61,7 +62,7 @@ def plan(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenario
         if scenario is None:
             continue  # a dialogue outside this run's selection (e.g. written before a re-selection)
         for dim in dimensions:
-            for speaker in _SPEAKERS.get(dim, ("",)):
+            for speaker in SPEAKERS.get(dim, ("",)):
                 items.append(Item(d, scenario, dim, speaker, -1))
         if turn_level and "personalization" in dimensions:
             items.extend(Item(d, scenario, "personalization", "", k) for k in range(1, d["rounds"] + 1))
