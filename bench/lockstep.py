@@ -94,22 +94,19 @@ def main() -> None:
     def raw():
         return sum(g.completion_tokens for batch in sent for g in engine.generate(batch))
 
-    lock_tokens, lock_s = timed(lockstep)
-    seq_tokens, seq_s = timed(sequential)
-    raw_tokens, raw_s = timed(raw)
     results = {
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "model": model["name"], "dialogues": args.dialogues, "rounds": args.rounds,
-        "tokens_per_reply": args.tokens, "generate_calls_lockstep": len(sent),
-        "sequential": {"tokens": seq_tokens, "seconds": seq_s, "tokens_per_s": seq_tokens / seq_s},
-        "lockstep": {"tokens": lock_tokens, "seconds": lock_s, "tokens_per_s": lock_tokens / lock_s},
-        "raw_batched": {"tokens": raw_tokens, "seconds": raw_s, "tokens_per_s": raw_tokens / raw_s},
+        "model": model.name, "dialogues": args.dialogues, "rounds": args.rounds,
+        "tokens_per_reply": args.tokens,
     }
+    # lockstep first: raw replays the requests it sent
+    for name, phase in (("lockstep", lockstep), ("sequential", sequential), ("raw_batched", raw)):
+        tokens, seconds = timed(phase)
+        results[name] = {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+        print(f"{name:12s} {tokens:7d} tokens in {seconds:8.1f} s  = {tokens / seconds:8.1f} tokens/s", flush=True)
+    results["generate_calls_lockstep"] = len(sent)
     results["lockstep_vs_sequential"] = results["lockstep"]["tokens_per_s"] / results["sequential"]["tokens_per_s"]
     results["lockstep_vs_raw"] = results["lockstep"]["tokens_per_s"] / results["raw_batched"]["tokens_per_s"]
-    for name in ("sequential", "lockstep", "raw_batched"):
-        r = results[name]
-        print(f"{name:12s} {r['tokens']:7d} tokens in {r['seconds']:8.1f} s  = {r['tokens_per_s']:8.1f} tokens/s")
     print(f"lockstep / sequential = {results['lockstep_vs_sequential']:.2f}x")
     print(f"lockstep / raw batched = {results['lockstep_vs_raw']:.3f}")
     if args.json:
