@@ -55,7 +55,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
 
 def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     from personalens.judge.run import judge as score
-    from personalens.simulate.store import PartWriter, read_table, shard_dir
+    from personalens.simulate.store import read_table, shard_dir
 
     out_dir = Path(cfg.run.out_dir)
     dialogues = read_table(shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count))

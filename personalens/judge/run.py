@@ -60,7 +60,7 @@ def plan(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenario
     for d in dialogues:
         scenario = scenarios.get((d["user_id"], d["task_id"]))
         if scenario is None:
-            continue  # a dialogue outside this run's selection (e.g. written before a re-selection)
+            continue  # outside this run's selection; judge() says how many
         for dim in dimensions:
             for speaker in SPEAKERS.get(dim, ("",)):
                 items.append(Item(d, scenario, dim, speaker, -1))
@@ -82,6 +82,10 @@ def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenari
     for dim in dimensions:
         format_for(dim)  # an unknown dimension fails before any model call
     writer = PartWriter(folder, JUDGMENT_SCHEMA)
+    outside = sum((d["user_id"], d["task_id"]) not in scenarios for d in dialogues)
+    if outside:
+        print(f"judge: {outside} dialogues in {folder.parent.parent} are outside the data selection "
+              "and are not judged", file=sys.stderr)
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
     engine = load_engine() if items else None
     bar = Progress(total=len(items), label="judge", enabled=progress)

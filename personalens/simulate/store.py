@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -59,6 +59,3 @@ def existing_values(folder: Path, columns: Sequence[str]) -> set[tuple]:
         return set()
     return set(zip(*(table.column(c).to_pylist() for c in columns)))
 
-
-def rows_of(table: pa.Table | None) -> Iterable[dict]:
-    return [] if table is None else table.to_pylist()
