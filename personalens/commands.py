@@ -36,6 +36,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         "templates": templates_digest, "seed": int(cfg.seed),
         "data_root": str(Path(cfg.data.root).resolve()),
     })
+    _check_models(cfg, ("user_agent", "assistant"))  # before the config is saved as this run's
     C.check_or_save(out_dir, "generate", cfg, digest)
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
     load = engines or functools.cache(lambda: _engines(cfg, ("user_agent", "assistant")))
@@ -65,6 +66,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     templates, templates_digest = _templates(cfg)
     digest = C.fingerprint({"judge": C.model_identity(cfg.judge), "sampling": C.plain(cfg.protocol.judge),
                             "templates": templates_digest, "turn_level": bool(cfg.judging.turn_level)})
+    _check_models(cfg, ("judge",))
     C.check_or_save(out_dir, "judge", cfg, digest)
     load = engines or functools.cache(lambda: _engines(cfg, ("judge",)))
     score(
@@ -126,6 +128,11 @@ def _templates(cfg: DictConfig):
     from personalens.prompts.templates import load_templates
     templates = load_templates(cfg.prompt.dir)
     return templates, C.fingerprint(dict(templates.sources))
+
+
+def _check_models(cfg: DictConfig, roles: tuple[str, ...]) -> None:
+    from personalens.engines.build import model_configs
+    model_configs({role: cfg[role] for role in roles})
 
 
 def _engines(cfg: DictConfig, roles: tuple[str, ...]) -> dict:

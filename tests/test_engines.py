@@ -188,11 +188,11 @@ def test_unknown_role_is_rejected():
         model_configs({"critic": SMALL})
 
 
-def test_missing_local_weights_are_reported_before_loading_vllm(tmp_path):
-    from personalens.engines.vllm_local import VllmEngine
-
-    with pytest.raises(ModelConfigError, match=r"'big': path .*/absent is not a directory"):
-        VllmEngine(ModelConfig(name="big", path=str(tmp_path / "absent")))
+def test_missing_local_weights_are_reported_before_any_model_loads(tmp_path):
+    raw = {"name": "big", "path": str(tmp_path / "absent")}
+    with pytest.raises(ModelConfigError, match=r"model@assistant.path: .*/absent is not a directory"):
+        model_configs({"user_agent": {"name": "small"}, "assistant": raw})
+    assert model_configs({"assistant": {**raw, "path": str(tmp_path)}})["assistant"].path == str(tmp_path)
 
 
 # --- the real vLLM engine on the embedded model ---------------------------------------------------

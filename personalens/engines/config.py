@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Mapping
 
 from personalens.errors import PersonalensError
@@ -60,6 +61,10 @@ class ModelConfig:
             raise ModelConfigError(
                 f"{where}.gpu_memory_utilization: must be in (0, 1], got {config.gpu_memory_utilization}"
             )
+        # a filesystem path is checked now, before any model loads; a hub id is left to vLLM
+        if (config.engine == "vllm" and config.path and config.path.startswith(("/", ".", "~"))
+                and not Path(config.path).expanduser().is_dir()):
+            raise ModelConfigError(f"{where}.path: {config.path} is not a directory; set it to local weights")
         return config
 
     def with_memory_share(self, share: float) -> ModelConfig:

@@ -12,13 +12,13 @@ from typing import Sequence
 
 from personalens.engines.base import Generation, Request
 from personalens.engines.chat import format_messages, resolve_system_role
-from personalens.engines.config import ModelConfig, ModelConfigError
+from personalens.engines.config import ModelConfig
 from personalens.engines.embedded import embedded_model_dir
 
 
 class VllmEngine:
     def __init__(self, config: ModelConfig):
-        model = _local_weights(config) if config.path else str(embedded_model_dir())
+        model = str(Path(config.path).expanduser()) if config.path else str(embedded_model_dir())
         from vllm import LLM  # heavy; only engines that run in-process need it
 
         self.name = config.name
@@ -65,16 +65,6 @@ class VllmEngine:
         """Stops vLLM's engine processes and frees their memory now, not at interpreter exit."""
         self._llm = None
         gc.collect()  # the LLM sits in reference cycles; its finalizers stop the processes
-
-
-def _local_weights(config: ModelConfig) -> str:
-    """The model path, checked when it is a filesystem path (a hub id is left to vLLM)."""
-    path = Path(config.path).expanduser()
-    if config.path.startswith(("/", ".", "~")) and not path.is_dir():
-        raise ModelConfigError(
-            f"model {config.name!r}: path {config.path} is not a directory; set it to local weights"
-        )
-    return str(path)
 
 
 def sampling_params(request: Request):
