@@ -88,7 +88,7 @@ def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenari
               "and are not judged", file=sys.stderr)
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
     engine = load_engine() if items else None
-    bar = Progress(total=len(items), label="judge", enabled=progress)
+    bar = Progress(total=len(items), label="judge", unit="judgment", enabled=progress)
     started, failed = time.monotonic(), 0
     for start in range(0, len(items), CHUNK):
         chunk = items[start:start + CHUNK]

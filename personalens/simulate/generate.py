@@ -128,7 +128,7 @@ def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
     engines = load_engines() if todo else {}
 
-    bar = Progress(total=len(todo), label="generate", enabled=progress)
+    bar = Progress(total=len(todo), label="generate", unit="dialogue", enabled=progress)
     totals = {"turns": 0, "tokens": 0}
 
     def on_finished(finished: list[Dialogue]) -> None:

@@ -1,4 +1,4 @@
-"""A progress bar for long batch work: finished items, active items, generated tokens per second."""
+"""A progress bar for long batch work: finished items, items still to do, generated tokens per second."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from tqdm import tqdm
 
 
 class Progress:
-    def __init__(self, total: int, label: str, enabled: bool = True):
-        self._bar = tqdm(total=total, desc=label, unit="dlg", file=sys.stderr,
+    def __init__(self, total: int, label: str, unit: str, enabled: bool = True):
+        self._bar = tqdm(total=total, desc=label, unit=unit, file=sys.stderr,
                          disable=not enabled, dynamic_ncols=True)
         self._started = time.monotonic()
         self._tokens = 0
