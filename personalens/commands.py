@@ -80,10 +80,10 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
 
 
 def merge(cfg: DictConfig) -> int:
-    from personalens.data import assign_shards, load_scenarios, scenario_counts
+    from personalens.data import assign_shards, scenario_counts
     from personalens.merge import merge as check
 
-    scenarios = load_scenarios(Path(cfg.data.root), cfg.data.users, cfg.data.kinds)
+    scenarios = _selection(cfg)
     label = _setting(cfg).label
     assignment = assign_shards(scenario_counts(scenarios), int(cfg.shard.count))
     expected = {(s.user.user_id, s.task.task_id, label, t): assignment[s.user.index]
@@ -109,10 +109,16 @@ def run(cfg: DictConfig) -> int:
     return generate(cfg, engines) or judge(cfg, engines) or report(cfg)
 
 
+def _selection(cfg: DictConfig):
+    """Every scenario of the selected users and kinds."""
+    from personalens.data import load_scenarios
+    return load_scenarios(Path(cfg.data.root), cfg.data.users, cfg.data.kinds)
+
+
 def _scenarios(cfg: DictConfig):
-    from personalens.data import load_scenarios, shard
-    scenarios = load_scenarios(Path(cfg.data.root), cfg.data.users, cfg.data.kinds)
-    return shard(scenarios, int(cfg.shard.index), int(cfg.shard.count))
+    """The scenarios of this shard."""
+    from personalens.data import shard
+    return shard(_selection(cfg), int(cfg.shard.index), int(cfg.shard.count))
 
 
 def _setting(cfg: DictConfig):
