@@ -107,11 +107,11 @@ def test_embedded_default_config_loads():
 
 
 @pytest.mark.parametrize("name", ["llama31_8b", "llama31_70b", "mistral7b_v02", "mixtral8x7b"])
-def test_ready_made_configs_need_a_path(name):
+def test_ready_made_configs_need_a_path(name, tmp_path):
     raw = _yaml(name)
     with pytest.raises(ModelConfigError, match=r"model@assistant\.path: mandatory"):
         ModelConfig.from_mapping(raw, where="model@assistant")
-    raw.path = "/models/x"
+    raw.path = str(tmp_path)  # an existing directory stands for the weights
     config = ModelConfig.from_mapping(raw)
     assert config.gpu_memory_utilization == 0.9
     if name.startswith(("mistral", "mixtral")):
