@@ -37,6 +37,10 @@ def _value(cell: object) -> float:
     return cell.mean if isinstance(cell, Estimate) else math.nan
 
 
+# full scale of each Figure 4 metric, so that the axes of different runs compare at a glance
+_AXIS_TOP = {"TCR": 100.0, "P": 4.0}
+
+
 def plot_by_domain(table: Table, path: Path) -> Path:
     """Figure 4: bars per domain for each metric column, the mean over domains as a dashed line."""
     groups = _split_by_group(table, 1)
@@ -57,6 +61,8 @@ def plot_by_domain(table: Table, path: Path) -> Path:
                 ax.legend(loc="lower right", fontsize="small")
             ax.set_xticks(range(len(domains)), domains, rotation=60, ha="right", fontsize="small")
             ax.set_ylabel(column.label)
+            if column.key in _AXIS_TOP:
+                ax.set_ylim(0, _AXIS_TOP[column.key] * 1.05)
             ax.set_title(" / ".join(group) if group else column.label, fontsize="medium")
     return _save(fig, path)
 
