@@ -8,6 +8,10 @@ are simulated three ways, each with a cold prefix cache:
               batched throughput on the same tokens; lockstep / raw is the orchestration overhead.
 
     python bench/lockstep.py --dialogues 64 --rounds 2 --tokens 16
+
+Each phase also counts prompt tokens and how many of them vLLM's prefix cache served; `--phases
+lockstep` with `--kv-cache-gib` or `--dtype` times the lockstep phase alone under other engine
+settings, and prints each batched call (requests, prompt tokens, cached, seconds).
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model path (default: the embedded SmolLM2-135M)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="with --model")
     parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--kv-cache-gib", type=float, default=None,
+                        help="KV cache size (default: the embedded model's config, 1 GiB)")
+    parser.add_argument("--dtype", default=None, help="model dtype (default: the config's, auto)")
+    parser.add_argument("--phases", default="lockstep,sequential,raw_batched",
+                        help="comma-separated subset, in this order; raw_batched needs lockstep")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
 
@@ -47,8 +56,14 @@ def main() -> None:
     if args.model:
         model.name, model.path = Path(args.model).name, args.model
         model.kv_cache_memory_bytes, model.gpu_memory_utilization = None, args.gpu_memory_utilization
+    if args.kv_cache_gib is not None:
+        model.kv_cache_memory_bytes = int(args.kv_cache_gib * 2**30)
+    if args.dtype is not None:
+        model.dtype = args.dtype
+    phases = args.phases.split(",")
+    if "raw_batched" in phases and "lockstep" not in phases:
+        parser.error("raw_batched replays lockstep's requests: list lockstep too")
     engine = build_engines({"assistant": model})["assistant"]
-    engines = {"user": engine, "assistant": engine}
     templates = load_templates()
     setting = PromptSetting("base")
     fixed = Sampling(temperature=0.0, max_tokens=args.tokens, min_tokens=args.tokens)
@@ -61,54 +76,83 @@ def main() -> None:
         todo, _ = plan_dialogues(scenarios, setting, trials, 0, protocol, set())
         return todo[: args.dialogues]
 
-    sent: list[list[Request]] = []
-
     render = renderer(templates, setting)
-    class Recording:
+    sent: list[list[Request]] = []  # lockstep's batches, for the raw replay
+    counts = {}  # prompt, prefix-cached and generated tokens of the phase under way
+    calls = []  # per generate call of the phase under way: requests, tokens, seconds
+
+    class Counting:
+        """The engine, counting the tokens of each phase (and keeping lockstep's batches)."""
         name = engine.name
 
+        def __init__(self, keep: bool = False):
+            self.keep = keep
+
         def generate(self, requests):
-            sent.append(list(requests))
-            return engine.generate(requests)
+            if self.keep:
+                sent.append(list(requests))
+            started = time.perf_counter()
+            generations = engine.generate(requests)
+            call = {"requests": len(requests), "seconds": time.perf_counter() - started}
+            for key, attr in (("prompt", "prompt_tokens"), ("cached", "cached_tokens"),
+                              ("generated", "completion_tokens")):
+                call[key] = sum(getattr(g, attr) for g in generations)
+                counts[key] = counts.get(key, 0) + call[key]
+            calls.append(call)
+            return generations
 
     def timed(fn):
         engine.reset_prefix_cache()
+        counts.clear()
+        calls.clear()
         started = time.perf_counter()
-        tokens = fn()
-        return tokens, time.perf_counter() - started
+        fn()
+        return dict(counts), time.perf_counter() - started
 
     engine.generate([Request([{"role": "user", "content": "Hello"}], fixed)])  # warm-up
 
     def lockstep():
-        ds = fresh_dialogues()
-        recorder = Recording()
-        run_lockstep(ds, {"user": recorder, "assistant": recorder}, render, protocol.sampling, lambda _: None)
-        return sum(t.completion_tokens for d in ds for t in d.turns)
+        recorder = Counting(keep=True)
+        run_lockstep(fresh_dialogues(), {"user": recorder, "assistant": recorder}, render,
+                     protocol.sampling, lambda _: None)
 
     def sequential():
-        ds = fresh_dialogues()
-        for d in ds:
-            run_lockstep([d], engines, render, protocol.sampling, lambda _: None)
-        return sum(t.completion_tokens for d in ds for t in d.turns)
+        counting = Counting()
+        for d in fresh_dialogues():
+            run_lockstep([d], {"user": counting, "assistant": counting}, render, protocol.sampling,
+                         lambda _: None)
 
     def raw():
-        return sum(g.completion_tokens for batch in sent for g in engine.generate(batch))
+        counting = Counting()
+        for batch in sent:
+            counting.generate(batch)
 
     results = {
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "model": model.name, "dialogues": args.dialogues, "rounds": args.rounds,
-        "tokens_per_reply": args.tokens,
+        "tokens_per_reply": args.tokens, "kv_cache_memory_bytes": model.kv_cache_memory_bytes,
+        "dtype": model.dtype,
     }
     # lockstep first: raw replays the requests it sent
     for name, phase in (("lockstep", lockstep), ("sequential", sequential), ("raw_batched", raw)):
+        if name not in phases:
+            continue
         tokens, seconds = timed(phase)
-        results[name] = {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
-        print(f"{name:12s} {tokens:7d} tokens in {seconds:8.1f} s  = {tokens / seconds:8.1f} tokens/s", flush=True)
-    results["generate_calls_lockstep"] = len(sent)
-    results["lockstep_vs_sequential"] = results["lockstep"]["tokens_per_s"] / results["sequential"]["tokens_per_s"]
-    results["lockstep_vs_raw"] = results["lockstep"]["tokens_per_s"] / results["raw_batched"]["tokens_per_s"]
-    print(f"lockstep / sequential = {results['lockstep_vs_sequential']:.2f}x")
-    print(f"lockstep / raw batched = {results['lockstep_vs_raw']:.3f}")
+        results[name] = {**tokens, "seconds": seconds, "tokens_per_s": tokens["generated"] / seconds,
+                         "calls": list(calls)}
+        if name == "lockstep":
+            for call in calls:
+                print(f"  call: {call['requests']:3d} requests, prompts {call['prompt']:6d} tokens "
+                      f"({call['cached']:6d} cached), {call['generated']:5d} generated, "
+                      f"{call['seconds']:6.1f} s", flush=True)
+        print(f"{name:12s} {tokens['generated']:7d} tokens in {seconds:8.1f} s = "
+              f"{tokens['generated'] / seconds:8.1f} tokens/s; prompts {tokens['prompt']:,} tokens, "
+              f"{tokens['cached'] / tokens['prompt']:.0%} from the prefix cache", flush=True)
+    for key, (a, b) in {"lockstep_vs_sequential": ("lockstep", "sequential"),
+                        "lockstep_vs_raw": ("lockstep", "raw_batched")}.items():
+        if a in results and b in results:
+            results[key] = results[a]["tokens_per_s"] / results[b]["tokens_per_s"]
+            print(f"{a} / {b} = {results[key]:.3f}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

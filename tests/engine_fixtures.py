@@ -21,6 +21,7 @@ TINY_MODEL = ModelConfig(
     max_model_len=TEST_MAX_MODEL_LEN,
     enforce_eager=True,
     max_num_seqs=32,
+    cpu_reserved_cores=0,
 )
 
 SCORE_GRAMMAR = 'root ::= "Score: " [1-5] "\\n" [a-zA-Z ,.]*'
@@ -35,6 +36,16 @@ def tagged_grammar(tag: int) -> str:
 def chat(text: str, *, system: str | None = None, grammar: str | None = None, **sampling) -> Request:
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
     return Request(messages=messages, sampling=Sampling(**sampling), grammar=grammar)
+
+
+def assert_prefix_cache_serves_a_repeat(engine, topic: str) -> None:
+    """A long prompt sent twice: the second time most of it comes from the prefix cache. `topic`
+    should be new to the engine, so that the first call starts cold."""
+    prompt = f"Describe the {topic} in detail. " + " ".join(f"Fact {i} about the {topic}." for i in range(80))
+    first, = engine.generate([chat(prompt, max_tokens=2)])
+    second, = engine.generate([chat(prompt, max_tokens=2)])
+    assert first.prompt_tokens == second.prompt_tokens > 200
+    assert first.cached_tokens < first.prompt_tokens // 2 < second.cached_tokens < second.prompt_tokens
 
 
 def free_port() -> int:

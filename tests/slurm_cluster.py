@@ -45,17 +45,26 @@ class SlurmCluster:
     env: dict[str, str]
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
-    def run(self, *args: str, cwd: Path | None = None, check: bool = True) -> str:
-        """Run a SLURM client command against this cluster and return its stdout."""
-        done = subprocess.run(args, env=self.env, cwd=cwd, capture_output=True, text=True)
-        if check and done.returncode != 0:
-            raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
-        return done.stdout
+    def run(self, *args: str, cwd: Path | None = None, check: bool = True, attempts: int = 1) -> str:
+        """Run a SLURM client command against this cluster and return its stdout.
+
+        `attempts` > 1 is for read-only queries: a client now and then dies of SIGPIPE when the
+        busy controller drops its connection (seen once in CI while vLLM jobs loaded both cores),
+        and asking again is harmless."""
+        for attempt in range(attempts):
+            done = subprocess.run(args, env=self.env, cwd=cwd, capture_output=True, text=True)
+            if done.returncode == 0 or not check:
+                return done.stdout
+            if attempt + 1 < attempts:
+                time.sleep(2.0)
+        raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}) {attempts} time(s): "
+                           f"{done.stderr.strip()}\n{self.daemon_logs()}")
 
     def job_states(self, job_id: str) -> dict[str, str]:
         """State of each record of a job: one per array task ('12_0'), or one for a plain job."""
         states = {}
-        for line in self.run("scontrol", "show", "job", "--oneliner", job_id).splitlines():
+        for line in self.run("scontrol", "show", "job", "--oneliner", job_id,
+                             attempts=5).splitlines():
             fields = dict(re.findall(r"(\w+)=(\S*)", line))
             if "ArrayJobId" in fields:
                 name = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}"
@@ -76,7 +85,7 @@ class SlurmCluster:
             if time.monotonic() > deadline:
                 self.run("scancel", *job_ids, check=False)
                 raise TimeoutError(f"SLURM jobs not finished after {timeout:.0f} s: {states}")
-            time.sleep(0.5)
+            time.sleep(1.0)
 
     def daemon_logs(self) -> str:
         return "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}"

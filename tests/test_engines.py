@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
 from jinja2 import TemplateError
 from omegaconf import OmegaConf
 
-from engine_fixtures import SCORE_GRAMMAR, SCORE_PATTERN, TINY_MODEL, chat, tagged_grammar
+from engine_fixtures import (SCORE_GRAMMAR, SCORE_PATTERN, TINY_MODEL, assert_prefix_cache_serves_a_repeat,
+                             chat, tagged_grammar)
 from personalens.engines.build import build_engines, model_configs, plan_engines
 from personalens.engines.chat import (
     ChatTemplateError,
@@ -252,6 +254,36 @@ def test_grammar_constrains_output(engine):
     for generation in engine.generate(requests):
         # a reply cut by max_tokens is a prefix of the language: the score line is always complete
         assert SCORE_PATTERN.fullmatch(generation.text), generation.text
+
+
+@pytest.mark.vllm
+def test_prefix_cache_serves_a_repeated_prompt(engine):
+    assert_prefix_cache_serves_a_repeat(engine, "quokka")
+
+
+def _physical_cores(cpus: set[int]) -> int:
+    siblings = {Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
+                for cpu in cpus}
+    return len(siblings)
+
+
+@pytest.mark.vllm
+def test_cpu_engine_computes_on_every_core(engine):
+    import psutil
+
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        pytest.skip("cpu_reserved_cores applies to vLLM's CPU backend")
+    if not Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list").exists():
+        pytest.skip("no CPU topology in /sys")
+    cores = _physical_cores(os.sched_getaffinity(0))
+    workers = [p for p in psutil.Process().children(recursive=True) if p.name().startswith("VLLM::Worker")]
+    assert workers
+    # vLLM pins one compute thread per core; by default it leaves one core to its scheduler
+    for worker in workers:
+        used = set().union(*(os.sched_getaffinity(t.id) for t in worker.threads()))
+        assert len(used) == cores, (worker, used)
 
 
 @pytest.mark.vllm

@@ -4,6 +4,7 @@ well-formed Parquet, resume after a kill, refusal to mix configurations."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -34,6 +35,10 @@ def test_generate_writes_one_wellformed_row_per_dialogue_and_resumes(tmp_path):
     rows = read_rows(out / "dialogues")
     assert sorted(keys(rows)) == sorted(expected_keys("0-1"))
     assert "dialogues simulated" in first.stderr and "tokens/s" in first.stderr
+    # later turns of a dialogue extend its earlier prompts, and every dialogue shares the fixed
+    # instructions: a good part of the prompt tokens must come from vLLM's prefix cache
+    cached = re.search(r"prompts (\d+) tokens, (\d+)% from the prefix cache", first.stderr)
+    assert cached and int(cached[1]) > 0 and int(cached[2]) >= 30, first.stderr
     for row in rows:
         roles = [t["role"] for t in row["turns"]]
         assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:]))

@@ -36,7 +36,8 @@ class ScriptedEngine:
             dialogue_id, role = r.messages[0]["content"].split("|")
             batch.append((dialogue_id, role))
             text = next(self.scripts.get(f"{dialogue_id}:{role}", iter(())), self.default)
-            out.append(Generation(text, prompt_tokens=10, completion_tokens=len(text.split())))
+            out.append(Generation(text, prompt_tokens=10, completion_tokens=len(text.split()),
+                                  cached_tokens=4 if role == "assistant" else 0))
         self.calls.append(batch)
         return out
 
@@ -59,6 +60,17 @@ def simulate(ds, engines):
     run_lockstep(ds, engines, render, SAMPLING, finished_batches.append,
                  clock=lambda: float(next(clock)))
     return finished_batches
+
+
+def test_step_statistics_count_each_steps_requests_and_tokens():
+    engine = ScriptedEngine("m", {"user1:user": ["hi there", "ok TERMINATE"]}, default="fine")
+    steps = []
+    ds = dialogues(("user1", 5), ("user2", 1))
+    run_lockstep(ds, {"user": engine, "assistant": engine}, render, SAMPLING, lambda _: None, steps.append)
+    # user turns cost 10 prompt tokens, none cached; assistant turns 10 with 4 cached
+    assert [(s.requests, s.active, s.finished) for s in steps] == [(2, 2, 0), (2, 1, 1), (1, 1, 0), (1, 0, 1)]
+    assert [s.completion_tokens for s in steps] == [2 + 1, 1 + 1, 2, 1]
+    assert [(s.prompt_tokens, s.cached_tokens) for s in steps] == [(20, 0), (20, 8), (10, 0), (10, 4)]
 
 
 def test_each_step_sends_exactly_the_waiting_dialogues_and_finished_ones_drop_out():

@@ -22,6 +22,7 @@ from engine_fixtures import (
     SCORE_PATTERN,
     TEST_KV_CACHE_BYTES,
     TEST_MAX_MODEL_LEN,
+    assert_prefix_cache_serves_a_repeat,
     chat,
     free_port,
     tagged_grammar,
@@ -162,7 +163,7 @@ def served(tmp_path_factory):
         "--host", "127.0.0.1", "--port", str(port),
         "--kv-cache-memory-bytes", str(TEST_KV_CACHE_BYTES),
         "--max-model-len", str(TEST_MAX_MODEL_LEN),
-        "--max-num-seqs", "32", "--enforce-eager",
+        "--max-num-seqs", "32", "--enforce-eager", "--enable-prompt-tokens-details",
         "--structured-outputs-config.backend", "xgrammar",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -193,6 +194,11 @@ def test_served_batch_comes_back_in_order_with_usage(served):
     for g, r in zip(out, requests):
         assert g.prompt_tokens > 0 and 0 < g.completion_tokens <= r.sampling.max_tokens
     assert out[8].completion_tokens == 6
+
+
+@pytest.mark.vllm
+def test_served_prefix_cache_hits_are_reported(served):
+    assert_prefix_cache_serves_a_repeat(server_engine(served), "axolotl")
 
 
 @pytest.mark.vllm

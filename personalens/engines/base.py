@@ -29,6 +29,7 @@ class Generation:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache; 0 where the engine does not say
 
 
 class Engine(Protocol):

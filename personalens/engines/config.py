@@ -46,6 +46,9 @@ class ModelConfig:
     enable_chunked_prefill: bool | None = None  # None: vLLM's default
     seed: int = 0
     max_num_seqs: int = 256
+    # vLLM's CPU backend only: cores kept free for its scheduler (VLLM_CPU_NUM_OF_RESERVED_CPU);
+    # None leaves vLLM's default of one, which on a small machine idles half the cores
+    cpu_reserved_cores: int | None = None
     system_role: bool | str = "auto"
     server: ServerConfig | None = field(default=None)
 

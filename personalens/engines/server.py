@@ -56,10 +56,13 @@ class ServerEngine:
     def _complete(self, model: str, request: Request) -> Generation:
         reply = _call(self._server, "POST", "/chat/completions", chat_body(model, request, self._system_role))
         try:
+            usage = reply["usage"]
             return Generation(
                 text=reply["choices"][0]["message"]["content"] or "",
-                prompt_tokens=reply["usage"]["prompt_tokens"],
-                completion_tokens=reply["usage"]["completion_tokens"],
+                prompt_tokens=usage["prompt_tokens"],
+                completion_tokens=usage["completion_tokens"],
+                # vLLM reports it only when served with --enable-prompt-tokens-details
+                cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0,
             )
         except (KeyError, IndexError, TypeError) as err:
             raise ServerError(f"{self._server.base_url}: unexpected reply {reply!r}") from err

@@ -7,6 +7,7 @@ vLLM starts worker processes; a script that builds this engine needs an
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -19,6 +20,9 @@ from personalens.engines.embedded import embedded_model_dir
 class VllmEngine:
     def __init__(self, config: ModelConfig):
         model = str(Path(config.path).expanduser()) if config.path else str(embedded_model_dir())
+        if config.cpu_reserved_cores is not None:
+            # read by vLLM's engine processes when they start; a value the user exported wins
+            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(config.cpu_reserved_cores))
         from vllm import LLM  # heavy; only engines that run in-process need it
 
         self.name = config.name
@@ -53,6 +57,7 @@ class VllmEngine:
                 text=out.outputs[0].text,
                 prompt_tokens=len(out.prompt_token_ids),
                 completion_tokens=len(out.outputs[0].token_ids),
+                cached_tokens=out.num_cached_tokens or 0,
             )
             for out in outputs
         ]

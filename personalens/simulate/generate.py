@@ -57,12 +57,16 @@ class GenerateSummary:
     turns: int
     completion_tokens: int
     seconds: float
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
+        cached = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
         return (f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped), "
                 f"{self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
-                f"({rate:.1f} tokens/s)")
+                f"({rate:.1f} tokens/s); prompts {self.prompt_tokens} tokens, {cached:.0%} from the "
+                f"prefix cache")
 
 
 def dialogue_seed(seed: int, user_id: str, task_id: str, trial: int) -> int:
@@ -129,7 +133,7 @@ def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates
     engines = load_engines() if todo else {}
 
     bar = Progress(total=len(todo), label="generate", unit="dialogue", enabled=progress)
-    totals = {"turns": 0, "tokens": 0}
+    totals = {"turns": 0, "tokens": 0, "prompt": 0, "cached": 0}
 
     def on_finished(finished: list[Dialogue]) -> None:
         writer.write([dialogue_row(d, run_id, engines, config_hash) for d in finished])
@@ -137,12 +141,14 @@ def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates
     def on_step(stats: StepStats) -> None:
         totals["turns"] += stats.requests
         totals["tokens"] += stats.completion_tokens
+        totals["prompt"] += stats.prompt_tokens
+        totals["cached"] += stats.cached_tokens
         bar.update(stats.finished, active=stats.active, tokens=stats.completion_tokens)
 
     started = time.monotonic()
     run_lockstep(todo, engines, renderer(templates, setting), protocol.sampling, on_finished, on_step)
     bar.close()
     summary = GenerateSummary(len(todo), skipped, totals["turns"], totals["tokens"],
-                              time.monotonic() - started)
+                              time.monotonic() - started, totals["prompt"], totals["cached"])
     print(summary.line(), file=sys.stderr)
     return summary

@@ -25,6 +25,8 @@ class StepStats:
     finished: int  # dialogues that ended in this step
     completion_tokens: int
     seconds: float
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the engine served from its prefix cache
 
 
 def plan_step(active: Iterable[Dialogue], engines: Mapping[Role, Engine]) -> list[tuple[Engine, list[tuple[Dialogue, Role]]]]:
@@ -55,7 +57,7 @@ def run_lockstep(
     while active:
         step += 1
         started = clock()
-        requests = tokens = 0
+        requests = tokens = prompt = cached = 0
         for engine, waiting in plan_step(active, engines):
             batch = [
                 Request(messages=render(d, role),
@@ -69,9 +71,12 @@ def run_lockstep(
             for (dialogue, role), gen in zip(waiting, generations):
                 dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, now)
                 tokens += gen.completion_tokens
+                prompt += gen.prompt_tokens
+                cached += gen.cached_tokens
             requests += len(batch)
         finished = [d for d in active if d.ended is not None]
         active = [d for d in active if d.ended is None]
         if finished:
             on_finished(finished)
-        on_step(StepStats(step, requests, len(active), len(finished), tokens, clock() - started))
+        on_step(StepStats(step, requests, len(active), len(finished), tokens, clock() - started,
+                          prompt, cached))
