@@ -23,8 +23,8 @@ def validate(cfg: DictConfig) -> int:
 
 
 def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
-    from personalens.simulate.generate import KEY_COLUMNS, DIALOGUE_SCHEMA, Protocol, generate as simulate
-    from personalens.simulate.store import PartWriter, existing_values, shard_dir
+    from personalens.simulate.generate import Protocol, generate as simulate
+    from personalens.store import DIALOGUE_SCHEMA, KEY_COLUMNS, PartWriter, existing_values, shard_dir
 
     scenarios = _scenarios(cfg)
     setting = _setting(cfg)
@@ -56,7 +56,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
 
 def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     from personalens.judge.run import judge as score
-    from personalens.simulate.store import read_table, shard_dir
+    from personalens.store import read_table, shard_dir
 
     out_dir = Path(cfg.run.out_dir)
     dialogues = read_table(shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count))

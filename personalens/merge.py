@@ -16,9 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from personalens.judge.run import SPEAKERS, JUDGMENT_KEY
-from personalens.simulate.generate import KEY_COLUMNS
-from personalens.simulate.store import read_table, shard_dir
+from personalens.judge.run import SPEAKERS
+from personalens.store import JUDGMENT_KEY, KEY_COLUMNS, read_table, shard_dir
 
 DialogueKey = tuple[str, str, str, int]                  # user_id, task_id, setting, trial
 JudgmentKey = tuple[str, str, str, int, str, str, int]   # + dimension, speaker, turn

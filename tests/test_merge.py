@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from personalens.judge.run import JUDGMENT_SCHEMA
+from personalens.store import JUDGMENT_SCHEMA
 from personalens.merge import merge
-from personalens.simulate.generate import DIALOGUE_SCHEMA
+from personalens.store import DIALOGUE_SCHEMA
 
 DIMENSIONS = ["task_completion", "personalization", "naturalness", "coherence"]
 # naturalness and coherence are scored once per speaker

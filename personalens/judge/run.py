@@ -10,23 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-import pyarrow as pa
-
 from personalens.data.records import Scenario, Turn
 from personalens.engines.base import Engine, Request, Sampling
 from personalens.judge.formats import format_for
 from personalens.prompts.render import PER_SPEAKER, RATED_SPEAKERS, judge_messages
 from personalens.prompts.templates import Templates
-from personalens.simulate.generate import ID_FIELDS, KEY_COLUMNS
-from personalens.simulate.progress import Progress
-from personalens.simulate.store import PartWriter, existing_values
+from personalens.store import ID_FIELDS, JUDGMENT_KEY, JUDGMENT_SCHEMA, PartWriter, Progress, existing_values
 
-JUDGMENT_SCHEMA = pa.schema(ID_FIELDS + [
-    ("dimension", pa.string()), ("speaker", pa.string()), ("turn", pa.int32()),
-    ("score", pa.float64()), ("parsed", pa.bool_()), ("judge_text", pa.string()),
-    ("judge_model", pa.string()), ("prompt_hash", pa.string()),
-])
-JUDGMENT_KEY = KEY_COLUMNS + ["dimension", "speaker", "turn"]
 _ID_NAMES = [name for name, _ in ID_FIELDS]
 # dimension -> the speakers rated separately (naturalness and coherence: user and assistant)
 SPEAKERS = {dim: tuple(RATED_SPEAKERS) for dim in PER_SPEAKER}

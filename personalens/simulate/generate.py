@@ -9,8 +9,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-import pyarrow as pa
-
 from personalens.data.records import Role, Scenario
 from personalens.engines.base import Engine, Sampling
 from personalens.prompts.render import assistant_messages, user_agent_messages
@@ -18,26 +16,7 @@ from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import Templates
 from personalens.simulate.dialogue import Dialogue, DialogueKey
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
-from personalens.simulate.progress import Progress
-from personalens.simulate.store import PartWriter
-
-TURN_TYPE = pa.struct([("role", pa.string()), ("text", pa.string()),
-                       ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32())])
-
-# columns that identify a dialogue and travel with every judgment of it
-ID_FIELDS = [
-    ("run_id", pa.string()), ("user_id", pa.string()), ("user_index", pa.int32()),
-    ("task_id", pa.string()), ("kind", pa.string()), ("domains", pa.list_(pa.string())),
-    ("setting", pa.string()), ("trial", pa.int32()),
-    ("assistant_model", pa.string()), ("user_model", pa.string()),
-]
-KEY_COLUMNS = ["user_id", "task_id", "setting", "trial"]
-
-DIALOGUE_SCHEMA = pa.schema(ID_FIELDS + [
-    ("seed", pa.int64()), ("turns", pa.list_(TURN_TYPE)), ("rounds", pa.int32()),
-    ("ended", pa.string()), ("opening_terminate", pa.bool_()), ("seconds", pa.float64()),
-    ("config_hash", pa.string()),
-])
+from personalens.store import PartWriter, Progress
 
 
 @dataclass(frozen=True)
