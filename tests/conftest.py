@@ -24,3 +24,21 @@ def shared_data_root() -> Path:
     if not (path / "profile").is_dir():
         pytest.skip(f"official data excerpt not found at {path} (it is not part of the repository)")
     return path
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """One in-process vLLM engine on the embedded model, shared by every test of the session that
+    needs a real model (starting one costs ~45 s on a 2-core CPU)."""
+    pytest.importorskip("vllm")
+    from engine_fixtures import TINY_MODEL
+    from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir
+    from personalens.engines.vllm_local import VllmEngine
+
+    try:
+        embedded_model_dir()
+    except EmbeddedModelError as err:
+        pytest.skip(str(err))
+    engine = VllmEngine(TINY_MODEL)
+    yield engine
+    engine.close()

@@ -200,21 +200,6 @@ def test_missing_local_weights_are_reported_before_any_model_loads(tmp_path):
 # --- the real vLLM engine on the embedded model ---------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def engine():
-    pytest.importorskip("vllm")
-    from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir
-    from personalens.engines.vllm_local import VllmEngine
-
-    try:
-        embedded_model_dir()
-    except EmbeddedModelError as err:
-        pytest.skip(str(err))
-    engine = VllmEngine(TINY_MODEL)
-    yield engine
-    engine.close()
-
-
 @pytest.mark.vllm
 def test_batch_comes_back_in_request_order_with_token_counts(engine):
     requests = [
