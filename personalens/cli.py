@@ -16,7 +16,8 @@ subcommands:
   report     write the paper's tables and figures for one or more runs
   run        generate, judge and report in one process, then print the Table 3 layout
 
-DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT. Everything else is a Hydra override,
+DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT; --strict for data.strict=true (quirks of
+the release that its own code tolerates, warnings by default, become errors). Everything else is a Hydra override,
 e.g. `personalens generate data.users=sample50 model@assistant=llama31_8b assistant.path=/models/llama`.
 `personalens SUBCOMMAND --help` shows the config."""
 
@@ -35,10 +36,13 @@ def _commands() -> dict[str, Callable]:
 
 
 def _hydra_args(rest: list[str]) -> list[str]:
-    """Turn a leading positional DATA_ROOT into the override data.root=DATA_ROOT."""
+    """Turn a leading positional DATA_ROOT into the override data.root=DATA_ROOT, and --strict
+    into data.strict=true."""
+    strict = ["data.strict=true"] if "--strict" in rest else []
+    rest = [arg for arg in rest if arg != "--strict"]
     if rest and not rest[0].startswith("-") and "=" not in rest[0]:
-        return [f"data.root={rest[0]}", *rest[1:]]
-    return rest
+        rest = [f"data.root={rest[0]}", *rest[1:]]
+    return [*rest, *strict]
 
 
 def main(argv: list[str] | None = None) -> None:

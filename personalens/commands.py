@@ -17,7 +17,7 @@ from personalens.errors import PersonalensError
 
 def validate(cfg: DictConfig) -> int:
     from personalens.data import validate as check
-    report = check(Path(cfg.data.root))
+    report = check(Path(cfg.data.root), strict=bool(cfg.data.strict))
     print(report.format())
     return 0 if report.ok else 1
 
@@ -112,7 +112,7 @@ def run(cfg: DictConfig) -> int:
 def _selection(cfg: DictConfig):
     """Every scenario of the selected users and kinds."""
     from personalens.data import load_scenarios
-    return load_scenarios(Path(cfg.data.root), cfg.data.users, cfg.data.kinds)
+    return load_scenarios(Path(cfg.data.root), cfg.data.users, cfg.data.kinds, strict=bool(cfg.data.strict))
 
 
 def _scenarios(cfg: DictConfig):

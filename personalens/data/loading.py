@@ -4,6 +4,10 @@ The release layout: `profile/userN/{profile.json,tasks.json,tasks_md.json}` and
 `task/<Domain>/task.jsonl`. Every fault is recorded as a Problem with its file and field path;
 the `load_*` functions raise them as one DataError, `validate` (validate.py) walks the same
 readers over the whole root and keeps them all. Only the selected users' files are opened.
+
+Two quirks of the public release are warnings, read the way the released code reads them: a
+user's copy of a task that differs from its definition (the copy is used, as the released code
+uses it), and a per-domain key with stray punctuation (`"Buses**"`, read as `"Buses"`).
 """
 
 from __future__ import annotations
@@ -11,11 +15,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from personalens.data.errors import DataError, Problems
+from personalens.data.errors import DataError, Problems, summarize_warnings
 from personalens.data.records import (
     DOMAINS, SITUATION_KEYS, Kind, Scenario, Situation, Task, UserProfile,
 )
@@ -39,6 +44,13 @@ _USER_DIR = re.compile(r"user(0|[1-9]\d*)")
 _SD_ID = re.compile(r"SD-(.+)-task-(\d+)")
 _MD_ID = re.compile(r"MD-task-(\d+)")
 _UNREADABLE = object()  # a file that is missing or not JSON (already reported)
+_STRAY = re.compile(r"[^\w ]+")  # what may surround a domain name in a key ("Buses**")
+
+# the kinds of warning (see the module docstring)
+TASK_COPY_DIFFERS = "a user's task copy differs from its definition; the user's copy is used, as the released code does"
+DOMAIN_KEY_NORMALISED = "a domain key with stray punctuation is read as that domain"
+
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- public API
@@ -72,11 +84,13 @@ def load_user(root: str | Path, index: int) -> UserProfile:
     return profile
 
 
-def load_scenarios(root: str | Path, users: object = "all", kinds: object = "both") -> list[Scenario]:
+def load_scenarios(root: str | Path, users: object = "all", kinds: object = "both",
+                   strict: bool = False) -> list[Scenario]:
     """Every (user, assigned task) scenario of the selected users and task kinds.
 
     Order: by user index, then SD before MD, then the order of the user's tasks file.
-    `users` and `kinds` take the `data.users` / `data.kinds` specs (see selection.py).
+    `users` and `kinds` take the `data.users` / `data.kinds` specs (see selection.py). Warnings
+    are logged, grouped by kind; with `strict` they are errors.
     """
     path = _existing_root(root)
     selected = user_indices(users)
@@ -93,7 +107,9 @@ def load_scenarios(root: str | Path, users: object = "all", kinds: object = "bot
         if profile is not None:
             scenarios.extend(Scenario(profile, task, situation)
                              for kind in kind_list for task, situation in assigned[kind])
-    problems.raise_if_any(root)
+    problems.raise_if_any(root, strict)
+    for line in summarize_warnings(problems.warnings):
+        log.warning("%s: %s", root, line)
     return scenarios
 
 
@@ -157,10 +173,11 @@ class _At:
     def __truediv__(self, key: str | int) -> _At:
         return _At(self.problems, self.file, self.line, self.path + (key,))
 
-    def report(self, message: str) -> None:
+    def report(self, message: str, kind: str | None = None) -> None:
+        """An error, or with `kind` a warning of that kind."""
         field_path = "".join(f"[{k}]" if isinstance(k, int) else f".{json.dumps(k)}" for k in self.path)[1:]
         line = f"line {self.line}" if self.line is not None else ""
-        self.problems.add(self.file, ", ".join(p for p in (line, field_path) if p), message)
+        self.problems.add(self.file, ", ".join(p for p in (line, field_path) if p), message, kind)
 
 
 def _read_text(root: Path, rel: str, problems: Problems) -> str | None:
@@ -244,16 +261,25 @@ def _per_domain(obj: dict, key: str, at: _At, parse_value) -> dict[str, Any] | N
     if mapping is None:
         return None
     here = at / key
+    domains = {name: _domain_key(name, mapping, here / name) for name in mapping}
     for domain in DOMAINS:
-        if domain not in mapping:
+        if domain not in domains.values():
             (here / domain).report("missing")
-    parsed = {}
-    for domain, value in mapping.items():
-        if domain not in DOMAINS:
-            (here / domain).report(f"unknown domain {domain!r}")
-        else:
-            parsed[domain] = parse_value(value, here / domain)
+    parsed = {domain: parse_value(mapping[name], here / name) for name, domain in domains.items() if domain}
     return parsed if len(parsed) == len(mapping) == len(DOMAINS) and None not in parsed.values() else None
+
+
+def _domain_key(name: str, mapping: dict, at: _At) -> str | None:
+    """The domain a per-domain key names: itself, or (with a warning) the domain it spells with
+    stray punctuation when the object does not also hold that domain; None (an error) otherwise."""
+    if name in DOMAINS:
+        return name
+    cleaned = _STRAY.sub("", name).strip()
+    if cleaned in DOMAINS and cleaned not in mapping:
+        at.report(f"read as {cleaned!r}", DOMAIN_KEY_NORMALISED)
+        return cleaned
+    at.report(f"unknown domain {name!r}")
+    return None
 
 
 # ------------------------------------------------------------------------ profiles
@@ -402,12 +428,14 @@ def _parse_assignment(
         return None
     domains = copy["Relevant Domains"]
     consistent = domains is None or _known_domains(domains, at / "Relevant Domains", minimum=1)
-    for key, attr in {**TEXT_FIELDS, **LIST_FIELDS}.items():
-        if key == "Relevant Domains" and not consistent:
-            continue  # already reported as an unknown domain
-        if copy[key] is not None and copy[key] != getattr(task, attr):
-            (at / key).report(f"differs from the definition of {task_id} in {_definition_file(task_id)}")
-            consistent = False
+    differing = {attr: copy[key] for key, attr in {**TEXT_FIELDS, **LIST_FIELDS}.items()
+                 if copy[key] is not None and copy[key] != getattr(task, attr)}
+    if consistent and differing:
+        for key, attr in {**TEXT_FIELDS, **LIST_FIELDS}.items():
+            if attr in differing:
+                (at / key).report(f"{task_id} differs from its definition in {_definition_file(task_id)}",
+                                  TASK_COPY_DIFFERS)
+        task = replace(task, **differing)
     if profile is not None:
         consistent &= _interested(task, profile, at)
     if situation is None or None in copy.values() or not consistent:
