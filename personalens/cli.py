@@ -4,7 +4,12 @@ over the one config in conf/, so `key=value`, `group=option`, `--cfg job` and `-
 from __future__ import annotations
 
 import sys
+import traceback
+from pathlib import Path
 from typing import Callable
+
+# commands that load models: the libraries' output goes to <run.out_dir>/logs/<command>.log
+LOGGED_COMMANDS = ("generate", "judge", "run")
 
 USAGE = """usage: personalens SUBCOMMAND [DATA_ROOT] [key=value ...]
 
@@ -45,6 +50,23 @@ def _hydra_args(rest: list[str]) -> list[str]:
     return [*rest, *strict]
 
 
+def _route_library_output(name: str, cfg) -> Path | None:
+    """The log file the libraries write to (and the terminal is told of), or None when this
+    command loads no model or `verbose` keeps everything on the terminal."""
+    from personalens import console
+
+    if name not in LOGGED_COMMANDS:
+        return None
+    if cfg.get("verbose", False):
+        console.libraries_to_stderr()
+        return None
+    shard = f".shard-{cfg.shard.index:03d}-of-{cfg.shard.count:03d}" if cfg.shard.count > 1 else ""
+    log_file = Path(cfg.run.out_dir) / "logs" / f"{name}{shard}.log"  # one per SLURM array task
+    console.to_log_file(log_file)
+    print(f"personalens {name}: library logs (vLLM, torch) go to {log_file}", file=console.err())
+    return log_file
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     commands = _commands()
@@ -65,12 +87,23 @@ def main(argv: list[str] | None = None) -> None:
 
     @hydra.main(config_path=str(project_path("conf")), config_name="config", version_base="1.3")
     def app(cfg) -> None:
+        from personalens import console
         from personalens.errors import PersonalensError
+
+        log_file = _route_library_output(name, cfg)
+        console.show_personalens_logs()
         try:
             code = command(cfg)
         except PersonalensError as err:
-            print(f"personalens {name}: error: {err}", file=sys.stderr)
+            print(f"personalens {name}: error: {err}", file=console.err())
             sys.exit(2)
+        except Exception:
+            traceback.print_exc()  # to the log file, when there is one
+            if log_file is None:
+                raise
+            print(f"personalens {name}: failed: {sys.exc_info()[1]!r}; the traceback is in {log_file}",
+                  file=console.err())
+            sys.exit(1)
         if code:
             sys.exit(code)
 

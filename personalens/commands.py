@@ -5,13 +5,13 @@ Heavy imports (vLLM, torch) happen inside the commands that need them."""
 from __future__ import annotations
 
 import functools
-import sys
 from pathlib import Path
 from typing import Callable
 
 from omegaconf import DictConfig
 
 from personalens import config as C
+from personalens import console
 from personalens.errors import PersonalensError
 
 
@@ -37,7 +37,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         "data_root": str(Path(cfg.data.root).resolve()),
     })
     _check_models(cfg, ("user_agent", "assistant"))  # before the config is saved as this run's
-    C.check_or_save(out_dir, "generate", cfg, digest)
+    C.check_or_save(out_dir, "generate", cfg, digest, _resolved(cfg, ("user_agent", "assistant")))
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
     load = engines or functools.cache(lambda: _engines(cfg, ("user_agent", "assistant")))
     simulate(
@@ -67,7 +67,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     digest = C.fingerprint({"judge": C.model_identity(cfg.judge), "sampling": C.plain(cfg.protocol.judge),
                             "templates": templates_digest, "turn_level": bool(cfg.judging.turn_level)})
     _check_models(cfg, ("judge",))
-    C.check_or_save(out_dir, "judge", cfg, digest)
+    C.check_or_save(out_dir, "judge", cfg, digest, _resolved(cfg, ("judge",)))
     load = engines or functools.cache(lambda: _engines(cfg, ("judge",)))
     score(
         dialogues.to_pylist(), {s.key: s for s in _scenarios(cfg)},
@@ -98,8 +98,8 @@ def report(cfg: DictConfig) -> int:
     runs = [Path(r) for r in (cfg.report.runs or [cfg.run.out_dir])]
     result = build_report(runs, Path(cfg.report.out_dir), bootstrap=int(cfg.report.bootstrap),
                           seed=int(cfg.seed), figure5_domains=list(cfg.report.figure5_domains))
-    print(result.table3_markdown())
-    print(f"\nreport written to {cfg.report.out_dir}", file=sys.stderr)
+    print(result.table3_markdown(), file=console.out())
+    print(f"\nreport written to {cfg.report.out_dir}", file=console.err())
     return 0
 
 
@@ -139,6 +139,14 @@ def _templates(cfg: DictConfig):
 def _check_models(cfg: DictConfig, roles: tuple[str, ...]) -> None:
     from personalens.engines.build import model_configs
     model_configs({role: cfg[role] for role in roles})
+
+
+def _resolved(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
+    """What each in-process model's `dtype` means on this machine, kept in the saved config (the
+    fingerprint keeps the configured value, so shards on different CPUs still form one run)."""
+    from personalens.engines.dtype import local_dtype
+    return {role: {"dtype": vars(local_dtype(str(cfg[role].dtype)))}
+            for role in roles if cfg[role].engine == "vllm"}
 
 
 def _engines(cfg: DictConfig, roles: tuple[str, ...]) -> dict:

@@ -40,9 +40,10 @@ def model_identity(model_cfg: DictConfig) -> dict:
     return {k: v for k, v in plain(model_cfg).items() if k not in _RUNTIME_ONLY}
 
 
-def check_or_save(out_dir: Path, name: str, cfg: DictConfig, digest: str) -> None:
-    """Save the resolved config as `<out_dir>/<name>.yaml`; refuse to run into an output dir whose
-    saved config has another fingerprint, so results of different configurations never mix."""
+def check_or_save(out_dir: Path, name: str, cfg: DictConfig, digest: str, resolved: dict | None = None) -> None:
+    """Save the resolved config as `<out_dir>/<name>.yaml`, with `resolved` (what settings such as
+    `dtype: auto` became on this machine) beside it; refuse to run into an output dir whose saved
+    config has another fingerprint, so results of different configurations never mix."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.yaml"
     if path.exists():
@@ -53,7 +54,7 @@ def check_or_save(out_dir: Path, name: str, cfg: DictConfig, digest: str) -> Non
                 f"{saved.get('fingerprint')} vs {digest} now: models, prompts, sampling or protocol differ). "
                 f"Use another run.name / run.out_dir, or delete {out_dir} to start over.")
         return
-    resolved = OmegaConf.create({"fingerprint": digest, "config": plain(cfg)})
+    saved = OmegaConf.create({"fingerprint": digest, "config": plain(cfg), "resolved": resolved or {}})
     tmp = path.with_suffix(f".yaml.{os.getpid()}.tmp")
-    OmegaConf.save(resolved, tmp)
+    OmegaConf.save(saved, tmp)
     os.replace(tmp, path)

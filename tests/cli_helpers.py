@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 PERSONALENS = [sys.executable, "-m", "personalens.cli"]
 
 
-def cli_env() -> dict:
-    env = dict(os.environ)
-    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    return env
-
-
 def run_cli(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*PERSONALENS, *args], cwd=REPO, env=cli_env(), text=True,
+    proc = subprocess.run([*PERSONALENS, *args], cwd=REPO, text=True,
                           capture_output=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"personalens {' '.join(args)} exited {proc.returncode}\n"
@@ -31,7 +24,7 @@ def run_cli(*args: str, timeout: float = 900, check: bool = True) -> subprocess.
 def start_cli(*args: str, log: Path) -> subprocess.Popen:
     """Start the CLI in its own process group, so a test can kill it with every vLLM worker."""
     with open(log, "w") as out:
-        return subprocess.Popen([*PERSONALENS, *args], cwd=REPO, env=cli_env(), stdout=out,
+        return subprocess.Popen([*PERSONALENS, *args], cwd=REPO, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -276,3 +276,14 @@ def test_system_prompt_reaches_the_model(engine):
     system = "Your name is Zorblax. Always say your name."
     (out,) = engine.generate([chat("What is your name?", system=system, max_tokens=20)])
     assert "Zorblax" in out.text
+
+
+@pytest.mark.vllm
+def test_engine_runs_in_the_dtype_the_cpu_rule_chose(engine):
+    from personalens.engines.dtype import choose_dtype, read_cpu_flags
+    from vllm.platforms import current_platform
+
+    expected = choose_dtype("auto", on_cpu=current_platform.is_cpu(), cpu_flags=read_cpu_flags())
+    assert engine.dtype == expected
+    if expected.dtype != "auto":
+        assert str(engine._llm.llm_engine.model_config.dtype) == f"torch.{expected.dtype}"

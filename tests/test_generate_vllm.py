@@ -10,9 +10,11 @@ import time
 from collections import Counter
 
 import pytest
+from omegaconf import OmegaConf
 
 from cli_helpers import REPO, read_rows, run_cli, start_cli
 from personalens.data import load_scenarios
+from personalens.engines.dtype import choose_dtype, read_cpu_flags
 
 pytestmark = pytest.mark.vllm
 
@@ -50,7 +52,11 @@ def test_generate_writes_one_wellformed_row_per_dialogue_and_resumes(tmp_path):
         assert all("TERMINATE" not in t["text"] for t in row["turns"][1:])
         assert row["assistant_model"] == row["user_model"] == "SmolLM2-135M-Instruct"
         assert row["kind"] == ("SD" if row["task_id"].startswith("SD-") else "MD")
-    assert (out / "generate.yaml").read_text().startswith("fingerprint:")
+    saved = OmegaConf.load(out / "generate.yaml")
+    assert saved.config.assistant.dtype == "auto"  # as configured; what it became is recorded beside it
+    expected = choose_dtype("auto", on_cpu=True, cpu_flags=read_cpu_flags())
+    assert saved.resolved.assistant.dtype == OmegaConf.create(vars(expected))
+    assert "vllm" in (out / "logs" / "generate.log").read_text()
 
     # same command again: nothing left to do, nothing duplicated
     again = run_cli(*args)
@@ -84,7 +90,10 @@ def test_a_killed_run_resumes_with_no_dialogue_lost_or_duplicated(tmp_path):
     before = read_rows(out / "dialogues")
     assert before and len(before) < len(expected_keys("0-1"))
 
-    run_cli(*args)
+    # resumed with verbose=true: the libraries' logs come to the terminal's stderr, stdout stays empty
+    resumed = run_cli(*args, "verbose=true")
+    assert "(EngineCore pid=" in resumed.stderr and resumed.stdout == ""
+    assert not (out / "logs" / "generate.log").exists()
     after = read_rows(out / "dialogues")
     counts = Counter(keys(after))
     assert set(counts) == expected_keys("0-1")

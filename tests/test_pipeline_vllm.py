@@ -21,7 +21,7 @@ RANGES = {"task_completion": (0.0, 1.0), "personalization": (1.0, 4.0),
 def pipeline(tmp_path_factory):
     out = tmp_path_factory.mktemp("pipeline") / "run"
     proc = run_cli("run", "data.users=0", "protocol=quick", "judging.turn_level=true",
-                   f"run.out_dir={out}", "progress=false", "report.bootstrap=200")
+                   f"run.out_dir={out}", "report.bootstrap=200")
     return out, proc
 
 
@@ -64,6 +64,26 @@ def test_the_report_holds_the_tables_and_figures(pipeline):
         assert width > 100 and height > 100
     # the Table 3 layout is printed at the end
     assert "SmolLM2-135M-Instruct" in proc.stdout and "TCR" in proc.stdout
+
+
+def test_the_terminal_shows_results_on_stdout_and_a_few_lines_on_stderr(pipeline):
+    out, proc = pipeline
+    # stdout carries the Table 3 layout alone, so `personalens run > table.md` captures just it
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines[0].startswith("### Table 3") and all(
+        line.startswith(("|", "### ", "_")) for line in lines), proc.stdout
+    # stderr: where the logs are, one line per model load, progress bars, summaries
+    terminal = proc.stderr.splitlines()  # each progress-bar refresh counts as a line
+    assert len(terminal) <= 40, proc.stderr
+    log_file = out / "logs" / "run.log"
+    assert terminal[0] == f"personalens run: library logs (vLLM, torch) go to {log_file}"
+    loads = [line for line in terminal if line.startswith("loaded SmolLM2-135M-Instruct: ")]
+    assert len(loads) == 1 and ", on cpu, in " in loads[0]  # one engine serves all three roles
+    assert not any("INFO" in line or "WARNING" in line for line in terminal), proc.stderr
+    # the libraries' logs, worker processes included, are in the log file
+    log = log_file.read_text()
+    assert "(EngineCore pid=" in log and "INFO" in log and "vllm" in log
+    assert "loaded SmolLM2-135M-Instruct" in log  # personalens' own lines are kept there too
 
 
 def test_rerunning_the_pipeline_judges_nothing_twice(pipeline):

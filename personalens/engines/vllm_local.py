@@ -7,14 +7,19 @@ vLLM starts worker processes; a script that builds this engine needs an
 from __future__ import annotations
 
 import gc
+import logging
 import os
+import time
 from pathlib import Path
 from typing import Sequence
 
 from personalens.engines.base import Generation, Request
 from personalens.engines.chat import format_messages, resolve_system_role
 from personalens.engines.config import ModelConfig
+from personalens.engines.dtype import local_dtype
 from personalens.engines.embedded import embedded_model_dir
+
+log = logging.getLogger(__name__)
 
 
 class VllmEngine:
@@ -23,13 +28,16 @@ class VllmEngine:
         if config.cpu_reserved_cores is not None:
             # read by vLLM's engine processes when they start; a value the user exported wins
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(config.cpu_reserved_cores))
+        started = time.monotonic()
         from vllm import LLM  # heavy; only engines that run in-process need it
+        from vllm.platforms import current_platform
 
         self.name = config.name
+        self.dtype = local_dtype(config.dtype)
         self._llm = LLM(
             model=model,
             tokenizer=config.tokenizer or model,
-            dtype=config.dtype,
+            dtype=self.dtype.dtype,
             tensor_parallel_size=config.tensor_parallel_size,
             gpu_memory_utilization=config.gpu_memory_utilization,
             kv_cache_memory_bytes=config.kv_cache_memory_bytes,
@@ -43,6 +51,8 @@ class VllmEngine:
             structured_outputs_config={"backend": "xgrammar"},
         )
         self._system_role = resolve_system_role(config.system_role, self._llm.get_tokenizer().chat_template)
+        log.info(f"loaded {self.name}: {self.dtype.describe()}, on {current_platform.device_type}, "
+                 f"in {time.monotonic() - started:.1f} s")
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         if not requests:

@@ -4,7 +4,7 @@ calls, streaming the judgments to Parquet and skipping those a previous run alre
 from __future__ import annotations
 
 import hashlib
-import sys
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,7 @@ from personalens.prompts.render import PER_SPEAKER, RATED_SPEAKERS, judge_messag
 from personalens.prompts.templates import Templates
 from personalens.store import ID_FIELDS, JUDGMENT_KEY, JUDGMENT_SCHEMA, PartWriter, Progress, existing_values
 
+log = logging.getLogger(__name__)
 _ID_NAMES = [name for name, _ in ID_FIELDS]
 # dimension -> the speakers rated separately (naturalness and coherence: user and assistant)
 SPEAKERS = {dim: tuple(RATED_SPEAKERS) for dim in PER_SPEAKER}
@@ -74,8 +75,8 @@ def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenari
     writer = PartWriter(folder, JUDGMENT_SCHEMA)
     outside = sum((d["user_id"], d["task_id"]) not in scenarios for d in dialogues)
     if outside:
-        print(f"judge: {outside} dialogues in {folder.parent.parent} are outside the data selection "
-              "and are not judged", file=sys.stderr)
+        log.warning(f"judge: {outside} dialogues in {folder.parent.parent} are outside the data selection "
+                    "and are not judged")
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
     engine = load_engine() if items else None
     bar = Progress(total=len(items), label="judge", unit="judgment", enabled=progress)
@@ -100,8 +101,8 @@ def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenari
         bar.update(len(chunk), active=len(items) - start - len(chunk),
                    tokens=sum(g.completion_tokens for g in generations))
     bar.close()
-    print(f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "
-          f"{failed} outputs without a valid score", file=sys.stderr)
+    log.info(f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "
+             f"{failed} outputs without a valid score")
     return len(items)
 
 

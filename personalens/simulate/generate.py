@@ -4,7 +4,7 @@ dialogues to Parquet, skipping the ones a previous run already wrote."""
 from __future__ import annotations
 
 import hashlib
-import sys
+import logging
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
@@ -17,6 +17,8 @@ from personalens.prompts.templates import Templates
 from personalens.simulate.dialogue import Dialogue, DialogueKey
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
 from personalens.store import PartWriter, Progress
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -129,5 +131,5 @@ def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates
     bar.close()
     summary = GenerateSummary(len(todo), skipped, totals["turns"], totals["tokens"],
                               time.monotonic() - started, totals["prompt"], totals["cached"])
-    print(summary.line(), file=sys.stderr)
+    log.info(summary.line())
     return summary

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 from tqdm import tqdm
 
+from personalens import console
+
 
 class Progress:
     def __init__(self, total: int, label: str, unit: str, enabled: bool = True):
-        self._bar = tqdm(total=total, desc=label, unit=unit, file=sys.stderr,
+        self._bar = tqdm(total=total, desc=label, unit=unit, file=console.err(),
                          disable=not enabled, dynamic_ncols=True)
         self._started = time.monotonic()
         self._tokens = 0
