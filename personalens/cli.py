@@ -15,6 +15,8 @@ subcommands:
   merge      check that every scenario of the selection is present exactly once across shards
   report     write the paper's tables and figures for one or more runs
   run        generate, judge and report in one process, then print the Table 3 layout
+  stats      print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)
+  diversity  print and write Table 10's lexical diversity of a run's dialogues (or any dialogue Parquet)
 
 DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT. Everything else is a Hydra override,
 e.g. `personalens generate data.users=sample50 model@assistant=llama31_8b assistant.path=/models/llama`.
@@ -31,6 +33,8 @@ def _commands() -> dict[str, Callable]:
         "merge": commands.merge,
         "report": commands.report,
         "run": commands.run,
+        "stats": commands.stats,
+        "diversity": commands.diversity,
     }
 
 
