@@ -34,7 +34,8 @@ def build_stats(data_root: Path, users: object, schema: Path | None, out_dir: Pa
     selected = user_indices(users)
     indices = selected if selected is not None else tuple(list_user_indices(root))
     scenarios = load_scenarios(root, indices)
-    profiles = [load_user(root, i) for i in indices]
+    loaded = {s.user.index: s.user for s in scenarios}  # parsed already, with their tasks
+    profiles = [loaded[i] if i in loaded else load_user(root, i) for i in indices]
     tables = [S.table1(load_task_definitions(root), scenarios), S.table6(profiles), S.table7(profiles)]
     messages = []
     schema_path = S.default_schema_path(root) if schema is None else Path(schema)

@@ -128,7 +128,9 @@ def scores(texts: pa.Array, protocol: Protocol) -> Scores | None:
             return None
         samples.append((sum(map(len, sample)), distinct_n(sample, 1), distinct_n(sample, 2),
                         ngram_entropy(sample, 4), self_bleu(sample, protocol.hypotheses, rng)))
-    means = np.nanmean(np.array(samples, dtype=np.float64), axis=0)
+    values = np.array(samples, dtype=np.float64)
+    defined = ~np.isnan(values)  # Self-BLEU is undefined for a sample of one utterance
+    means = np.where(defined.any(axis=0), np.nansum(values, axis=0) / np.maximum(defined.sum(axis=0), 1), np.nan)
     return Scores(len(texts), *map(float, means))
 
 
