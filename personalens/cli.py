@@ -20,6 +20,8 @@ subcommands:
   merge      check that every scenario of the selection is present exactly once across shards
   report     write the paper's tables and figures for one or more runs
   run        generate, judge and report in one process, then print the Table 3 layout
+  stats      print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)
+  diversity  print and write Table 10's lexical diversity of a run's dialogues (or any dialogue Parquet)
 
 DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT; --strict for data.strict=true (quirks of
 the release that its own code tolerates, warnings by default, become errors). Everything else is a Hydra override,
@@ -37,6 +39,8 @@ def _commands() -> dict[str, Callable]:
         "merge": commands.merge,
         "report": commands.report,
         "run": commands.run,
+        "stats": commands.stats,
+        "diversity": commands.diversity,
     }
 
 

@@ -153,3 +153,26 @@ def _engines(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
     from personalens.engines.build import build_engines
     return build_engines({role: cfg[role] for role in roles})
 
+
+
+def stats(cfg: DictConfig) -> int:
+    from personalens.validation.build import build_stats
+    result = build_stats(Path(cfg.data.root), cfg.data.users, cfg.stats.schema and Path(cfg.stats.schema),
+                         Path(cfg.stats.out_dir))
+    print(result.markdown())
+    for message in result.messages:
+        print(f"personalens stats: {message}", file=console.err())
+    print(f"\nstats written to {cfg.stats.out_dir}", file=console.err())
+    return 0
+
+
+def diversity(cfg: DictConfig) -> int:
+    from personalens.validation.build import build_diversity
+    from personalens.validation.diversity import Protocol
+    d = cfg.diversity
+    source = Path(d.input) if d.input else Path(cfg.run.out_dir) / "dialogues"
+    protocol = Protocol(int(d.token_budget), int(d.repeats), int(d.self_bleu_hypotheses), int(cfg.seed))
+    result = build_diversity(source, protocol, bool(d.by_speaker), Path(d.out_dir))
+    print(result.markdown())
+    print(f"\ndiversity of {source} written to {d.out_dir}", file=console.err())
+    return 0

@@ -91,9 +91,11 @@ def test_a_killed_run_resumes_with_no_dialogue_lost_or_duplicated(tmp_path):
     assert before and len(before) < len(expected_keys("0-1"))
 
     # resumed with verbose=true: the libraries' logs come to the terminal's stderr, stdout stays empty
+    log_file = out / "logs" / "generate.log"  # written by the killed run
+    logged = log_file.read_text()
     resumed = run_cli(*args, "verbose=true")
     assert "(EngineCore pid=" in resumed.stderr and resumed.stdout == ""
-    assert not (out / "logs" / "generate.log").exists()
+    assert log_file.read_text() == logged
     after = read_rows(out / "dialogues")
     counts = Counter(keys(after))
     assert set(counts) == expected_keys("0-1")

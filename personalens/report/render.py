@@ -17,7 +17,7 @@ from personalens.report.tables import Cell, Column, Table
 EMPTY = "–"
 # CSV columns per table column, by what the column holds.
 _CSV_FIELDS = {"judged": ("mean", "lo", "hi", "n", "unparsed"), "estimate": ("mean", "lo", "hi", "n"),
-               "count": ()}
+               "count": (), "value": ()}
 
 
 def cell_text(cell: Cell, column: Column) -> str:
@@ -25,6 +25,8 @@ def cell_text(cell: Cell, column: Column) -> str:
         return EMPTY
     if isinstance(cell, int):
         return str(cell)
+    if isinstance(cell, float):
+        return EMPTY if math.isnan(cell) else f"{cell:.{column.digits}f}"
     counts = f"n={cell.n}" + (f"; {cell.unparsed} unparsed" if cell.unparsed else "")
     if math.isnan(cell.mean):
         return f"{EMPTY} ({counts})"
@@ -87,8 +89,8 @@ def csv_text(tables: Sequence[Table]) -> str:
 
 
 def _csv_cell(cell: Cell, column: Column) -> list[object]:
-    if column.holds == "count":
-        return ["" if cell is None else cell]
+    if column.holds in ("count", "value"):
+        return ["" if cell is None or (isinstance(cell, float) and math.isnan(cell)) else cell]
     if not isinstance(cell, Estimate):  # an empty cell: no mean, nothing behind it
         values: list[object] = ["", "", "", 0, 0]
     else:

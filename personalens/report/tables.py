@@ -15,7 +15,7 @@ SETTING_ORDER = ("vanilla", "base", "base+D", "base+I", "base+S", "base+D+I+S")
 SETTING_LABELS = {"base+D+I+S": "base+all"}
 ALL_SD = "All SD"  # the Figure 5 series over every single-domain task
 
-Cell = Union[Estimate, int, None]
+Cell = Union[Estimate, int, float, None]
 Group = tuple[str, str]  # (assistant_model, setting)
 R = TypeVar("R", Judgment, Dialogue)
 K = TypeVar("K", bound=Hashable)
@@ -27,8 +27,9 @@ class Column:
     group: str  # header over several columns ("SD", "MD") or ""
     label: str  # "TCR (%)"
     digits: int = 2  # decimals shown for a mean
-    # "judged": estimates of judge scores (unparsed ones counted); "estimate": other means; "count": integers
-    holds: Literal["judged", "estimate", "count"] = "judged"
+    # "judged": estimates of judge scores (unparsed ones counted); "estimate": other means; "count": integers;
+    # "value": plain numbers shown with `digits` decimals
+    holds: Literal["judged", "estimate", "count", "value"] = "judged"
 
 
 @dataclass(frozen=True)

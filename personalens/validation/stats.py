@@ -1,0 +1,182 @@
+"""What the data holds: the paper's Table 1, Tables 6-7 (demographics) and Tables 8-9 (preferences).
+
+Pure functions of loaded records (and of the release's affinity schema, `res/schema.json`); the
+definitions that reproduce the paper's tables on the complete release are in docs/validation.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from scipy.stats import entropy
+
+from personalens.data.records import DOMAINS, Scenario, Task, UserProfile
+from personalens.errors import PersonalensError
+from personalens.report.tables import Column, Table
+from personalens.validation.regions import PREFER_NOT_TO_SAY, UNMAPPED, WITHHELD, region_of
+
+SCHEMA_FILE = Path("res") / "schema.json"
+REGION = "region"  # the derived variable (from birth_country)
+# Tables 6 and 7: (release key, label) in the paper's order of variables.
+TABLE6_VARIABLES = (("age", "Age"), ("gender", "Gender"), ("ethnicity", "Self-Reported Ethnicity"),
+                    ("religion", "Self-Reported Religion"), ("employment_status", "Employment Status"))
+TABLE7_VARIABLES = (("education", "Education"), ("marital_status", "Marital Status"),
+                    ("english_proficiency", "English Proficiency"), (REGION, "Regions"))
+FIGURE3_VARIABLES = (("age", "Age"), ("gender", "Gender"), (REGION, "Region (country of birth)"),
+                     ("ethnicity", "Ethnicity"))
+# Tables 8 and 9 split the domains where the paper does.
+TABLE8_DOMAINS, TABLE9_DOMAINS = DOMAINS[:10], DOMAINS[10:]
+# answers the paper lists after all others, whatever their frequency
+_LAST = (UNMAPPED, PREFER_NOT_TO_SAY)
+
+
+class StatsError(PersonalensError, ValueError):
+    """A missing or malformed affinity schema."""
+
+
+# ---- Table 1 ------------------------------------------------------------------------------------
+
+def table1(definitions: Mapping[str, Task], scenarios: Sequence[Scenario]) -> Table:
+    """Tasks and dialogues per domain; a multi-domain task or dialogue counts in each of its domains."""
+    tasks = Counter(d for task in definitions.values() for d in task.domains)
+    dialogues = Counter(d for s in scenarios for d in s.task.domains)
+    rows = [((domain,), (tasks[domain], dialogues[domain])) for domain in DOMAINS]
+    for kind in ("SD", "MD"):
+        rows.append(((f"Total {kind}",), (sum(t.kind == kind for t in definitions.values()),
+                                          sum(s.task.kind == kind for s in scenarios))))
+    columns = (Column("tasks", "", "#Tasks", holds="count"), Column("dialogues", "", "#Dial", holds="count"))
+    return Table("table1", "Table 1: tasks and dialogues per domain", ("Domain",), columns, tuple(rows),
+                 notes=("A multi-domain task definition and a multi-domain dialogue count towards each of "
+                        "their domains; the totals count each once. #Dial is over the selected users.",))
+
+
+# ---- Tables 6 and 7 -------------------------------------------------------------------------------
+
+def demographic_value(profile: UserProfile, key: str) -> str:
+    """A user's answer for a Table 6-7 variable, withheld answers as "Prefer not to say"."""
+    if key == REGION:
+        return region_of(profile.demographics["birth_country"])
+    value = profile.demographics[key]
+    return PREFER_NOT_TO_SAY if value in WITHHELD else value
+
+
+def demographic_counts(profiles: Sequence[UserProfile], key: str) -> list[tuple[str, int]]:
+    """(value, count) by descending count (ties by name), "Other" and "Prefer not to say" last."""
+    counts = Counter(demographic_value(p, key) for p in profiles)
+    return sorted(counts.items(), key=lambda vc: (_LAST.index(vc[0]) if vc[0] in _LAST else -1, -vc[1], vc[0]))
+
+
+def demographics_table(name: str, title: str, profiles: Sequence[UserProfile],
+                       variables: Sequence[tuple[str, str]]) -> Table:
+    n = len(profiles)
+    rows = [(("Total Participants", ""), (n, 100.0 if n else None))]
+    for key, label in variables:
+        rows += [((label, value), (count, 100.0 * count / n)) for value, count in demographic_counts(profiles, key)]
+    notes = ['"Prefer not to say" is the release\'s N/A.']
+    if any(key == REGION for key, _ in variables):
+        notes.append("Regions are derived from the country of birth.")
+        unmapped = sorted({p.demographics["birth_country"] for p in profiles
+                           if demographic_value(p, REGION) == UNMAPPED})
+        if unmapped:
+            notes.append(f'"{UNMAPPED}" holds countries of birth with no region: {", ".join(unmapped)}.')
+    columns = (Column("count", "", "Count", holds="count"), Column("percent", "", "%", 1, holds="value"))
+    return Table(name, title, ("Variable", "Value"), columns, tuple(rows), notes=tuple(notes))
+
+
+def table6(profiles: Sequence[UserProfile]) -> Table:
+    return demographics_table("table6", "Table 6: demographics, part 1", profiles, TABLE6_VARIABLES)
+
+
+def table7(profiles: Sequence[UserProfile]) -> Table:
+    return demographics_table("table7", "Table 7: demographics, part 2", profiles, TABLE7_VARIABLES)
+
+
+# ---- Tables 8 and 9 -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PreferenceType:
+    domain: str
+    name: str
+    categorical: bool
+    possible_values: tuple[str, ...]
+
+
+def default_schema_path(data_root: Path) -> Path:
+    """Where a clone of the official repository keeps the schema: beside `data/`."""
+    return Path(data_root).resolve().parent / SCHEMA_FILE
+
+
+def load_schema(path: Path) -> list[PreferenceType]:
+    """Every preference type of `res/schema.json`, in the schema's order."""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise StatsError(f"{path}: cannot read the affinity schema: {err.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise StatsError(f"{path}: the affinity schema is not valid JSON: {err}") from None
+    types = []
+    try:
+        for i, domain in enumerate(obj):
+            for j, a in enumerate(domain["affinities"]):
+                if not isinstance(a["is_categorical"], bool) or not isinstance(a["possible_values"], list):
+                    raise StatsError(f"{path}: [{i}].affinities[{j}]: is_categorical must be a boolean and "
+                                     "possible_values a list")
+                types.append(PreferenceType(domain["domain"], a["name"], a["is_categorical"],
+                                            tuple(a["possible_values"])))
+    except (KeyError, TypeError) as err:
+        raise StatsError(f"{path}: not an affinity schema (a list of domains with their affinities: name, "
+                         f"is_categorical, possible_values): missing or wrong {err}") from None
+    return types
+
+
+def occurrences(profiles: Iterable[UserProfile], domain: str, name: str) -> Counter[str]:
+    """How often each value occurs over all users (interested or not); a list counts each element."""
+    counts: Counter[str] = Counter()
+    for p in profiles:
+        value = p.affinities.get(domain, {}).get(name)
+        if value is not None:
+            counts.update((value,) if isinstance(value, str) else value)
+    return counts
+
+
+def evenness(counts: Mapping[str, int]) -> float:
+    """Shannon evenness H / ln(k) over the k distinct values present; NaN when k < 2."""
+    k = len(counts)
+    return float(entropy(list(counts.values())) / math.log(k)) if k >= 2 else math.nan
+
+
+def preferences_table(name: str, title: str, profiles: Sequence[UserProfile],
+                      types: Sequence[PreferenceType], domains: Sequence[str]) -> Table:
+    """Per domain and preference type: categorical, # possible, # generated, # distinct, evenness."""
+    rows = []
+    for t in (t for d in domains for t in types if t.domain == d):
+        counts = occurrences(profiles, t.domain, t.name)
+        possible = len(t.possible_values) if t.categorical else None
+        shown = min(len(counts), possible) if possible is not None else len(counts)
+        outside = sum(v not in t.possible_values for v in counts) if t.categorical else None
+        rows.append(((t.domain, t.name, "✓" if t.categorical else "✗"),
+                     (possible, shown, len(counts), outside, evenness(counts))))
+    columns = (Column("possible", "", "# Poss.", holds="count"), Column("generated", "", "# Gen.", holds="count"),
+               Column("distinct", "", "# Distinct", holds="count"),
+               Column("outside_schema", "", "# Outside schema", holds="count"),
+               Column("evenness", "", "Evenness", 2, holds="value"))
+    return Table(name, title, ("Domain", "Preference Type", "Is Categorical"), columns, tuple(rows), notes=(
+        "Over all selected users, also those not interested in the domain; each element of a list value "
+        "counts once. # Poss. is the length of possible_values in res/schema.json (categorical types only). "
+        "# Gen. is min(# Distinct, # Poss.) for categorical types, as the paper prints it, else # Distinct. "
+        "# Outside schema counts distinct values missing from possible_values. Evenness is H / ln(k) "
+        "with k = # Distinct (– when k < 2).",))
+
+
+def table8(profiles: Sequence[UserProfile], types: Sequence[PreferenceType]) -> Table:
+    return preferences_table("table8", "Table 8: user preferences, Alarm to Media", profiles, types, TABLE8_DOMAINS)
+
+
+def table9(profiles: Sequence[UserProfile], types: Sequence[PreferenceType]) -> Table:
+    return preferences_table("table9", "Table 9: user preferences, Messaging to Travel", profiles, types,
+                             TABLE9_DOMAINS)
