@@ -127,8 +127,9 @@ def saved_dialogue(released, user_id: str, task_id: str, model: str, tag: str = 
 
 
 def sent_messages(request: dict, model: str, system: str) -> list[dict]:
-    """The (system, user) pair a request carried: Claude's API fields, or parsed back out of the
-    prompt string the released code formats by hand for Llama and Mistral, given its system part."""
+    """The messages a request carried: Claude's API fields; for Llama, the (system, user) pair parsed
+    back out of the prompt string the released code formats by hand (given its system part); for
+    Mistral, whose format has no system role, the one [INST] block's text."""
     if "messages" in request:
         assert len(request["messages"]) == 1 and request["messages"][0]["role"] == "user"
         return [{"role": "system", "content": request["system"]},
@@ -138,10 +139,10 @@ def sent_messages(request: dict, model: str, system: str) -> list[dict]:
         head = f"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>\n" \
                "<|start_header_id|>user<|end_header_id|>\n\n"
         tail = "<|eot_id|>\n<|start_header_id|>assistant<|end_header_id|>"
-    else:
-        head, tail = f"<s>[INST]{system}", "[/INST]"
-    assert raw.startswith(head) and raw.endswith(tail), raw[:200]
-    return [{"role": "system", "content": system}, {"role": "user", "content": raw[len(head):-len(tail)]}]
+        assert raw.startswith(head) and raw.endswith(tail), raw[:200]
+        return [{"role": "system", "content": system}, {"role": "user", "content": raw[len(head):-len(tail)]}]
+    assert raw.startswith("<s>[INST]") and raw.endswith("[/INST]"), raw[:200]
+    return [{"role": "user", "content": raw[len("<s>[INST]"):-len("[/INST]")]}]
 
 
 @pytest.mark.parametrize("kind", ["SD", "MD"])

@@ -38,7 +38,7 @@ from typing import Mapping, Sequence, TypedDict
 from personalens.data.records import Role, Scenario, Turn
 from personalens.prompts.sections import style_named
 from personalens.prompts.setting import PromptSetting
-from personalens.prompts.templates import Templates
+from personalens.prompts.templates import PromptError, Templates
 
 
 class Message(TypedDict):
@@ -82,7 +82,8 @@ def assistant_messages(
 ) -> list[Message]:
     """The assistant's system prompt for `setting` and `family`, then the dialogue so far (ending
     with the user): as chat turns, or as text in one user message when the set has a
-    `<mode>.user.txt` template for it."""
+    `<mode>.user.txt` template for it (a family may then have no system prompt: Mistral's chat
+    format has no system role, and the release writes its instructions into the user message)."""
     _check_turns(turns, next_role="assistant")
     if family not in FAMILIES:
         raise ValueError(f"unknown prompt family {family!r}; expected one of {', '.join(FAMILIES)}")
@@ -93,12 +94,16 @@ def assistant_messages(
         "interactions": style.interactions(user, task) if setting.interactions else None,
         "situation": style.situation(scenario.situation) if setting.situation else None,
     }
-    folder = f"assistant/{family}/" if f"assistant/{family}/{setting.mode}.txt" in templates.sources else "assistant/"
-    system = _system(templates.render(f"{folder}{setting.mode}.txt", **context))
+    own = f"assistant/{family}/{setting.mode}"
+    folder = f"assistant/{family}/" if templates.first(f"{own}.txt", f"{own}.user.txt") else "assistant/"
+    system = templates.first(f"{folder}{setting.mode}.txt")
     as_text = templates.first(f"{folder}{setting.mode}.user.txt")
+    head = [_system(templates.render(system, **context))] if system else []
     if as_text is not None:
-        return [system, _user(templates.render(as_text, **context, conversation=style.history(turns)))]
-    return [system, *({"role": turn.role, "content": turn.text} for turn in turns)]
+        return [*head, _user(templates.render(as_text, **context, conversation=style.history(turns)))]
+    if not head:
+        raise PromptError(f"{templates.folder}: {folder}{setting.mode}.txt is missing")
+    return [*head, *({"role": turn.role, "content": turn.text} for turn in turns)]
 
 
 def judge_messages(

@@ -25,6 +25,8 @@ def cell_text(cell: Cell, column: Column) -> str:
         return EMPTY
     if isinstance(cell, int):
         return str(cell)
+    if isinstance(cell, float):
+        return f"{cell:.{column.digits}f}"
     counts = f"n={cell.n}" + (f"; {cell.unparsed} unparsed" if cell.unparsed else "")
     if math.isnan(cell.mean):
         return f"{EMPTY} ({counts})"
@@ -89,8 +91,10 @@ def csv_text(tables: Sequence[Table]) -> str:
 def _csv_cell(cell: Cell, column: Column) -> list[object]:
     if column.holds == "count":
         return ["" if cell is None else cell]
-    if not isinstance(cell, Estimate):  # an empty cell: no mean, nothing behind it
-        values: list[object] = ["", "", "", 0, 0]
+    if isinstance(cell, float):  # a published number: no interval, no count behind it here
+        values: list[object] = [repr(cell), "", "", "", ""]
+    elif not isinstance(cell, Estimate):  # an empty cell: no mean, nothing behind it
+        values = ["", "", "", 0, 0]
     else:
         bounds = ["" if math.isnan(x) else repr(x) for x in (cell.mean, cell.lo, cell.hi)]
         values = [*bounds, cell.n, cell.unparsed]
