@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import xgrammar as xg
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from personalens import commands
 from personalens.config import register_resolvers
@@ -21,10 +23,9 @@ from personalens.paths import PROJECT_ROOT
 from personalens.report import ReportError, build_report
 from personalens.simulate.dialogue import Dialogue, EndRules
 from personalens.simulate.lockstep import run_lockstep
+from cli_helpers import read_rows
 from test_lockstep import SAMPLING, ScriptedEngine, render, scenario
 from test_report import judge_all, make_dialogue, write_run
-
-from cli_helpers import read_rows
 
 OFFICIAL = EndRules(terminate="substring", reply_after_cap=True)
 PAPER = EndRules()
@@ -153,8 +154,8 @@ def test_every_official_output_is_read_alike_by_the_released_gathering_code(tmp_
     """Outputs of the official grammars, read by the release's own util/gather_evaluation.py from its
     file layout, and by our parser: the same scores; a TC output without a verdict is False for both."""
     monkeypatch.syspath_prepend(str(RELEASED))
-    for name in [n for n in list(__import__("sys").modules) if n == "util" or n.startswith("util.")]:
-        monkeypatch.delitem(__import__("sys").modules, name)
+    for name in [n for n in list(sys.modules) if n == "util" or n.startswith("util.")]:
+        monkeypatch.delitem(sys.modules, name)
     from util import gather_evaluation as released  # the released module (no client imports)
 
     formats = official_formats(800)
@@ -300,7 +301,6 @@ def run_with_config(run_dir: Path, fidelity: str, model: str) -> Path:
     judgments = judge_all(dialogues[0], 1.0, 3.0) + judge_all(dialogues[1], 0.0, 2.0)
     write_run(run_dir, dialogues, judgments, shards=1)
     cfg = config(f"fidelity={fidelity}", "model@assistant=llama31_8b", "assistant.path=null")
-    from omegaconf import OmegaConf
     OmegaConf.save(OmegaConf.create({"fingerprint": "f", "config": OmegaConf.to_container(cfg, resolve=True)}),
                    run_dir / "generate.yaml")
     return run_dir

@@ -16,7 +16,6 @@ import json
 import runpy
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
