@@ -23,38 +23,43 @@ def validate(cfg: DictConfig) -> int:
 
 
 def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+    from personalens.simulate.dialogue import EndRules
     from personalens.simulate.generate import Protocol, generate as simulate
     from personalens.store import DIALOGUE_SCHEMA, KEY_COLUMNS, PartWriter, existing_values, shard_dir
 
     scenarios = _scenarios(cfg)
     setting = _setting(cfg)
+    family = _prompt_family(cfg)
     templates, templates_digest = _templates(cfg)
     out_dir = Path(cfg.run.out_dir)
     digest = C.fingerprint({
         "assistant": C.model_identity(cfg.assistant), "user_agent": C.model_identity(cfg.user_agent),
         "protocol": {k: C.plain(v) for k, v in cfg.protocol.items() if k != "judge"},
         "templates": templates_digest, "seed": int(cfg.seed),
-        "data_root": str(Path(cfg.data.root).resolve()),
+        "data_root": str(Path(cfg.data.root).resolve()), "fidelity": _fidelity_identity(cfg),
     })
     _check_models(cfg, ("user_agent", "assistant"))  # before the config is saved as this run's
     C.check_or_save(out_dir, "generate", cfg, digest, _resolved(cfg, ("user_agent", "assistant")))
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
     load = engines or functools.cache(lambda: _engines(cfg, ("user_agent", "assistant")))
+    print(f"generate: fidelity option {cfg.fidelity.name}, assistant prompt family {family}", file=console.err())
     simulate(
         scenarios, setting=setting, templates=templates,
         load_engines=lambda: {"user": load()["user_agent"], "assistant": load()["assistant"]},
         protocol=Protocol(cfg.protocol.max_rounds_sd, cfg.protocol.max_rounds_md,
                           {"user": C.sampling(cfg.protocol.user_agent),
-                           "assistant": C.sampling(cfg.protocol.assistant)}),
+                           "assistant": C.sampling(cfg.protocol.assistant)},
+                          EndRules(str(cfg.fidelity.terminate), bool(cfg.fidelity.reply_after_cap))),
         trials=int(cfg.trials), seed=int(cfg.seed),
         writer=PartWriter(folder, DIALOGUE_SCHEMA),
         done=existing_values(folder, KEY_COLUMNS),
-        run_id=str(cfg.run.name), config_hash=digest, progress=bool(cfg.progress),
+        run_id=str(cfg.run.name), config_hash=digest, progress=bool(cfg.progress), family=family,
     )
     return 0
 
 
 def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+    from personalens.judge.formats import formats_named
     from personalens.judge.run import judge as score
     from personalens.store import read_table, shard_dir
 
@@ -64,17 +69,23 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         raise PersonalensError(f"no dialogues in {shard_dir(out_dir, 'dialogues', cfg.shard.index, cfg.shard.count)}: "
                                "run `personalens generate` with the same run.out_dir and shard first")
     templates, templates_digest = _templates(cfg)
+    try:
+        formats = formats_named(str(cfg.fidelity.judge_format), int(cfg.protocol.judge.max_tokens))
+    except ValueError as err:
+        raise PersonalensError(f"fidelity.judge_format: {err}") from None
     digest = C.fingerprint({"judge": C.model_identity(cfg.judge), "sampling": C.plain(cfg.protocol.judge),
-                            "templates": templates_digest, "turn_level": bool(cfg.judging.turn_level)})
+                            "templates": templates_digest, "turn_level": bool(cfg.judging.turn_level),
+                            "fidelity": _fidelity_identity(cfg)})
     _check_models(cfg, ("judge",))
     C.check_or_save(out_dir, "judge", cfg, digest, _resolved(cfg, ("judge",)))
     load = engines or functools.cache(lambda: _engines(cfg, ("judge",)))
+    print(f"judge: fidelity option {cfg.fidelity.name}", file=console.err())
     score(
         dialogues.to_pylist(), {s.key: s for s in _scenarios(cfg)},
         templates=templates, load_engine=lambda: load()["judge"], sampling=C.sampling(cfg.protocol.judge),
         dimensions=list(cfg.judging.dimensions), turn_level=bool(cfg.judging.turn_level),
         folder=shard_dir(out_dir, "judgments", cfg.shard.index, cfg.shard.count),
-        progress=bool(cfg.progress),
+        progress=bool(cfg.progress), formats=formats,
     )
     return 0
 
@@ -131,9 +142,30 @@ def _setting(cfg: DictConfig):
 
 
 def _templates(cfg: DictConfig):
+    """The fidelity option's template set, or the folder prompt.dir names, with the option's rules."""
+    from personalens.prompts.sections import STYLES
     from personalens.prompts.templates import load_templates
-    templates = load_templates(cfg.prompt.dir)
+    rules = cfg.fidelity.prompts
+    if rules.style not in STYLES:
+        raise PersonalensError(f"fidelity.prompts.style: {rules.style!r} is not one of {', '.join(STYLES)}")
+    templates = load_templates(cfg.prompt.dir or rules.dir, style=str(rules.style), verbatim=bool(rules.verbatim))
     return templates, C.fingerprint(dict(templates.sources))
+
+
+def _fidelity_identity(cfg: DictConfig) -> dict:
+    """The fidelity option as it shapes results: its rules, not where its template folder lies
+    (the templates' text is fingerprinted by itself)."""
+    identity = C.plain(cfg.fidelity)
+    identity["prompts"] = {k: v for k, v in identity["prompts"].items() if k != "dir"}
+    return identity
+
+
+def _prompt_family(cfg: DictConfig) -> str:
+    from personalens.prompts.render import FAMILIES
+    family = str(cfg.assistant.get("prompt_family", "default"))
+    if family not in FAMILIES:
+        raise PersonalensError(f"assistant.prompt_family: {family!r} is not one of {', '.join(FAMILIES)}")
+    return family
 
 
 def _check_models(cfg: DictConfig, roles: tuple[str, ...]) -> None:

@@ -50,6 +50,7 @@ class ModelConfig:
     # None leaves vLLM's default of one, which on a small machine idles half the cores
     cpu_reserved_cores: int | None = None
     system_role: bool | str = "auto"
+    prompt_family: str = "default"  # the assistant prompts a fidelity option picks for it (docs/fidelity.md)
     server: ServerConfig | None = field(default=None)
 
     @classmethod

@@ -7,13 +7,17 @@ model cannot write ``</response>`` without ending the output.
 
 The parser reads grammar-conforming outputs and, for unconstrained engines, the paper's format
 written loosely (any case and spacing, ``**bold**``, ``[3]``, ``3/4``).
+
+``official_formats`` are the released code's output formats instead (the `official` fidelity
+option): the exact layout its prompts ask for, read with its own regular expressions, the free
+text bounded so that the whole output always fits in the judge's token budget.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 # Whitespace before the first token and between the score and the first label: bounded, since a
 # constrained model that may write unbounded whitespace sometimes never stops writing it.
@@ -37,12 +41,13 @@ class JudgeFormat:
     score_range: tuple[int, int]  # inclusive
     score_pattern: re.Pattern[str]  # group "score" holds the score token, "out_of" a "/N" if any
     score_words: tuple[str, ...] = ()  # lower-case words for the scores lo..hi; () means digits
+    missing: Verdict = _UNPARSED  # the reading of an output without any verdict or score
 
     def parse(self, text: str) -> Verdict:
-        """The first verdict or score in `text`; parsed=False when absent or out of range."""
+        """The first verdict or score in `text`; `missing` when absent, parsed=False when out of range."""
         match = self.score_pattern.search(text)
         if match is None:
-            return _UNPARSED
+            return self.missing
         lo, hi = self.score_range
         token = match["score"].lower()
         if self.score_words:
@@ -176,10 +181,82 @@ FORMATS: dict[str, JudgeFormat] = {
 }
 
 
-def format_for(dimension: str) -> JudgeFormat:
+def format_for(dimension: str, formats: Mapping[str, JudgeFormat] = FORMATS) -> JudgeFormat:
     try:
-        return FORMATS[dimension]
+        return formats[dimension]
     except KeyError:
         raise ValueError(
-            f"unknown judge dimension {dimension!r}; expected one of {sorted(FORMATS)}"
+            f"unknown judge dimension {dimension!r}; expected one of {sorted(formats)}"
         ) from None
+
+
+# ---- the released code's formats ---------------------------------------------------------------
+
+# Free text of the official formats: printable ASCII and newlines, so every character costs at
+# least one token of the budget; where a closing tag follows, without "<" so it cannot come early.
+_TEXT = "[\\x20-\\x7e\\n]"
+_TEXT_BEFORE_TAG = "[\\x20-\\x3b\\x3d-\\x7e\\n]"
+
+
+def bounded_grammar(opening: str, scores: Sequence[str], separators: Sequence[str], closing: str,
+                    max_tokens: int) -> str:
+    """EBNF for ``opening score (separator text)... closing`` whose longest output has at most
+    `max_tokens` - 1 characters (one token is kept for the end of text): each text field gets an
+    equal share of what the fixed parts leave."""
+    if not scores or not separators:
+        raise ValueError("bounded_grammar: needs scores and at least one free-text field")
+    fixed = len(opening) + max(map(len, scores)) + sum(map(len, separators)) + len(closing) + 1
+    room = (max_tokens - fixed) // len(separators)
+    if room < 1:
+        raise ValueError(f"judge max_tokens {max_tokens} is too small for the released code's output format, "
+                         f"which needs at least {fixed + len(separators)}")
+    body = [_literal(opening), "score", *(f"{_literal(sep)} text" for sep in separators)]
+    if closing:
+        body.append(_literal(closing))
+    return "\n".join([
+        "root ::= " + " ".join(body),
+        "score ::= " + " | ".join(_literal(s) for s in scores),
+        f"text ::= {_TEXT_BEFORE_TAG if closing else _TEXT}{{0,{room}}}",
+    ]) + "\n"
+
+
+def _official_scored(dimension: str, label: str, hi: int, separators: Sequence[str], max_tokens: int) -> JudgeFormat:
+    """``<response>`` then ``<label>: <1-hi>`` and the fields, read by the released `<label>: (\\d+)`."""
+    grammar = bounded_grammar(f"<response>\n{label}: ", [str(s) for s in range(1, hi + 1)], separators,
+                              "\n</response>", max_tokens)
+    return JudgeFormat(dimension, grammar, (1, hi), re.compile(rf"{label}: (?P<score>\d+)"))
+
+
+def official_formats(max_tokens: int) -> dict[str, JudgeFormat]:
+    """The released code's formats, for a judge allowed `max_tokens` new tokens. Its task-completion
+    reading counts an output without a verdict as False (kept in the rate's denominator)."""
+    return {
+        "task_completion": JudgeFormat(
+            "task_completion",
+            bounded_grammar("VERDICT: ", ["True", "False"], ["\nEXPLANATION: "], "", max_tokens),
+            (0, 1),
+            re.compile(r"VERDICT: (?P<score>True|False)", re.IGNORECASE),
+            score_words=("false", "true"),
+            missing=Verdict(0.0, True),
+        ),
+        "personalization": _official_scored(
+            "personalization", "Personalization Score", 4,
+            ["\nKey Observations:\n", "\n\nJustification: ", "\n\nImprovement Suggestions:\n"], max_tokens),
+        "naturalness": _official_scored("naturalness", "Naturalness Score", 5, ["\nJustification: "], max_tokens),
+        "coherence": _official_scored("coherence", "Coherence Score", 5, ["\nJustification: "], max_tokens),
+    }
+
+
+# fidelity option's `judge_format` -> the formats for a token budget
+JUDGE_FORMATS: Mapping[str, Callable[[int], Mapping[str, JudgeFormat]]] = {
+    "paper": lambda max_tokens: FORMATS,
+    "official": official_formats,
+}
+
+
+def formats_named(name: str, max_tokens: int) -> Mapping[str, JudgeFormat]:
+    try:
+        make = JUDGE_FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown judge format {name!r}; expected one of {', '.join(JUDGE_FORMATS)}") from None
+    return make(max_tokens)

@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Sequence
 
 from personalens.data.records import Scenario, Turn
 from personalens.engines.base import Engine, Request, Sampling
-from personalens.judge.formats import format_for
+from personalens.judge.formats import FORMATS, JudgeFormat, format_for
 from personalens.prompts.render import PER_SPEAKER, RATED_SPEAKERS, judge_messages
 from personalens.prompts.templates import Templates
 from personalens.store import ID_FIELDS, JUDGMENT_KEY, JUDGMENT_SCHEMA, PartWriter, Progress, existing_values
@@ -67,11 +67,12 @@ def render(templates: Templates, item: Item) -> list[dict]:
 
 def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenario], *,
           templates: Templates, load_engine: Callable[[], Engine], sampling: Sampling,
-          dimensions: Sequence[str], turn_level: bool, folder: Path, progress: bool = True) -> int:
+          dimensions: Sequence[str], turn_level: bool, folder: Path, progress: bool = True,
+          formats: Mapping[str, JudgeFormat] = FORMATS) -> int:
     """Judge what is not judged yet; returns the number of judgments written. `load_engine` is
-    called only when there is something to judge."""
+    called only when there is something to judge; `formats` are the output grammars and parsers."""
     for dim in dimensions:
-        format_for(dim)  # an unknown dimension fails before any model call
+        format_for(dim, formats)  # an unknown dimension fails before any model call
     writer = PartWriter(folder, JUDGMENT_SCHEMA)
     outside = sum((d["user_id"], d["task_id"]) not in scenarios for d in dialogues)
     if outside:
@@ -84,12 +85,12 @@ def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenari
     for start in range(0, len(items), CHUNK):
         chunk = items[start:start + CHUNK]
         prompts = [render(templates, i) for i in chunk]
-        requests = [Request(messages=p, sampling=sampling, grammar=format_for(i.dimension).grammar)
+        requests = [Request(messages=p, sampling=sampling, grammar=format_for(i.dimension, formats).grammar)
                     for i, p in zip(chunk, prompts)]
         generations = engine.generate(requests)
         rows = []
         for item, prompt, gen in zip(chunk, prompts, generations):
-            verdict = format_for(item.dimension).parse(gen.text)
+            verdict = format_for(item.dimension, formats).parse(gen.text)
             failed += not verdict.parsed
             rows.append({
                 **{k: item.dialogue[k] for k in _ID_NAMES},

@@ -1,5 +1,11 @@
 """Chat messages for the three agents, as pure functions of (templates, scenario, turns, settings).
 
+A template set (a folder of prompts/) decides, through the files it holds, the shape of each prompt
+(templates.REQUIRED and docs/fidelity.md): the project's own set, following the paper's figures,
+is described below; the `official` set (prompts/official/) reproduces the released code's prompts,
+with a system prompt for the user agent, per-family assistant prompts that carry the dialogue as
+text, and one judge prompt per rated speaker. The set's style (sections.STYLES) writes the values.
+
 Who sees what (the paper's protocol):
 - user agent: demographics (no user id), affinities and past-interaction summaries of every domain
   of the task (each labelled with its domain), the situation, and the task's user intent. The
@@ -30,11 +36,9 @@ from __future__ import annotations
 from typing import Mapping, Sequence, TypedDict
 
 from personalens.data.records import Role, Scenario, Turn
-from personalens.prompts.sections import (
-    affinities_text, conversation_text, demographics_text, interactions_text, situation_text,
-)
+from personalens.prompts.sections import style_named
 from personalens.prompts.setting import PromptSetting
-from personalens.prompts.templates import Templates
+from personalens.prompts.templates import PromptError, Templates
 
 
 class Message(TypedDict):
@@ -46,39 +50,60 @@ DIMENSIONS: tuple[str, ...] = ("task_completion", "personalization", "naturalnes
 # Dimensions rated once per speaker, and how their prompts name that speaker's turns.
 RATED_SPEAKERS: Mapping[str, str] = {"user": "user utterances", "assistant": "assistant responses"}
 PER_SPEAKER: tuple[str, ...] = ("naturalness", "coherence")
+# Assistant prompt families (a model config's `prompt_family`): a set may hold a family's own
+# assistant prompts under assistant/<family>/; "default" (and any family without them) uses assistant/.
+FAMILIES: tuple[str, ...] = ("default", "llama", "mistral")
 
 
 def user_agent_messages(templates: Templates, scenario: Scenario, turns: Sequence[Turn]) -> list[Message]:
     """The user agent's prompt: its opening query (Figure 13) when `turns` is empty, else its next
-    reply to the assistant's last turn (Figure 14)."""
+    reply to the assistant's last turn (Figure 14); a set with user_agent/system.txt sends it first."""
     _check_turns(turns, next_role="user")
-    user, domains = scenario.user, scenario.task.domains
+    style = style_named(templates.style)
+    user, task = scenario.user, scenario.task
     profile = {
-        "demographics": demographics_text(user),
-        "affinities": affinities_text(user, domains),
-        "interactions": interactions_text(user, domains),
-        "situation": situation_text(scenario.situation),
-        "task": scenario.task.user_intent,
+        "demographics": style.demographics(user, False),
+        "affinities": style.affinities(user, task),
+        "interactions": style.interactions(user, task),
+        "situation": style.situation(scenario.situation),
+        "task": task.user_intent,
     }
     if not turns:
-        return [_user(templates.render("user_agent/initial.txt", **profile))]
-    return [_user(templates.render("user_agent/next.txt", **profile, conversation=conversation_text(turns)))]
+        text = templates.render("user_agent/initial.txt", **profile)
+    else:
+        text = templates.render("user_agent/next.txt", **profile, conversation=style.conversation(turns))
+    system = templates.first("user_agent/system.txt")
+    return [*([_system(templates.render(system, **profile))] if system else []), _user(text)]
 
 
 def assistant_messages(
-    templates: Templates, scenario: Scenario, turns: Sequence[Turn], setting: PromptSetting
+    templates: Templates, scenario: Scenario, turns: Sequence[Turn], setting: PromptSetting,
+    family: str = "default",
 ) -> list[Message]:
-    """The assistant's system prompt for `setting`, then the dialogue so far (ending with the user)."""
+    """The assistant's system prompt for `setting` and `family`, then the dialogue so far (ending
+    with the user): as chat turns, or as text in one user message when the set has a
+    `<mode>.user.txt` template for it (a family may then have no system prompt: Mistral's chat
+    format has no system role, and the release writes its instructions into the user message)."""
     _check_turns(turns, next_role="assistant")
-    user = scenario.user
-    system = templates.render(
-        f"assistant/{setting.mode}.txt",
-        demographics=demographics_text(user) if setting.demographics else None,
-        interactions=interactions_text(user, scenario.task.domains) if setting.interactions else None,
-        situation=situation_text(scenario.situation) if setting.situation else None,
-    )
-    return [{"role": "system", "content": system},
-            *({"role": turn.role, "content": turn.text} for turn in turns)]
+    if family not in FAMILIES:
+        raise ValueError(f"unknown prompt family {family!r}; expected one of {', '.join(FAMILIES)}")
+    style = style_named(templates.style)
+    user, task = scenario.user, scenario.task
+    context = {
+        "demographics": style.demographics(user, False) if setting.demographics else None,
+        "interactions": style.interactions(user, task) if setting.interactions else None,
+        "situation": style.situation(scenario.situation) if setting.situation else None,
+    }
+    own = f"assistant/{family}/{setting.mode}"
+    folder = f"assistant/{family}/" if templates.first(f"{own}.txt", f"{own}.user.txt") else "assistant/"
+    system = templates.first(f"{folder}{setting.mode}.txt")
+    as_text = templates.first(f"{folder}{setting.mode}.user.txt")
+    head = [_system(templates.render(system, **context))] if system else []
+    if as_text is not None:
+        return [*head, _user(templates.render(as_text, **context, conversation=style.history(turns)))]
+    if not head:
+        raise PromptError(f"{templates.folder}: {folder}{setting.mode}.txt is missing")
+    return [*head, *({"role": turn.role, "content": turn.text} for turn in turns)]
 
 
 def judge_messages(
@@ -95,24 +120,30 @@ def judge_messages(
     if not turns:
         raise ValueError(f"{scenario.key}: cannot judge an empty conversation")
     _check_turns(turns, next_role=None)
-    conversation = conversation_text(turns)
-    name = f"judge/{dimension}.txt"
+    style = style_named(templates.style)
+    conversation = style.conversation(turns)
     if dimension == "task_completion":
-        text = templates.render(name, conversation=conversation, goal=scenario.task.goal)
+        text = templates.render("judge/task_completion.txt", conversation=conversation, goal=scenario.task.goal)
     elif dimension == "personalization":
-        user, domains = scenario.user, scenario.task.domains
+        user, task = scenario.user, scenario.task
         text = templates.render(
-            name,
-            demographics=demographics_text(user),
-            affinities=affinities_text(user, domains),
-            task=scenario.task.description,
-            interactions=interactions_text(user, domains),
-            situation=situation_text(scenario.situation),
+            "judge/personalization.txt",
+            demographics=style.demographics(user, style.judge_sees_user_id),
+            affinities=style.affinities(user, task),
+            task=style.judge_task(task),
+            interactions=style.interactions(user, task),
+            situation=style.situation(scenario.situation),
             conversation=conversation,
         )
     else:
+        # one prompt per rated speaker when the set has it, else one naming the speaker through `rated`
+        name = templates.pick(f"judge/{dimension}.{speaker}.txt", f"judge/{dimension}.txt")
         text = templates.render(name, conversation=conversation, rated=RATED_SPEAKERS[speaker])
     return [_user(text)]
+
+
+def _system(content: str) -> Message:
+    return {"role": "system", "content": content}
 
 
 def _user(content: str) -> Message:

@@ -18,18 +18,21 @@ from personalens.paths import PROJECT_ROOT
 # The project's own templates: the repository's top-level prompts/ folder.
 DEFAULT_DIR = PROJECT_ROOT / "prompts"
 
-# Every file a folder must provide (the renderer uses all of them, some by {% include %}).
-TEMPLATE_FILES: tuple[str, ...] = (
-    "user_agent/guidelines.txt",
-    "user_agent/initial.txt",
-    "user_agent/next.txt",
-    "assistant/base.txt",
-    "assistant/vanilla.txt",
-    "assistant/user_context.txt",
-    "judge/task_completion.txt",
-    "judge/personalization.txt",
-    "judge/naturalness.txt",
-    "judge/coherence.txt",
+# What every template set must provide: for each prompt, the file names that can hold it (a
+# per-speaker judge may come as one file for both speakers or as one file per speaker). Other
+# files are optional and picked by name when present (docs/fidelity.md): user_agent/system.txt
+# (a system prompt for the user agent), assistant/<family>/<mode>.txt (a model family's own
+# assistant prompt) and assistant/[<family>/]<mode>.user.txt (the assistant then sees the dialogue
+# as text in one user message instead of as chat turns).
+REQUIRED: tuple[tuple[tuple[str, ...], ...], ...] = (
+    (("user_agent/initial.txt",),),
+    (("user_agent/next.txt",),),
+    (("assistant/base.txt",),),
+    (("assistant/vanilla.txt",),),
+    (("judge/task_completion.txt",),),
+    (("judge/personalization.txt",),),
+    (("judge/naturalness.txt",), ("judge/naturalness.user.txt", "judge/naturalness.assistant.txt")),
+    (("judge/coherence.txt",), ("judge/coherence.user.txt", "judge/coherence.assistant.txt")),
 )
 
 
@@ -40,28 +43,49 @@ class PromptError(PersonalensError, ValueError):
 @dataclass(frozen=True)
 class Templates:
     folder: Path
-    sources: Mapping[str, str] = field(repr=False)  # file name (as in TEMPLATE_FILES) -> text
+    sources: Mapping[str, str] = field(repr=False)  # file name relative to folder -> text
     _env: jinja2.Environment = field(repr=False, compare=False)
+    style: str = "paper"  # how profile parts and turns are written into prompts (sections.STYLES)
+    verbatim: bool = False  # keep a rendered prompt's outer whitespace (else it is stripped)
 
     def render(self, name: str, **values: object) -> str:
         try:
             text = self._env.get_template(name).render(**values)
         except jinja2.UndefinedError as e:
             raise PromptError(f"{self.folder / name}: {e.message}") from e
-        return text.strip()
+        except jinja2.TemplateNotFound as e:
+            raise PromptError(f"{self.folder / name}: included file {e.name} not found") from e
+        return text if self.verbatim else text.strip()
+
+    def first(self, *names: str) -> str | None:
+        """The first of `names` that the set holds, or None."""
+        return next((n for n in names if n in self.sources), None)
+
+    def pick(self, *names: str) -> str:
+        """The first of `names` that the set holds; an error naming them all when none is."""
+        name = self.first(*names)
+        if name is None:
+            raise PromptError(f"{self.folder}: none of the template files {', '.join(names)} exists")
+        return name
 
 
-def load_templates(folder: str | Path | None = None) -> Templates:
-    """Reads and compiles every template file of `folder` (None: the project's prompts/ folder)."""
+def load_templates(folder: str | Path | None = None, *, style: str = "paper", verbatim: bool = False) -> Templates:
+    """Reads and compiles every template file (`*.txt`) of `folder` (None: the project's prompts/
+    folder, the paper's figures); `style` and `verbatim` are the set's rendering rules."""
     folder = DEFAULT_DIR if folder is None else Path(folder)
     if not folder.is_dir():
         raise PromptError(f"prompt template folder not found: {folder}")
-    sources = {}
-    for name in TEMPLATE_FILES:
-        path = folder / name
-        if not path.is_file():
-            raise PromptError(f"prompt template file missing: {path}")
-        sources[name] = path.read_text(encoding="utf-8")
+    # A set's own files only: another set kept in a subfolder of its own (prompts/official/) is not part of it.
+    nested = {d.parent for d in folder.rglob("user_agent") if d.is_dir() and d.parent != folder}
+    sources = {
+        p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8")
+        for p in sorted(folder.rglob("*.txt"))
+        if not any(root in p.parents for root in nested)
+    }
+    for alternatives in REQUIRED:
+        if not any(all(name in sources for name in names) for names in alternatives):
+            wanted = " (or ".join(" and ".join(names) for names in alternatives)
+            raise PromptError(f"prompt template file missing: {folder / wanted}" + ")" * (len(alternatives) - 1))
     env = jinja2.Environment(
         loader=jinja2.DictLoader(sources),
         undefined=jinja2.StrictUndefined,  # a misspelt placeholder fails instead of rendering empty
@@ -70,9 +94,9 @@ def load_templates(folder: str | Path | None = None) -> Templates:
         lstrip_blocks=True,
         keep_trailing_newline=True,  # an {% include %}d file ends with its newline, like a pasted one
     )
-    for name in TEMPLATE_FILES:  # compile now so syntax errors surface at load time
+    for name in sources:  # compile now so syntax errors surface at load time
         try:
             env.get_template(name)
         except jinja2.TemplateSyntaxError as e:
             raise PromptError(f"{folder / name}: line {e.lineno}: {e.message}") from e
-    return Templates(folder=folder, sources=sources, _env=env)
+    return Templates(folder=folder, sources=sources, _env=env, style=style, verbatim=verbatim)

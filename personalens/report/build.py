@@ -10,7 +10,8 @@ from personalens.data.records import DOMAINS
 from personalens.report import render
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
-from personalens.report.load import RunData, load_runs
+from personalens.report.load import KINDS, RunData, load_runs
+from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
 from personalens.report.stats import Bootstrap
 from personalens.report.tables import (by_domain, by_turn, parse_failures, table3, table4, table12, table13,
                                        Table)
@@ -29,6 +30,7 @@ class Report:
     by_domain: Table  # Figure 4's numbers
     by_turn: Table | None  # Figure 5's numbers; None without turn-level judgments
     parse_failures: Table
+    setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
     files: tuple[Path, ...] = ()  # everything written, report.md last
 
     def table3_markdown(self) -> str:
@@ -58,18 +60,34 @@ def build_report(run_dirs: Sequence[Path], out_dir: Path, *, bootstrap: int = 10
     if bootstrap < 1:
         raise ReportError(f"bootstrap: number of resamples must be >= 1, got {bootstrap}")
     dirs = tuple(Path(d) for d in run_dirs)
-    report = compute_report(load_runs(dirs), dirs, Path(out_dir), Bootstrap(bootstrap, seed),
-                            tuple(figure5_domains))
+    data = load_runs(dirs)
+    report = compute_report(data, dirs, Path(out_dir), Bootstrap(bootstrap, seed),
+                            tuple(figure5_domains), tuple(read_setup(d) for d in dirs))
     return replace(report, files=write_report(report))
 
 
 def compute_report(data: RunData, run_dirs: tuple[Path, ...], out_dir: Path, boot: Bootstrap,
-                   figure5_domains: tuple[str, ...]) -> Report:
+                   figure5_domains: tuple[str, ...], setups: tuple[RunSetup, ...] = ()) -> Report:
+    """The tables; `setups` (one per run) give the fidelity option, which decides Figure 4's task
+    kinds and whether Table 3 shows the paper's published rows (`official` only)."""
     j = data.judgments
+    shared = common_fidelity(setups) if setups else None
+    official = shared is not None and shared.fidelity == "official"
+    notes = (_setup_note(setups),) if setups else ()
     return Report(run_dirs=run_dirs, out_dir=out_dir, bootstrap=boot, figure5_domains=figure5_domains,
-                  table3=table3(j, boot), table4=tuple(table4(j, boot)), table12=table12(j, boot),
-                  table13=table13(data.dialogues, boot), by_domain=by_domain(j, boot),
-                  by_turn=by_turn(j, figure5_domains, boot), parse_failures=parse_failures(j))
+                  table3=table3(j, boot, published_table3() if official else None, notes),
+                  table4=tuple(table4(j, boot)), table12=table12(j, boot),
+                  table13=table13(data.dialogues, boot),
+                  by_domain=by_domain(j, boot, shared.figure4_kinds if shared else KINDS),
+                  by_turn=by_turn(j, figure5_domains, boot), parse_failures=parse_failures(j), setups=setups)
+
+
+def _setup_note(setups: tuple[RunSetup, ...]) -> str:
+    """One line naming the fidelity option and the user-agent and judge models of the runs."""
+    def names(values: set) -> str:
+        return ", ".join(sorted(v or "unknown" for v in values))
+    return (f"Fidelity option: {setups[0].fidelity} (docs/fidelity.md). "
+            f"User agent: {names({s.user_agent for s in setups})}. Judge: {names({s.judge for s in setups})}.")
 
 
 def write_report(report: Report) -> tuple[Path, ...]:
@@ -109,6 +127,7 @@ def report_markdown(report: Report) -> str:
     parts = [
         "# PersonaLens report",
         "Runs: " + ", ".join(f"`{d}`" for d in report.run_dirs),
+        *(["\n".join(f"- {s.line()}" for s in report.setups)] if report.setups else []),
         f"Cells show `mean [95% CI] (n=dialogues)`; intervals are percentile bootstrap over dialogues "
         f"({report.bootstrap.resamples} resamples, seed {report.bootstrap.seed}). "
         "TCR is in percent; P is 1-4; Nat. and Coh. are 1-5.",

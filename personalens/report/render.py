@@ -91,8 +91,10 @@ def csv_text(tables: Sequence[Table]) -> str:
 def _csv_cell(cell: Cell, column: Column) -> list[object]:
     if column.holds in ("count", "value"):
         return ["" if cell is None or (isinstance(cell, float) and math.isnan(cell)) else cell]
-    if not isinstance(cell, Estimate):  # an empty cell: no mean, nothing behind it
-        values: list[object] = ["", "", "", 0, 0]
+    if isinstance(cell, float):  # a published number: no interval, no count behind it here
+        values: list[object] = [repr(cell), "", "", "", ""]
+    elif not isinstance(cell, Estimate):  # an empty cell: no mean, nothing behind it
+        values = ["", "", "", 0, 0]
     else:
         bounds = ["" if math.isnan(x) else repr(x) for x in (cell.mean, cell.lo, cell.hi)]
         values = [*bounds, cell.n, cell.unparsed]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Callable, Hashable, Iterable, Literal, Sequence, TypeVar, Union
+from dataclasses import dataclass, replace
+from typing import Callable, Hashable, Iterable, Literal, Mapping, Sequence, TypeVar, Union
 
 from personalens.data.records import DOMAINS
 from personalens.report.load import KINDS, Dialogue, Judgment
@@ -15,7 +15,7 @@ SETTING_ORDER = ("vanilla", "base", "base+D", "base+I", "base+S", "base+D+I+S")
 SETTING_LABELS = {"base+D+I+S": "base+all"}
 ALL_SD = "All SD"  # the Figure 5 series over every single-domain task
 
-Cell = Union[Estimate, int, float, None]
+Cell = Union[Estimate, int, float, None]  # float: a published number, shown as printed
 Group = tuple[str, str]  # (assistant_model, setting)
 R = TypeVar("R", Judgment, Dialogue)
 K = TypeVar("K", bound=Hashable)
@@ -113,7 +113,7 @@ class Metric:
         return j.dimension == self.dimension and j.speaker == self.speaker and j.turn == -1
 
 
-TCR = Metric("TCR", "TCR (%)", "task_completion", scale=100.0, digits=1)
+TCR = Metric("TCR", "TCR (%)", "task_completion", scale=100.0)
 P = Metric("P", "P", "personalization")
 NAT_ASSISTANT = Metric("Nat", "Nat.", "naturalness", "assistant")
 COH_ASSISTANT = Metric("Coh", "Coh.", "coherence", "assistant")
@@ -162,10 +162,26 @@ def _group_rows(rows: Sequence[Judgment] | Sequence[Dialogue]) -> tuple[list[tup
 
 # ---- the paper's tables -----------------------------------------------------------------------
 
-def table3(judgments: Sequence[Judgment], boot: Bootstrap) -> Table:
-    return _kind_metric_table(
+PUBLISHED_SUFFIX = " (paper)"
+
+
+def table3(judgments: Sequence[Judgment], boot: Bootstrap,
+           published: Mapping[str, Mapping[str, float]] | None = None, notes: Sequence[str] = ()) -> Table:
+    """Table 3; with `published` (model -> column key -> value), each base-setting row of a model
+    the paper reports is followed by the paper's row for it, labelled `<model> (paper)`."""
+    table = _kind_metric_table(
         "table3", "Table 3: assistant models on single-domain (SD) and multi-domain (MD) tasks",
         judgments, (TCR, P, NAT_ASSISTANT, COH_ASSISTANT), *_group_rows(judgments), boot)
+    rows = []
+    for labels, cells in table.rows:
+        rows.append((labels, cells))
+        model, setting = labels[0], (labels[1] if len(labels) > 1 else "base")
+        if published and model in published and setting == "base":
+            rows.append(((model + PUBLISHED_SUFFIX, *labels[1:]),
+                         tuple(published[model].get(c.key) for c in table.columns)))
+    extra = (f"Rows marked{PUBLISHED_SUFFIX} are the paper's published Table 3 (Claude 3 Sonnet as user agent, "
+             "Claude 3.5 Sonnet as judge), shown beside a reproduction of the same assistant.",) if published else ()
+    return replace(table, rows=tuple(rows), notes=(*notes, *table.notes, *extra))
 
 
 def table4(judgments: Sequence[Judgment], boot: Bootstrap) -> list[Table]:
@@ -212,11 +228,12 @@ def table13(dialogues: Sequence[Dialogue], boot: Bootstrap) -> Table:
                         "its interval resamples dialogues.",))
 
 
-def by_domain(judgments: Sequence[Judgment], boot: Bootstrap) -> Table:
-    """Figure 4's numbers: TCR and P per domain; a multi-domain dialogue counts in each of its domains."""
+def by_domain(judgments: Sequence[Judgment], boot: Bootstrap, kinds: Sequence[str] = KINDS) -> Table:
+    """Figure 4's numbers: TCR and P per domain over the dialogues of `kinds` (the released code
+    counts single-domain ones only); a multi-domain dialogue counts in each of its domains."""
     group_rows, header = _group_rows(judgments)
     per_domain: dict[tuple[str, str, str], list[Judgment]] = defaultdict(list)
-    for j in judgments:
+    for j in (j for j in judgments if j.kind in kinds):
         for domain in j.domains:
             per_domain[(j.assistant_model, j.setting, domain)].append(j)
     rows = []
@@ -224,9 +241,11 @@ def by_domain(judgments: Sequence[Judgment], boot: Bootstrap) -> Table:
         domains = sorted({d for model, setting, d in per_domain if (model, setting) == g}, key=domain_sort_key)
         rows += [((*labels, d), tuple(metric_cell(per_domain[(*g, d)], m, boot) for m in (TCR, P)))
                  for d in domains]
-    return Table("figure4", "Figure 4 data: TCR and P per domain (SD and MD dialogues)", (*header, "Domain"),
+    which = " and ".join(kinds)
+    notes = ("A multi-domain dialogue counts towards each of its domains.",) if "MD" in kinds else ()
+    return Table("figure4", f"Figure 4 data: TCR and P per domain ({which} dialogues)", (*header, "Domain"),
                  tuple(Column(m.key, "", m.label, m.digits) for m in (TCR, P)), tuple(rows),
-                 notes=("A multi-domain dialogue counts towards each of its domains.", UNPARSED_NOTE))
+                 notes=(*notes, UNPARSED_NOTE))
 
 
 def by_turn(judgments: Sequence[Judgment], domains: Sequence[str], boot: Bootstrap) -> Table | None:

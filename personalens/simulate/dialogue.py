@@ -1,9 +1,14 @@
-"""One simulated dialogue and the paper's protocol rules, as a small state machine.
+"""One simulated dialogue and the protocol rules, as a small state machine.
 
 The user agent opens; then each round is an assistant reply and a user reply. A user reply with
 TERMINATE ends the dialogue after one more assistant reply (the word is removed from the stored
 text). Otherwise the dialogue stops after `max_rounds` assistant replies. TERMINATE in the opening
-message is not an ending (the paper's prompt forbids it there): it is kept and recorded."""
+message is not an ending (the paper's prompt forbids it there): it is kept and recorded.
+
+`EndRules` holds what the fidelity options (conf/fidelity/) set differently: how TERMINATE is
+recognised and removed (the paper's word, or the released code's substring test and removal), and
+whether the user agent still answers the last capped assistant reply, as the released code does
+(its TERMINATE there then earns one more assistant reply, `max_rounds` + 1 in all)."""
 
 from __future__ import annotations
 
@@ -32,6 +37,26 @@ def strip_terminate(text: str) -> str:
     return _TERMINATE_RE.sub(" ", text).strip()
 
 
+@dataclass(frozen=True)
+class EndRules:
+    terminate: Literal["word", "substring"] = "word"
+    reply_after_cap: bool = False
+
+    def __post_init__(self) -> None:
+        if self.terminate not in ("word", "substring"):
+            raise ValueError(f"terminate must be 'word' or 'substring', got {self.terminate!r}")
+
+    def says_terminate(self, text: str) -> bool:
+        if self.terminate == "substring":
+            return TERMINATE in text
+        return _TERMINATE_RE.search(text) is not None
+
+    def without_terminate(self, text: str) -> str:
+        if self.terminate == "substring":
+            return text.replace(TERMINATE, "").strip()
+        return strip_terminate(text)
+
+
 @dataclass
 class Dialogue:
     scenario: Scenario
@@ -39,6 +64,7 @@ class Dialogue:
     trial: int
     seed: int
     max_rounds: int
+    rules: EndRules = EndRules()
     turns: list[TurnRecord] = field(default_factory=list)
     ended: Ending | None = None
     opening_terminate: bool = False
@@ -76,14 +102,21 @@ class Dialogue:
             raise ValueError(f"dialogue {self.key} is waiting on {self.waiting_on}, got a {role} reply")
         if self.started is None:
             self.started = now
+        opening = not self.turns
         if role == "user":
-            said_terminate = _TERMINATE_RE.search(text) is not None
-            if not self.turns:
+            said_terminate = self.rules.says_terminate(text)
+            if opening:
                 self.opening_terminate = said_terminate
             elif said_terminate:
                 self.terminating = True
-                text = strip_terminate(text)
+                text = self.rules.without_terminate(text)
         self.turns.append(TurnRecord(role, text, prompt_tokens, completion_tokens))
-        if role == "assistant" and (self.terminating or self.rounds >= self.max_rounds):
-            self.ended = "terminated" if self.terminating else "max_rounds"
-            self.finished = now
+        capped = self.rounds >= self.max_rounds and not self.terminating
+        if role == "assistant" and self.terminating:
+            self._end("terminated", now)
+        elif capped and not opening and role == ("user" if self.rules.reply_after_cap else "assistant"):
+            self._end("max_rounds", now)
+
+    def _end(self, how: Ending, now: float) -> None:
+        self.ended = how
+        self.finished = now

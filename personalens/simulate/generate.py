@@ -14,7 +14,7 @@ from personalens.engines.base import Engine, Sampling
 from personalens.prompts.render import assistant_messages, user_agent_messages
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import Templates
-from personalens.simulate.dialogue import Dialogue, DialogueKey
+from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
 from personalens.store import PartWriter, Progress
 
@@ -26,6 +26,7 @@ class Protocol:
     max_rounds_sd: int
     max_rounds_md: int
     sampling: Mapping[Role, Sampling]  # user agent and assistant
+    rules: EndRules = EndRules()  # how TERMINATE and the round cap end a dialogue
 
     def max_rounds(self, scenario: Scenario) -> int:
         return self.max_rounds_sd if scenario.task.kind == "SD" else self.max_rounds_md
@@ -69,17 +70,17 @@ def plan_dialogues(scenarios: Sequence[Scenario], setting: PromptSetting, trials
                 continue
             todo.append(Dialogue(scenario=scenario, setting=setting.label, trial=trial,
                                  seed=dialogue_seed(seed, *key[:2], trial),
-                                 max_rounds=protocol.max_rounds(scenario)))
+                                 max_rounds=protocol.max_rounds(scenario), rules=protocol.rules))
     return todo, skipped
 
 
-def renderer(templates: Templates, setting: PromptSetting) -> Render:
-    """The prompt of whichever role a dialogue waits on."""
+def renderer(templates: Templates, setting: PromptSetting, family: str = "default") -> Render:
+    """The prompt of whichever role a dialogue waits on; `family` picks the assistant's prompts."""
     def render(dialogue: Dialogue, role: Role):
         history = dialogue.history()
         if role == "user":
             return user_agent_messages(templates, dialogue.scenario, history)
-        return assistant_messages(templates, dialogue.scenario, history, setting)
+        return assistant_messages(templates, dialogue.scenario, history, setting, family)
     return render
 
 
@@ -108,7 +109,7 @@ def dialogue_row(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine]
 def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates: Templates,
              load_engines: Callable[[], Mapping[Role, Engine]], protocol: Protocol, trials: int,
              seed: int, writer: PartWriter, done: set[DialogueKey], run_id: str, config_hash: str,
-             progress: bool = True) -> GenerateSummary:
+             progress: bool = True, family: str = "default") -> GenerateSummary:
     """`load_engines` is called only when there is something to simulate."""
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
     engines = load_engines() if todo else {}
@@ -127,7 +128,7 @@ def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates
         bar.update(stats.finished, active=stats.active, tokens=stats.completion_tokens)
 
     started = time.monotonic()
-    run_lockstep(todo, engines, renderer(templates, setting), protocol.sampling, on_finished, on_step)
+    run_lockstep(todo, engines, renderer(templates, setting, family), protocol.sampling, on_finished, on_step)
     bar.close()
     summary = GenerateSummary(len(todo), skipped, totals["turns"], totals["tokens"],
                               time.monotonic() - started, totals["prompt"], totals["cached"])

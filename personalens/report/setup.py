@@ -1,0 +1,75 @@
+"""What produced a run: its fidelity option and models, read from the resolved configs that
+`generate` and `judge` save in the run directory (personalens/config.py), and the paper's
+published Table 3 rows (paper_table3.csv, keyed by model name as conf/model/*.yaml names them)."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from omegaconf import OmegaConf
+
+from personalens.report.errors import ReportError
+
+PUBLISHED_TABLE3 = Path(__file__).with_name("paper_table3.csv")
+# Runs written before the fidelity option existed behaved as `paper` does now.
+_BEFORE_OPTION = "paper"
+_KINDS_BEFORE_OPTION = ("SD", "MD")
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    run_dir: Path
+    fidelity: str
+    figure4_kinds: tuple[str, ...]  # task kinds whose dialogues Figure 4 counts
+    user_agent: str | None  # model names; None when the run's config does not say
+    judge: str | None
+
+    def line(self) -> str:
+        return (f"`{self.run_dir}`: fidelity option **{self.fidelity}**, user agent {self.user_agent or 'unknown'}, "
+                f"judge {self.judge or 'unknown'}")
+
+
+def read_setup(run_dir: Path) -> RunSetup:
+    """The run's setup from `generate.yaml` and `judge.yaml` (either may be missing)."""
+    saved = {}
+    for step in ("generate", "judge"):
+        path = run_dir / f"{step}.yaml"
+        if path.is_file():
+            try:
+                saved[step] = OmegaConf.to_container(OmegaConf.load(path)).get("config", {})
+            except Exception as err:  # a damaged file: say which
+                raise ReportError(f"{path}: not a readable run configuration ({err})") from err
+    fidelities = {step: cfg["fidelity"] for step, cfg in saved.items() if "fidelity" in cfg}
+    names = {f.get("name") for f in fidelities.values()}
+    if len(names) > 1:
+        raise ReportError(f"{run_dir}: generate and judge ran with different fidelity options ({sorted(names)})")
+    fidelity = next(iter(fidelities.values()), None)
+
+    def model(step: str, role: str) -> str | None:
+        return saved.get(step, {}).get(role, {}).get("name")
+
+    return RunSetup(
+        run_dir=run_dir,
+        fidelity=fidelity["name"] if fidelity else _BEFORE_OPTION,
+        figure4_kinds=tuple(fidelity["figure4_kinds"]) if fidelity else _KINDS_BEFORE_OPTION,
+        user_agent=model("generate", "user_agent"), judge=model("judge", "judge"),
+    )
+
+
+def common_fidelity(setups: Sequence[RunSetup]) -> RunSetup:
+    """The setup the runs share for reporting; runs of different fidelity options are not comparable."""
+    options = sorted({s.fidelity for s in setups})
+    if len(options) > 1:
+        raise ReportError("the runs were made with different fidelity options (" +
+                          "; ".join(f"{s.run_dir}: {s.fidelity}" for s in setups) +
+                          "); report them separately")
+    return setups[0]
+
+
+def published_table3(path: Path = PUBLISHED_TABLE3) -> Mapping[str, Mapping[str, float]]:
+    """model name -> column key (SD_TCR, ...) -> the value printed in the paper's Table 3."""
+    with path.open(newline="") as f:
+        return {row.pop("model"): {k: float(v) for k, v in row.items()} for row in csv.DictReader(f)}
