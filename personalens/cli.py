@@ -15,6 +15,8 @@ subcommands:
   merge      check that every scenario of the selection is present exactly once across shards
   report     write the paper's tables and figures for one or more runs
   run        generate, judge and report in one process, then print the Table 3 layout
+  build      build a new PersonaLens-style dataset in the official layout (docs/build.md)
+  consistency  check the profiles of a data root for conflicts (Figure 21) and print the flagged share
 
 DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT. Everything else is a Hydra override,
 e.g. `personalens generate data.users=sample50 model@assistant=llama31_8b assistant.path=/models/llama`.
@@ -31,6 +33,7 @@ def _commands() -> dict[str, Callable]:
         "merge": commands.merge,
         "report": commands.report,
         "run": commands.run,
+        "build": commands.build, "consistency": commands.consistency,
     }
 
 
