@@ -165,7 +165,6 @@ def build(cfg: DictConfig, engine: Callable | None = None) -> int:
 
 def consistency(cfg: DictConfig, engine: Callable | None = None) -> int:
     """Check the profiles of data.root (data.users, sharded like generate) with model@builder (Figure 21)."""
-    from personalens.build.batch import Runner
     from personalens.build.consistency import Profile, check_job
     from personalens.build.grammars import Limits
     from personalens.build.prompts import load_build_templates

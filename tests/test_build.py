@@ -131,3 +131,14 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     dialogues = read_table(run / "dialogues").to_pylist()
     assert sorted(d["task_id"] for d in dialogues) == sorted(s.task.task_id for s in scenarios
                                                              if s.user.index == 0 and s.task.kind == "SD")
+
+    # the consistency command on the new data root: one check per selected user, resumable
+    check = tmp_path / "check"
+    cfg = config(f"data.root={out}", "build=quick", f"run.out_dir={check}", "progress=false")
+    assert commands.consistency(cfg, engine=load) == 0
+    rows = read_table(check / "consistency").to_pylist()
+    assert sorted(json.loads(r["key"])[0] for r in rows if r["value"] is not None) == ["user0", "user1"]
+    files = part_files(check / "consistency")
+    assert commands.consistency(cfg, engine=no_engine) == 0 and part_files(check / "consistency") == files
+    table = (check / "consistency" / "flags.md").read_text()
+    assert "| Any | 2 |" in table
