@@ -42,6 +42,10 @@ def test_a_changed_configuration_is_refused_before_any_work(tmp_path):
             commands.build(config(out, "build.stages=[]", *SMALL, change), engine=no_engine)
     with pytest.raises(PersonalensError, match="missing in"):  # a stage not run only reads, and says what is missing
         commands.build(config(out, "build.stages=[assemble]", *SMALL), engine=no_engine)
+    with pytest.raises(PersonalensError, match="without sharding"):
+        commands.build(config(out, "build.stages=[assemble]", "shard.count=2", *SMALL), engine=no_engine)
+    with pytest.raises(PersonalensError, match="'sd_tasks'.*missing"):  # shards never make the shared tasks
+        commands.build(config(out, "build.stages=[tasks]", "shard.count=2", *SMALL), engine=no_engine)
 
 
 def test_demographics_plain_and_prism_style(tmp_path):
