@@ -8,8 +8,12 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-# commands that load models: the libraries' output goes to <run.out_dir>/logs/<command>.log
-LOGGED_COMMANDS = ("generate", "judge", "run")
+# commands that load models -> the folder whose logs/<command>.log takes the libraries' output
+LOGGED_COMMANDS: dict[str, Callable] = {
+    "generate": lambda cfg: cfg.run.out_dir, "judge": lambda cfg: cfg.run.out_dir,
+    "run": lambda cfg: cfg.run.out_dir, "consistency": lambda cfg: cfg.run.out_dir,
+    "build": lambda cfg: cfg.build.out_dir,
+}
 
 USAGE = """usage: personalens SUBCOMMAND [DATA_ROOT] [key=value ...]
 
@@ -22,6 +26,8 @@ subcommands:
   run        generate, judge and report in one process, then print the Table 3 layout
   stats      print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)
   diversity  print and write Table 10's lexical diversity of a run's dialogues (or any dialogue Parquet)
+  build      build a new PersonaLens-style dataset in the official layout (docs/build.md)
+  consistency  check the profiles of a data root for conflicts (Figure 21) and print the flagged share
 
 DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT; --strict for data.strict=true (quirks of
 the release that its own code tolerates, warnings by default, become errors). Everything else is a Hydra override,
@@ -41,6 +47,7 @@ def _commands() -> dict[str, Callable]:
         "run": commands.run,
         "stats": commands.stats,
         "diversity": commands.diversity,
+        "build": commands.build, "consistency": commands.consistency,
     }
 
 
@@ -65,7 +72,7 @@ def _route_library_output(name: str, cfg) -> Path | None:
         console.libraries_to_stderr()
         return None
     shard = f".shard-{cfg.shard.index:03d}-of-{cfg.shard.count:03d}" if cfg.shard.count > 1 else ""
-    log_file = Path(cfg.run.out_dir) / "logs" / f"{name}{shard}.log"  # one per SLURM array task
+    log_file = Path(LOGGED_COMMANDS[name](cfg)) / "logs" / f"{name}{shard}.log"  # one per SLURM array task
     console.to_log_file(log_file)
     print(f"personalens {name}: library logs (vLLM, torch) go to {log_file}", file=console.err())
     return log_file

@@ -208,3 +208,125 @@ def diversity(cfg: DictConfig) -> int:
     print(result.markdown())
     print(f"\ndiversity of {source} written to {d.out_dir}", file=console.err())
     return 0
+
+
+def build(cfg: DictConfig, engine: Callable | None = None) -> int:
+    """Build a PersonaLens-style dataset from a demographics table and a domain schema (docs/build.md)."""
+    from personalens.build.pipeline import STAGE_TABLES, build as run_build
+    from personalens.data import validate as check
+
+    plan, runner, templates = _build_setup(cfg, engine)
+    result = run_build(plan, runner, templates)
+    _write_consistency_table(result.verdicts, plan.out_dir / STAGE_TABLES / "consistency", cfg)
+    print(result.line(runner), file=console.err())
+    if not result.assembled:
+        return 0
+    report = check(plan.out_dir)
+    print(report.format())
+    return 0 if report.ok else 1
+
+
+def consistency(cfg: DictConfig, engine: Callable | None = None) -> int:
+    """Check the profiles of data.root (data.users, sharded like generate) with model@builder (Figure 21)."""
+    from personalens.build.consistency import Profile, check_job
+    from personalens.build.grammars import Limits
+    from personalens.build.prompts import load_build_templates
+    from personalens.data import load_user, list_user_indices, user_indices
+
+    root = Path(cfg.data.root)
+    selected = user_indices(cfg.data.users)
+    indices = list(selected if selected is not None else list_user_indices(root))
+    mine = indices[int(cfg.shard.index)::int(cfg.shard.count)]
+    templates = load_build_templates(cfg.build.prompts)
+    limits = Limits(**C.plain(cfg.build.limits))
+    out_dir = Path(cfg.run.out_dir)
+    digest = C.fingerprint({"builder": C.model_identity(cfg.builder), "sampling": C.plain(cfg.build.check_sampling),
+                            "max_tokens": int(cfg.build.max_tokens.consistency), "limits": C.plain(cfg.build.limits),
+                            "template": templates.sources["consistency.txt"], "seed": int(cfg.build.seed),
+                            "data_root": str(root.resolve())})
+    C.check_or_save(out_dir, "consistency", cfg, digest)
+    profiles = []
+    for index in mine:
+        user = load_user(root, index)
+        kept = {d: a for d, a in user.affinities.items() if user.interests.get(d) == 1 and a}
+        profiles.append(Profile(user.user_id, index, user.demographics, kept))
+    runner = _runner(cfg, out_dir, engine, digest)
+    found = runner.run("consistency", [check_job(templates, p, limits, (p.user_id,)) for p in profiles], active=True)
+    _write_consistency_table([found[(p.user_id,)] for p in profiles], out_dir / "consistency", cfg)
+    print(runner.summary(), file=console.err())
+    return 0
+
+
+def _write_consistency_table(verdicts, folder: Path, cfg: DictConfig) -> None:
+    from personalens.build.consistency import flag_counts
+    from personalens.report.consistency import consistency_table
+    from personalens.report.render import csv_text, markdown
+
+    if not verdicts:
+        return
+    table = consistency_table(flag_counts(verdicts), (("model", str(cfg.builder.name)),))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "flags.md").write_text(markdown([table]), encoding="utf-8")
+    (folder / "flags.csv").write_text(csv_text([table]), encoding="utf-8")
+    print(markdown([table]))
+
+
+def _runner(cfg: DictConfig, root: Path, engine: Callable | None, digest: str):
+    from personalens.build.batch import Runner
+    from personalens.engines.base import Sampling
+
+    def sampling(stage: str) -> Sampling:
+        section = cfg.build.check_sampling if stage == "consistency" else cfg.build.sampling
+        return Sampling(temperature=float(section.temperature), top_p=float(section.top_p),
+                        max_tokens=int(cfg.build.max_tokens[stage]))
+
+    return Runner(root=root, shard=(int(cfg.shard.index), int(cfg.shard.count)),
+                  engine=engine or functools.cache(lambda: _builder_engine(cfg)), sampling=sampling,
+                  seed=int(cfg.build.seed), retries=int(cfg.build.retries), chunk=int(cfg.build.chunk),
+                  config_hash=digest, progress=bool(cfg.progress))
+
+
+def _builder_engine(cfg: DictConfig):
+    from personalens.engines.build import build_engine
+    from personalens.engines.config import ModelConfig
+    return build_engine(ModelConfig.from_mapping(cfg.builder, where="model@builder"))
+
+
+def _build_setup(cfg: DictConfig, engine: Callable | None):
+    """The build plan, its runner and templates from the config; refuses an output root built with
+    another configuration."""
+    import hashlib
+
+    from personalens.build.demographics import load_demographics
+    from personalens.build.grammars import Limits
+    from personalens.build.pipeline import STAGE_TABLES, BuildPlan, stage_names
+    from personalens.build.prompts import load_build_templates
+    from personalens.build.schema import find_schema, load_schema
+
+    b = cfg.build
+    schema_path = find_schema(b.schema, cfg.data.root)
+    domains = load_schema(schema_path, "all" if b.domains == "all" else list(b.domains))
+    people = load_demographics(b.demographics.path, C.plain(b.demographics.columns),
+                               b.users if b.users == "all" else int(b.users), C.plain(b.demographics.skip))
+    templates = load_build_templates(b.prompts)
+    out_dir = Path(b.out_dir)
+    settings = {k: C.plain(v) for k, v in b.items() if k not in ("out_dir", "stages", "chunk", "schema",
+                                                                   "prompts", "demographics")}
+    digest = C.fingerprint({
+        "build": settings, "builder": C.model_identity(cfg.builder), "templates": dict(templates.sources),
+        "schema": hashlib.sha256(schema_path.read_bytes()).hexdigest(),
+        "demographics": [hashlib.sha256(Path(b.demographics.path).read_bytes()).hexdigest(),
+                         C.plain(b.demographics.columns), C.plain(b.demographics.skip)],
+    })
+    from personalens.engines.config import ModelConfig
+    ModelConfig.from_mapping(cfg.builder, where="model@builder")  # a bad model config fails before anything is saved
+    C.check_or_save(out_dir, "build", cfg, digest)
+    index, count = int(cfg.shard.index), int(cfg.shard.count)
+    plan = BuildPlan(
+        out_dir=out_dir, people={i: p for i, p in enumerate(people) if i % count == index},
+        domains=domains, stages=stage_names(list(b.stages)), sharded=count > 1,
+        min_interests=int(b.interests.min_domains), sd_per_domain=int(b.tasks.sd_per_domain),
+        md_count=int(b.tasks.md_count), md_per_request=int(b.tasks.md_per_request),
+        md_span=(int(b.tasks.md_domains[0]), int(b.tasks.md_domains[1])), check=bool(b.consistency.check),
+        max_regenerations=int(b.consistency.max_regenerations), limits=Limits(**C.plain(b.limits)))
+    return plan, _runner(cfg, out_dir / STAGE_TABLES, engine, digest), templates

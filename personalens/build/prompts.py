@@ -1,0 +1,57 @@
+"""The build stages' prompt templates (prompts/build/*.txt, Figures 6, 7, 9, 10, 11 and 21 of the
+paper) and the chat messages they render to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import jinja2
+
+from personalens.errors import PersonalensError
+from personalens.paths import PROJECT_ROOT
+
+DEFAULT_DIR = PROJECT_ROOT / "prompts" / "build"
+TEMPLATE_FILES = ("demographics.txt", "interests.txt", "preferences.txt", "interactions.txt",
+                  "tasks_sd.txt", "tasks_md.txt", "situations.txt", "consistency.txt")
+
+
+@dataclass(frozen=True)
+class BuildTemplates:
+    folder: Path
+    sources: Mapping[str, str] = field(repr=False)
+    _env: jinja2.Environment = field(repr=False, compare=False)
+
+    def messages(self, name: str, demographics: Mapping[str, str] | None = None, **values: object) -> list[dict]:
+        """One user message: template `name` (without .txt) rendered with `values`; demographics, when
+        given, as labelled lines (without user_id, as the original pipeline shows them)."""
+        if demographics is not None:
+            values["demographics"] = [(_label(k), v) for k, v in demographics.items() if k != "user_id"]
+        try:
+            text = self._env.get_template(f"{name}.txt").render(**values).strip()
+        except jinja2.UndefinedError as err:
+            raise PersonalensError(f"{self.folder / name}.txt: {err.message}") from err
+        return [{"role": "user", "content": text}]
+
+
+def _label(key: str) -> str:
+    return key.replace("_", " ").title()  # "english_proficiency" -> "English Proficiency"
+
+
+def load_build_templates(folder: str | Path | None = None) -> BuildTemplates:
+    folder = DEFAULT_DIR if folder is None else Path(folder)
+    sources = {}
+    for name in TEMPLATE_FILES:
+        path = folder / name
+        if not path.is_file():
+            raise PersonalensError(f"build prompt template missing: {path}")
+        sources[name] = path.read_text(encoding="utf-8")
+    env = jinja2.Environment(loader=jinja2.DictLoader(sources), undefined=jinja2.StrictUndefined,
+                             autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    for name in TEMPLATE_FILES:
+        try:
+            env.get_template(name)
+        except jinja2.TemplateSyntaxError as err:
+            raise PersonalensError(f"{folder / name}: line {err.lineno}: {err.message}") from err
+    return BuildTemplates(folder, sources, env)

@@ -1,0 +1,148 @@
+"""`personalens build`: config refusal and inputs (pure), and one end-to-end build on the embedded
+model that resumes, assembles the official layout, validates, and feeds `generate` unchanged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from personalens import commands
+from personalens.build.demographics import DemographicsError, load_demographics
+from personalens.config import register_resolvers
+from personalens.data import DOMAINS, load_scenarios, validate
+from personalens.errors import PersonalensError
+from personalens.store import read_table
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["build=quick", "build.users=2", "build.tasks.sd_per_domain=1", "build.tasks.md_count=1",
+         "build.consistency.max_regenerations=1", "progress=false"]
+
+
+def config(*overrides: str):
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def no_engine():
+    raise AssertionError("the engine must not be loaded")
+
+
+def test_a_changed_configuration_is_refused_before_any_work(tmp_path):
+    out = f"build.out_dir={tmp_path}"
+    assert commands.build(config(out, "build.stages=[]", *SMALL), engine=no_engine) == 0
+    assert (tmp_path / "build.yaml").read_text().startswith("fingerprint:")
+    # stages and chunking only say what to run now: not a different configuration
+    assert commands.build(config(out, "build.stages=[]", "build.chunk=7", *SMALL), engine=no_engine) == 0
+    for change in ("build.seed=1", "build.limits.text_words=7", "build.users=3", "builder.max_model_len=4096"):
+        with pytest.raises(PersonalensError, match="different configuration"):
+            commands.build(config(out, "build.stages=[]", *SMALL, change), engine=no_engine)
+    with pytest.raises(PersonalensError, match="missing in"):  # a stage not run only reads, and says what is missing
+        commands.build(config(out, "build.stages=[assemble]", *SMALL), engine=no_engine)
+    with pytest.raises(PersonalensError, match="without sharding"):
+        commands.build(config(out, "build.stages=[assemble]", "shard.count=2", *SMALL), engine=no_engine)
+    with pytest.raises(PersonalensError, match="'sd_tasks'.*missing"):  # shards never make the shared tasks
+        commands.build(config(out, "build.stages=[tasks]", "shard.count=2", *SMALL), engine=no_engine)
+
+
+def test_demographics_plain_and_prism_style(tmp_path):
+    people = load_demographics(REPO / "data" / "build" / "demographics.csv",
+                               {f: f for f in ("age", "gender", "employment_status", "education", "marital_status",
+                                               "english_proficiency", "ethnicity", "religion", "birth_country",
+                                               "reside_country")}, users=2)
+    assert len(people) == 2 and people[0]["birth_country"] == "South Korea" and "user_id" not in people[0]
+    survey = tmp_path / "survey.jsonl"
+    rows = [{"user_id": "p1", "survey_only": False, "age": "25-34 years old", "gender": "Female",
+             "employment_status": "Unemployed", "education": None, "marital_status": "Married",
+             "english_proficiency": "Fluent", "ethnicity": {"simplified": "White"},
+             "religion": {"simplified": "No Affiliation"},
+             "location": {"birth_country": "Chile", "reside_country": "Chile"}},
+            {"user_id": "p2", "survey_only": True}]
+    survey.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    columns = dict(config("build=prism", "build.demographics.path=x").build.demographics.columns)
+    people = load_demographics(survey, columns, skip_rows={"survey_only": True})
+    assert people == [{"age": "25-34 years old", "gender": "Female", "employment_status": "Unemployed",
+                       "education": "N/A", "marital_status": "Married", "english_proficiency": "Fluent",
+                       "ethnicity": "White", "religion": "No Affiliation", "birth_country": "Chile",
+                       "reside_country": "Chile"}]
+    with pytest.raises(DemographicsError, match="row 2: no column 'age'"):
+        load_demographics(survey, columns)  # p2 lacks it; with skip_rows left out it is read
+    with pytest.raises(DemographicsError, match="has only 1 usable rows"):
+        load_demographics(survey, columns, users=2, skip_rows={"survey_only": True})
+
+
+def part_files(folder: Path) -> set[str]:
+    return {p.name for p in folder.rglob("part-*.parquet")}
+
+
+@pytest.mark.vllm
+def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(tmp_path, engine):
+    out = tmp_path / "data"
+    args = [f"build.out_dir={out}", *SMALL]
+    load = lambda: engine  # noqa: E731
+
+    # a run that stops after two stages (as a killed run would), then the full build
+    assert commands.build(config(*args, "build.stages=[interests,preferences]"), engine=load) == 0
+    stages = out / "build"
+    interests_before = part_files(stages / "interests")
+    assert len(read_table(stages / "interests")) == 2
+    assert commands.build(config(*args), engine=load) == 0
+    assert part_files(stages / "interests") == interests_before  # nothing redone
+    prefs = read_table(stages / "preferences").to_pylist()
+    keys = [r["key"] for r in prefs if r["value"] is not None]
+    assert len(keys) == len(set(keys))
+
+    # the official layout, complete and valid
+    report = validate(out)
+    assert report.ok, report.format()
+    assert sorted(p.name for p in (out / "profile").iterdir()) == ["user0", "user1"]
+    built = ["Alarm", "Movies", "Restaurants"]
+    assert sorted(p.name for p in (out / "task").iterdir()) == sorted([*built, "Multi-Domain"])
+    profile = json.loads((out / "profile" / "user0" / "profile.json").read_text())
+    assert list(profile["interests"]) == list(DOMAINS)
+    assert sum(profile["interests"][d] for d in built) >= 2  # build=quick keeps at least 2 domains
+    assert all(profile["interests"][d] == 0 and profile["affinities"][d] == {} for d in DOMAINS if d not in built)
+    alarm = profile["affinities"]["Alarm"]
+    assert alarm["Wake-up Time"] in ["5:00 AM", "5:30 AM", "6:00 AM", "6:30 AM", "7:00 AM", "7:30 AM", "8:00 AM",
+                                     "9:00 AM"]
+    assert isinstance(alarm["Alarm Sound"], list) and isinstance(alarm["Snooze Habit"], str)
+    lines = [json.loads(x) for x in (out / "task" / "Movies" / "task.jsonl").read_text().splitlines()]
+    assert [x["Task Number"] for x in lines] == [1]
+    scenarios = load_scenarios(out)
+    assert {s.task.task_id for s in scenarios} <= {"SD-Alarm-task-1", "SD-Movies-task-1", "SD-Restaurants-task-1",
+                                                   "MD-task-1"}
+    assert report.sd_scenarios == sum(s.task.kind == "SD" for s in scenarios) >= 4
+    assert (stages / "consistency" / "flags.md").read_text().startswith("### Profiles flagged")
+
+    # resume after a kill in the middle of a stage: lose one part file of situations, build again
+    situations = stages / "situations"
+    rows_before = read_table(situations).num_rows
+    victim = sorted(situations.rglob("part-*.parquet"))[0]
+    victim.unlink()
+    kept = part_files(situations)
+    assert commands.build(config(*args), engine=load) == 0
+    assert kept < part_files(situations) and read_table(situations).num_rows == rows_before
+    assert validate(out).ok
+
+    # the new data runs through generate unchanged
+    run = tmp_path / "run"
+    cfg = config(f"data.root={out}", "data.users=[0]", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=1",
+                 f"run.out_dir={run}", "progress=false")
+    assert commands.generate(cfg, engines=lambda: {"user_agent": engine, "assistant": engine}) == 0
+    dialogues = read_table(run / "dialogues").to_pylist()
+    assert sorted(d["task_id"] for d in dialogues) == sorted(s.task.task_id for s in scenarios
+                                                             if s.user.index == 0 and s.task.kind == "SD")
+
+    # the consistency command on the new data root: one check per selected user, resumable
+    check = tmp_path / "check"
+    cfg = config(f"data.root={out}", "build=quick", f"run.out_dir={check}", "progress=false")
+    assert commands.consistency(cfg, engine=load) == 0
+    rows = read_table(check / "consistency").to_pylist()
+    assert sorted(json.loads(r["key"])[0] for r in rows if r["value"] is not None) == ["user0", "user1"]
+    files = part_files(check / "consistency")
+    assert commands.consistency(cfg, engine=no_engine) == 0 and part_files(check / "consistency") == files
+    table = (check / "consistency" / "flags.md").read_text()
+    assert "| Any | 2 |" in table
