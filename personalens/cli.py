@@ -15,6 +15,8 @@ subcommands:
   merge      check that every scenario of the selection is present exactly once across shards
   report     write the paper's tables and figures for one or more runs
   run        generate, judge and report in one process, then print the Table 3 layout
+  agreement export   annotation sheet + guide for a seeded SD/MD sample of a run's dialogues (Table 5)
+  agreement score    Fleiss' / Cohen's kappas of filled sheets against the judge (Table 5)
 
 DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT. Everything else is a Hydra override,
 e.g. `personalens generate data.users=sample50 model@assistant=llama31_8b assistant.path=/models/llama`.
@@ -31,7 +33,12 @@ def _commands() -> dict[str, Callable]:
         "merge": commands.merge,
         "report": commands.report,
         "run": commands.run,
+        "agreement": commands.agreement,
     }
+
+
+# subcommands whose next word picks an action: `personalens agreement export` = agreement.action=export
+ACTIONS = {"agreement": ("export", "score")}
 
 
 def _hydra_args(rest: list[str]) -> list[str]:
@@ -70,7 +77,15 @@ def main(argv: list[str] | None = None) -> None:
         if code:
             sys.exit(code)
 
-    sys.argv = [f"personalens {name}", *_hydra_args(argv[1:])]
+    overrides = _hydra_args(argv[1:])
+    if name in ACTIONS:
+        action = argv[1] if len(argv) > 1 else ""
+        if action not in ACTIONS[name]:
+            print(f"personalens {name}: error: say which action: {' or '.join(ACTIONS[name])}, "
+                  f"e.g. `personalens {name} {ACTIONS[name][0]} run.out_dir=runs/x`", file=sys.stderr)
+            sys.exit(2)
+        name, overrides = f"{name} {action}", [*_hydra_args(argv[2:]), f"{name}.action={action}"]
+    sys.argv = [f"personalens {name}", *overrides]
     app()
 
 

@@ -145,3 +145,27 @@ def _engines(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
     from personalens.engines.build import build_engines
     return build_engines({role: cfg[role] for role in roles})
 
+
+
+def agreement(cfg: DictConfig) -> int:
+    """`agreement export`: annotation sheet and guide for a sample of run.out_dir's dialogues;
+    `agreement score`: Table 5 from the filled sheets (docs/agreement.md)."""
+    from personalens.report.stats import Bootstrap
+
+    out_dir, run_dir = Path(cfg.agreement.out_dir), Path(cfg.run.out_dir)
+    if cfg.agreement.action == "export":
+        from personalens.agreement import export
+        done = export(run_dir, {s.key: s for s in _selection(cfg)}, out_dir,
+                      dialogues=int(cfg.agreement.dialogues), seed=int(cfg.seed))
+        kinds = [item["kind"] for item in done.items]
+        print(f"export {done.export_id}: {len(kinds)} dialogues ({kinds.count('SD')} SD, {kinds.count('MD')} MD)")
+        print("\n".join(f"  {path}" for path in done.files))
+        return 0
+    from personalens.agreement import score_sheets
+    from personalens.report import render
+    from personalens.report.build import _write_tables as write_tables
+    table = score_sheets(out_dir, [Path(p) for p in cfg.agreement.sheets], run_dir,
+                         Bootstrap(int(cfg.report.bootstrap), int(cfg.seed)))
+    print(render.markdown([table]))
+    print(f"written: {', '.join(map(str, write_tables([table], out_dir)))}", file=sys.stderr)
+    return 0

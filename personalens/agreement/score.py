@@ -1,0 +1,98 @@
+"""`agreement score`: Table 5 from filled sheets and the run's judgments.
+
+Per metric: Fleiss' kappa among the annotators (statsmodels) and the mean over annotators of Cohen's
+kappa between the annotator and the judge (scikit-learn, unweighted, as the paper reports plain kappas),
+each with a percentile-bootstrap interval over dialogues (report.stats)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from sklearn.metrics import cohen_kappa_score
+from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
+
+from personalens.agreement.metrics import METRICS, AgreementError, SheetMetric
+from personalens.agreement.sheets import Manifest, Sheet, read_manifest, read_sheets
+from personalens.report.stats import Bootstrap, Estimate, bootstrap_statistic
+from personalens.report.tables import Column, Table
+from personalens.store import KEY_COLUMNS, read_table
+
+COLUMNS = (Column("cohen", "", "Cohen's Kappa", 3, holds="estimate"),
+           Column("fleiss", "", "IAA (Fleiss' Kappa)", 3, holds="estimate"))
+
+
+def score_sheets(export_dir: Path, sheet_paths: Sequence[Path], run_dir: Path, boot: Bootstrap) -> Table:
+    manifest = read_manifest(export_dir)
+    sheets = read_sheets(sheet_paths, manifest)
+    judge = judge_scores(Path(run_dir), manifest)
+    items = [int(item["item"]) for item in manifest.items]
+    rows = []
+    for metric in METRICS:
+        ratings = np.array([[s.scores[i][metric.column] for s in sheets] for i in items])
+        judged = np.array([judge.get((i, metric.column), np.nan) for i in items])
+        rows.append(((metric.label,), (cohen_cell(ratings, judged, metric, boot), fleiss_cell(ratings, boot))))
+    unjudged = sum(1 for i in items for m in METRICS if (i, m.column) not in judge)
+    notes = (f"Export {manifest.export_id}: {len(items)} dialogues rated by {len(sheets)} annotators "
+             f"({', '.join(s.annotator for s in sheets)}).",
+             "Cohen's Kappa is the mean over annotators of the unweighted kappa between an annotator and the judge; "
+             "IAA is Fleiss' kappa among the annotators. Intervals are percentile bootstrap over dialogues "
+             f"({boot.resamples} resamples, seed {boot.seed}); n counts dialogues.",
+             *((f"{unjudged} (dialogue, metric) pairs have no parsed judge score and are left out of Cohen's Kappa.",)
+               if unjudged else ()))
+    return Table("table5", "Table 5: agreement of human annotators with each other and with the judge",
+                 ("Metric",), COLUMNS, tuple(rows), notes=notes)
+
+
+def judge_scores(run_dir: Path, manifest: Manifest) -> dict[tuple[int, str], int]:
+    """(item, metric column) -> the judge's whole-dialogue score, for judgments that parsed."""
+    table = read_table(run_dir / "judgments", [*KEY_COLUMNS, "dimension", "speaker", "turn", "score", "parsed"])
+    if table is None:
+        raise AgreementError(f"{run_dir / 'judgments'} holds no judgments: run `personalens judge` with this "
+                             "run.out_dir first")
+    item_of = {tuple(item[c] for c in KEY_COLUMNS): int(item["item"]) for item in manifest.items}
+    column_of = {(m.dimension, m.speaker): m.column for m in METRICS}
+    scores = {}
+    for row in table.to_pylist():
+        item = item_of.get(tuple(row[c] for c in KEY_COLUMNS))
+        column = column_of.get((row["dimension"], row["speaker"] or ""))
+        if item is not None and column is not None and row["turn"] == -1 and row["parsed"]:
+            scores[(item, column)] = int(row["score"])
+    if not any(item in item_of.values() for item, _ in scores):
+        raise AgreementError(f"{run_dir / 'judgments'} holds no judgment of the exported dialogues: "
+                             f"is run.out_dir the run that export {manifest.export_id} was drawn from?")
+    return scores
+
+
+def fleiss(ratings: np.ndarray) -> float:
+    """Fleiss' kappa of an (items x annotators) array of scores."""
+    counts, _ = aggregate_raters(ratings)
+    with np.errstate(invalid="ignore", divide="ignore"):  # one category only: kappa is undefined (nan)
+        return float(fleiss_kappa(counts, method="fleiss"))
+
+
+def mean_cohen(ratings: np.ndarray, judge: np.ndarray, labels: Sequence[int]) -> float:
+    """Mean over annotators (columns of `ratings`) of Cohen's kappa with the judge's scores."""
+    with warnings.catch_warnings():  # one label only: sklearn warns and returns nan
+        warnings.simplefilter("ignore")
+        return float(np.mean([cohen_kappa_score(ratings[:, a], judge, labels=list(labels))
+                              for a in range(ratings.shape[1])]))
+
+
+def fleiss_cell(ratings: np.ndarray, boot: Bootstrap) -> Estimate:
+    return _estimate(lambda idx: fleiss(ratings[idx]), len(ratings), boot)
+
+
+def cohen_cell(ratings: np.ndarray, judged: np.ndarray, metric: SheetMetric, boot: Bootstrap) -> Estimate | None:
+    keep = ~np.isnan(judged)
+    if not keep.any():
+        return None
+    r, j = ratings[keep], judged[keep].astype(int)
+    return _estimate(lambda idx: mean_cohen(r[idx], j[idx], metric.scores), len(r), boot)
+
+
+def _estimate(statistic: Callable[[np.ndarray], float], n: int, boot: Bootstrap) -> Estimate:
+    value, lo, hi = bootstrap_statistic(statistic, n, boot.resamples, boot.seed)
+    return Estimate(value, lo, hi, n)
