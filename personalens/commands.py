@@ -97,7 +97,8 @@ def report(cfg: DictConfig) -> int:
     from personalens.report import build_report
     runs = [Path(r) for r in (cfg.report.runs or [cfg.run.out_dir])]
     result = build_report(runs, Path(cfg.report.out_dir), bootstrap=int(cfg.report.bootstrap),
-                          seed=int(cfg.seed), figure5_domains=list(cfg.report.figure5_domains))
+                          seed=int(cfg.seed), figure5_domains=list(cfg.report.figure5_domains),
+                          html_dialogues=int(cfg.report.html_dialogues))
     print(result.table3_markdown())
     print(f"\nreport written to {cfg.report.out_dir}", file=sys.stderr)
     return 0

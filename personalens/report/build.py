@@ -10,6 +10,7 @@ from personalens.data.records import DOMAINS
 from personalens.report import render
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
+from personalens.report.html import write_html
 from personalens.report.load import RunData, load_runs
 from personalens.report.stats import Bootstrap
 from personalens.report.tables import (by_domain, by_turn, parse_failures, table3, table4, table12, table13,
@@ -50,17 +51,20 @@ class Report:
 
 
 def build_report(run_dirs: Sequence[Path], out_dir: Path, *, bootstrap: int = 1000, seed: int = 0,
-                 figure5_domains: Sequence[str] = ()) -> Report:
-    """Report on the dialogues and judgments of `run_dirs`, written into `out_dir`."""
+                 figure5_domains: Sequence[str] = (), html_dialogues: int = 500) -> Report:
+    """Report on the dialogues and judgments of `run_dirs`, written into `out_dir`; report.html's
+    dialogue browser shows up to `html_dialogues` of them."""
     unknown = [d for d in figure5_domains if d not in DOMAINS]
     if unknown:
         raise ReportError(f"figure5_domains: unknown domain(s) {unknown}; the domains are {', '.join(DOMAINS)}")
     if bootstrap < 1:
         raise ReportError(f"bootstrap: number of resamples must be >= 1, got {bootstrap}")
+    if html_dialogues < 0:
+        raise ReportError(f"html_dialogues: must be >= 0, got {html_dialogues}")
     dirs = tuple(Path(d) for d in run_dirs)
     report = compute_report(load_runs(dirs), dirs, Path(out_dir), Bootstrap(bootstrap, seed),
                             tuple(figure5_domains))
-    return replace(report, files=write_report(report))
+    return replace(report, files=write_report(report, html_dialogues))
 
 
 def compute_report(data: RunData, run_dirs: tuple[Path, ...], out_dir: Path, boot: Bootstrap,
@@ -72,8 +76,8 @@ def compute_report(data: RunData, run_dirs: tuple[Path, ...], out_dir: Path, boo
                   by_turn=by_turn(j, figure5_domains, boot), parse_failures=parse_failures(j))
 
 
-def write_report(report: Report) -> tuple[Path, ...]:
-    """Write every table, the figures and report.md; returns the paths, report.md last."""
+def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
+    """Write every table, the figures, report.html and report.md; returns the paths, report.md last."""
     out = report.out_dir
     out.mkdir(parents=True, exist_ok=True)
     # Outputs that this report may not produce: drop any left by an earlier report into the same folder.
@@ -86,6 +90,8 @@ def write_report(report: Report) -> tuple[Path, ...]:
     if report.by_turn is not None:
         files += [*_write_tables([report.by_turn], out), plot_by_turn(report.by_turn, out / "figure5.png")]
     files += _write_tables([report.parse_failures], out)
+    files.append(write_html(report, [f for f in files if f.suffix == ".png"], out / "report.html",
+                            dialogues=html_dialogues))
     summary = out / "report.md"
     summary.write_text(report_markdown(report))
     return (*files, summary)
