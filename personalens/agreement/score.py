@@ -1,20 +1,19 @@
 """`agreement score`: Table 5 from filled sheets and the run's judgments.
 
-Per metric: Fleiss' kappa among the annotators (statsmodels) and the mean over annotators of Cohen's
-kappa between the annotator and the judge (scikit-learn, unweighted, as the paper reports plain kappas),
-each with a percentile-bootstrap interval over dialogues (report.stats)."""
+Per metric: Fleiss' kappa among the annotators and the mean over annotators of Cohen's kappa between
+the annotator and the judge (unweighted, as the paper reports plain kappas), both from statsmodels,
+each with a percentile-bootstrap interval over dialogues (report.stats). statsmodels computes both
+from count tables, so a bootstrap resample only re-weights precomputed per-dialogue counts."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-from sklearn.metrics import cohen_kappa_score
-from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
+from statsmodels.stats.inter_rater import aggregate_raters, cohens_kappa, fleiss_kappa
 
-from personalens.agreement.metrics import METRICS, AgreementError, SheetMetric
+from personalens.agreement.metrics import METRICS, AgreementError
 from personalens.agreement.sheets import Manifest, Sheet, read_manifest, read_sheets
 from personalens.report.stats import Bootstrap, Estimate, bootstrap_statistic
 from personalens.report.tables import Column, Table
@@ -31,9 +30,12 @@ def score_sheets(export_dir: Path, sheet_paths: Sequence[Path], run_dir: Path, b
     items = [int(item["item"]) for item in manifest.items]
     rows = []
     for metric in METRICS:
-        ratings = np.array([[s.scores[i][metric.column] for s in sheets] for i in items])
-        judged = np.array([judge.get((i, metric.column), np.nan) for i in items])
-        rows.append(((metric.label,), (cohen_cell(ratings, judged, metric, boot), fleiss_cell(ratings, boot))))
+        # scores as category codes 0..k-1; -1 where the judge has no parsed score
+        code = {score: c for c, score in enumerate(metric.scores)}
+        codes = np.array([[code[s.scores[i][metric.column]] for s in sheets] for i in items])
+        judged = np.array([code.get(judge.get((i, metric.column)), -1) for i in items])
+        k = len(metric.scores)
+        rows.append(((metric.label,), (cohen_cell(codes, judged, k, boot), fleiss_cell(codes, k, boot))))
     unjudged = sum(1 for i in items for m in METRICS if (i, m.column) not in judge)
     notes = (f"Export {manifest.export_id}: {len(items)} dialogues rated by {len(sheets)} annotators "
              f"({', '.join(s.annotator for s in sheets)}).",
@@ -66,31 +68,39 @@ def judge_scores(run_dir: Path, manifest: Manifest) -> dict[tuple[int, str], int
     return scores
 
 
-def fleiss(ratings: np.ndarray) -> float:
-    """Fleiss' kappa of an (items x annotators) array of scores."""
-    counts, _ = aggregate_raters(ratings)
+def fleiss(counts: np.ndarray) -> float:
+    """Fleiss' kappa from (items x categories) counts of annotators' scores."""
     with np.errstate(invalid="ignore", divide="ignore"):  # one category only: kappa is undefined (nan)
         return float(fleiss_kappa(counts, method="fleiss"))
 
 
-def mean_cohen(ratings: np.ndarray, judge: np.ndarray, labels: Sequence[int]) -> float:
-    """Mean over annotators (columns of `ratings`) of Cohen's kappa with the judge's scores."""
-    with warnings.catch_warnings():  # one label only: sklearn warns and returns nan
-        warnings.simplefilter("ignore")
-        return float(np.mean([cohen_kappa_score(ratings[:, a], judge, labels=list(labels))
-                              for a in range(ratings.shape[1])]))
+def cohen(table: np.ndarray) -> float:
+    """Cohen's kappa (unweighted) from a square contingency table of two raters' scores."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return float(cohens_kappa(table, return_results=False))
 
 
-def fleiss_cell(ratings: np.ndarray, boot: Bootstrap) -> Estimate:
-    return _estimate(lambda idx: fleiss(ratings[idx]), len(ratings), boot)
+def fleiss_cell(codes: np.ndarray, categories: int, boot: Bootstrap) -> Estimate:
+    counts, _ = aggregate_raters(codes, n_cat=categories)
+    return _estimate(lambda idx: fleiss(counts[idx]), len(codes), boot)
 
 
-def cohen_cell(ratings: np.ndarray, judged: np.ndarray, metric: SheetMetric, boot: Bootstrap) -> Estimate | None:
-    keep = ~np.isnan(judged)
+def cohen_cell(codes: np.ndarray, judged: np.ndarray, categories: int, boot: Bootstrap) -> Estimate | None:
+    """Mean over annotators of Cohen's kappa with the judge, on the dialogues the judge scored."""
+    keep = judged >= 0
     if not keep.any():
         return None
-    r, j = ratings[keep], judged[keep].astype(int)
-    return _estimate(lambda idx: mean_cohen(r[idx], j[idx], metric.scores), len(r), boot)
+    # each (annotator, dialogue) falls into one cell of the annotator's table with the judge; a resample
+    # weights the dialogues by how often it drew them
+    cells = codes[keep] * categories + judged[keep, None]
+    n = int(keep.sum())
+
+    def mean_kappa(idx: np.ndarray) -> float:
+        weights = np.bincount(idx, minlength=n)
+        return float(np.mean([cohen(np.bincount(cells[:, a], weights=weights, minlength=categories ** 2)
+                                    .reshape(categories, categories)) for a in range(cells.shape[1])]))
+
+    return _estimate(mean_kappa, n, boot)
 
 
 def _estimate(statistic: Callable[[np.ndarray], float], n: int, boot: Bootstrap) -> Estimate:
