@@ -9,6 +9,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from agreement_helpers import JUDGED, SECRET, write_sample_run
@@ -16,7 +17,7 @@ from cli_helpers import run_cli
 from personalens.agreement import METRICS, AgreementError, export, score_sheets
 from personalens.agreement.export import SHEET_COLUMNS
 from personalens.data import load_scenarios
-from personalens.report.stats import Bootstrap
+from personalens.report.stats import Bootstrap, bootstrap_ci, bootstrap_statistic
 
 BOOT = Bootstrap(200, 0)
 RANGES = {"task_completion": [0, 1], "personalization": [1, 2, 3, 4]}
@@ -110,6 +111,14 @@ def test_small_exports_still_hold_both_kinds(run, scenarios, tmp_path):
 
 
 # ---- score: kappas ------------------------------------------------------------------------------
+
+def test_bootstrap_statistic_of_the_mean_is_the_report_s_mean_interval():
+    values = np.random.default_rng(1).normal(size=40)
+    assert bootstrap_statistic(lambda idx: values[idx].mean(), 40, 300, 5) == bootstrap_ci(values, 300, 5)
+    # an undefined statistic (nan) leaves no interval rather than a wrong one
+    value, lo, hi = bootstrap_statistic(lambda idx: float("nan"), 5, 10, 0)
+    assert math.isnan(value) and math.isnan(lo) and math.isnan(hi)
+
 
 def test_annotators_who_agree_with_the_judge_get_kappa_one(run, scenarios, tmp_path):
     run_dir, dialogues = run
