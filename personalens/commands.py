@@ -156,7 +156,8 @@ def agreement(cfg: DictConfig) -> int:
     out_dir, run_dir = Path(cfg.agreement.out_dir), Path(cfg.run.out_dir)
     if cfg.agreement.action == "export":
         from personalens.agreement import export
-        done = export(run_dir, {s.key: s for s in _selection(cfg)}, out_dir,
+        from personalens.data import load_scenarios
+        done = export(run_dir, lambda users: load_scenarios(Path(cfg.data.root), users, "both"), out_dir,
                       dialogues=int(cfg.agreement.dialogues), seed=int(cfg.seed))
         kinds = [item["kind"] for item in done.items]
         print(f"export {done.export_id}: {len(kinds)} dialogues ({kinds.count('SD')} SD, {kinds.count('MD')} MD)")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from markupsafe import escape
 
 from agreement_helpers import JUDGED, SECRET, write_sample_run
 from cli_helpers import run_cli
@@ -37,7 +38,8 @@ def run(tmp_path, sample_root):
 
 @pytest.fixture
 def scenarios(sample_root):
-    return {s.key: s for s in load_scenarios(sample_root, "all", "both")}
+    """The export's loader: the scenarios of the given users of the sample data."""
+    return lambda users: load_scenarios(sample_root, users, "both")
 
 
 def read_sheet(path: Path) -> list[dict]:
@@ -86,10 +88,12 @@ def test_export_is_a_seeded_stratified_sample_without_judge_scores(run, scenario
     assert other.export_id != done.export_id
     # the guide holds every metric's guideline, each dialogue's turns and context, and no judge output
     guide = (tmp_path / "a" / "guide.html").read_text()
+    goals = {s.key: s.task.goal for s in scenarios(list(range(6)))}
     assert "Score of 4: EXCEPTIONAL" in guide and "Fully coherent" in guide and "VERDICT" in guide
     for r in rows:
         assert f"assistant turn 3 of {r['user_id']}/{r['task_id']}" in guide
-        assert scenarios[(r["user_id"], r["task_id"])].task.goal.split("\n")[0].replace("'", "&#39;") in guide
+        goal = goals[(r["user_id"], r["task_id"])]
+        assert str(escape(goal)) in guide
     assert SECRET not in guide and SECRET not in (tmp_path / "a" / "sheet.csv").read_text()
     assert "<script" not in guide and "http" not in guide  # self-contained
     manifest = json.loads((tmp_path / "a" / "export.json").read_text())

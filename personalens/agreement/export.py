@@ -7,7 +7,7 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import jinja2
 import numpy as np
@@ -41,11 +41,14 @@ class Export:
         return tuple(self.out_dir / name for name in (SHEET, GUIDE, MANIFEST))
 
 
-def export(run_dir: Path, scenarios: Mapping[tuple[str, str], Scenario], out_dir: Path, *, dialogues: int,
-           seed: int) -> Export:
-    """Draw `dialogues` dialogues of `run_dir` and write sheet.csv, guide.html and export.json into `out_dir`."""
+def export(run_dir: Path, load_scenarios: Callable[[list[int]], Iterable[Scenario]], out_dir: Path, *,
+           dialogues: int, seed: int) -> Export:
+    """Draw `dialogues` dialogues of `run_dir` and write sheet.csv, guide.html and export.json into `out_dir`.
+
+    `load_scenarios(user_indices)` gives the scenarios of those users, for the context the judge saw."""
     rows = _dialogues(Path(run_dir))
     chosen = draw(rows, dialogues, seed)
+    scenarios = {s.key: s for s in load_scenarios(sorted({d["user_index"] for d in chosen}))}
     keys = [[d[c] for c in KEY_COLUMNS] for d in chosen]
     export_id = fingerprint({"run_ids": sorted({d["run_id"] for d in chosen}), "keys": keys, "seed": seed})
     items = tuple({"item": i, **{c: d[c] for c in KEY_COLUMNS}, "kind": d["kind"], "domains": list(d["domains"])}
@@ -113,8 +116,8 @@ def _context(d: dict, scenarios: Mapping[tuple[str, str], Scenario], run_dir: Pa
     """What the judge saw besides the conversation (the goal for TC, the profile for P)."""
     scenario = scenarios.get((d["user_id"], d["task_id"]))
     if scenario is None:
-        raise AgreementError(f"{run_dir}: dialogue {d['user_id']}/{d['task_id']} is not in the data selection; "
-                             "export with the run's data.root and data.users")
+        raise AgreementError(f"{run_dir}: dialogue {d['user_id']}/{d['task_id']} has no scenario in the data; "
+                             "export with the run's data.root")
     user, domains = scenario.user, scenario.task.domains
     return {"Goal": scenario.task.goal, "Task description": scenario.task.description,
             "Demographic profile": demographics_text(user), "User preferences": affinities_text(user, domains),

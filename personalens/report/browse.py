@@ -19,7 +19,7 @@ from personalens.store import KEY_COLUMNS
 
 # what identifies a dialogue within the runs of one report (a run may hold several models)
 _KEY = ("run_id", *KEY_COLUMNS, "assistant_model")
-_DIALOGUE_FIELDS = (*_KEY, "kind", "domains", "rounds", "ended", "turns")
+_DIALOGUE_FIELDS = (*_KEY, "user_index", "kind", "domains", "rounds", "ended", "turns")
 _JUDGMENT_FIELDS = (*_KEY, "dimension", "speaker", "turn", "score", "parsed", "judge_text")
 
 
@@ -44,6 +44,7 @@ def browsable(run_dirs: Sequence[Path], limit: int, seed: int) -> Browsable:
     for i, run_dir in enumerate(run_dirs):
         if wanted[i]:
             out += _read(run_dir, wanted[i])
+    out.sort(key=lambda d: (d["model"], d["setting"], d["kind"] != "SD", d["user_index"], d["task"], d["trial"]))
     return Browsable(tuple(out), total)
 
 
@@ -65,7 +66,7 @@ def _read(run_dir: Path, wanted: set[tuple]) -> list[dict]:
     for d in _dataset(run_dir, "dialogues").to_table(columns=list(_DIALOGUE_FIELDS), filter=near).to_pylist():
         key = tuple(d[c] for c in _KEY)
         if key in wanted:
-            rows.append({"model": d["assistant_model"], "setting": d["setting"], "kind": d["kind"],
+            rows.append({"user_index": d["user_index"], "model": d["assistant_model"], "setting": d["setting"], "kind": d["kind"],
                          "domains": list(d["domains"]), "user": d["user_id"], "task": d["task_id"],
                          "trial": d["trial"], "rounds": d["rounds"], "ended": d["ended"],
                          "turns": [{"role": t["role"], "text": t["text"]} for t in d["turns"] or ()],
