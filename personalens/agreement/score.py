@@ -14,7 +14,7 @@ import numpy as np
 from statsmodels.stats.inter_rater import aggregate_raters, cohens_kappa, fleiss_kappa
 
 from personalens.agreement.metrics import METRICS, AgreementError
-from personalens.agreement.sheets import Manifest, Sheet, read_manifest, read_sheets
+from personalens.agreement.sheets import Manifest, read_manifest, read_sheets
 from personalens.report.stats import Bootstrap, Estimate, bootstrap_statistic
 from personalens.report.tables import Column, Table
 from personalens.store import KEY_COLUMNS, read_table
