@@ -28,6 +28,8 @@ subcommands:
   diversity  print and write Table 10's lexical diversity of a run's dialogues (or any dialogue Parquet)
   build      build a new PersonaLens-style dataset in the official layout (docs/build.md)
   consistency  check the profiles of a data root for conflicts (Figure 21) and print the flagged share
+  agreement export   annotation sheet + guide for a seeded SD/MD sample of a run's dialogues (Table 5)
+  agreement score    Fleiss' / Cohen's kappas of filled sheets against the judge (Table 5)
 
 DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT; --strict for data.strict=true (quirks of
 the release that its own code tolerates, warnings by default, become errors). Everything else is a Hydra override,
@@ -48,7 +50,12 @@ def _commands() -> dict[str, Callable]:
         "stats": commands.stats,
         "diversity": commands.diversity,
         "build": commands.build, "consistency": commands.consistency,
+        "agreement": commands.agreement,
     }
+
+
+# subcommands whose next word picks an action: `personalens agreement export` = agreement.action=export
+ACTIONS = {"agreement": ("export", "score")}
 
 
 def _hydra_args(rest: list[str]) -> list[str]:
@@ -118,7 +125,15 @@ def main(argv: list[str] | None = None) -> None:
         if code:
             sys.exit(code)
 
-    sys.argv = [f"personalens {name}", *_hydra_args(argv[1:])]
+    overrides = _hydra_args(argv[1:])
+    if name in ACTIONS:
+        action = argv[1] if len(argv) > 1 else ""
+        if action not in ACTIONS[name]:
+            print(f"personalens {name}: error: say which action: {' or '.join(ACTIONS[name])}, "
+                  f"e.g. `personalens {name} {ACTIONS[name][0]} run.out_dir=runs/x`", file=sys.stderr)
+            sys.exit(2)
+        name, overrides = f"{name} {action}", [*_hydra_args(argv[2:]), f"{name}.action={action}"]
+    sys.argv = [f"personalens {name}", *overrides]
     app()
 
 

@@ -108,7 +108,8 @@ def report(cfg: DictConfig) -> int:
     from personalens.report import build_report
     runs = [Path(r) for r in (cfg.report.runs or [cfg.run.out_dir])]
     result = build_report(runs, Path(cfg.report.out_dir), bootstrap=int(cfg.report.bootstrap),
-                          seed=int(cfg.seed), figure5_domains=list(cfg.report.figure5_domains))
+                          seed=int(cfg.seed), figure5_domains=list(cfg.report.figure5_domains),
+                          html_dialogues=int(cfg.report.html_dialogues))
     print(result.table3_markdown(), file=console.out())
     print(f"\nreport written to {cfg.report.out_dir}", file=console.err())
     return 0
@@ -330,3 +331,26 @@ def _build_setup(cfg: DictConfig, engine: Callable | None):
         md_span=(int(b.tasks.md_domains[0]), int(b.tasks.md_domains[1])), check=bool(b.consistency.check),
         max_regenerations=int(b.consistency.max_regenerations), limits=Limits(**C.plain(b.limits)))
     return plan, _runner(cfg, out_dir / STAGE_TABLES, engine, digest), templates
+def agreement(cfg: DictConfig) -> int:
+    """`agreement export`: annotation sheet and guide for a sample of run.out_dir's dialogues;
+    `agreement score`: Table 5 from the filled sheets (docs/agreement.md)."""
+    from personalens.report.stats import Bootstrap
+
+    out_dir, run_dir = Path(cfg.agreement.out_dir), Path(cfg.run.out_dir)
+    if cfg.agreement.action == "export":
+        from personalens.agreement import export
+        from personalens.data import load_scenarios
+        done = export(run_dir, lambda users: load_scenarios(Path(cfg.data.root), users, "both"), out_dir,
+                      dialogues=int(cfg.agreement.dialogues), seed=int(cfg.seed))
+        kinds = [item["kind"] for item in done.items]
+        print(f"export {done.export_id}: {len(kinds)} dialogues ({kinds.count('SD')} SD, {kinds.count('MD')} MD)")
+        print("\n".join(f"  {path}" for path in done.files))
+        return 0
+    from personalens.agreement import score_sheets
+    from personalens.report import render
+    from personalens.report.build import write_tables
+    table = score_sheets(out_dir, [Path(p) for p in cfg.agreement.sheets], run_dir,
+                         Bootstrap(int(cfg.report.bootstrap), int(cfg.seed)))
+    print(render.markdown([table]))
+    print(f"written: {', '.join(map(str, write_tables([table], out_dir)))}", file=console.err())
+    return 0

@@ -3,6 +3,7 @@ engine with grammar-constrained judging: dialogues, judgments, report."""
 
 from __future__ import annotations
 
+import csv
 import struct
 from collections import Counter
 
@@ -93,3 +94,21 @@ def test_rerunning_the_pipeline_judges_nothing_twice(pipeline):
                    f"run.out_dir={out}", "progress=false")
     assert "judge: 0 judgments" in proc.stderr
     assert len(read_rows(out / "judgments")) == len(before)
+
+
+def test_the_run_writes_report_html_and_exports_an_annotation_sheet(pipeline, tmp_path):
+    out, _ = pipeline
+    dialogues = read_rows(out / "dialogues")
+    html = (out / "report" / "report.html").read_text()
+    assert f"All {len(dialogues)} dialogues of the runs." in html
+    assert all(d["task_id"] in html for d in dialogues)
+    # Table 5's sheet from this real run: 3 dialogues, SD and MD both drawn, no judge output
+    proc = run_cli("agreement", "export", f"run.out_dir={out}", f"agreement.out_dir={tmp_path}",
+                   "agreement.dialogues=3")
+    assert "3 dialogues" in proc.stdout
+    with open(tmp_path / "sheet.csv", newline="", encoding="utf-8-sig") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3 and {r["kind"] for r in rows} == {d["kind"] for d in dialogues}
+    judged = {j["judge_text"] for j in read_rows(out / "judgments")}
+    guide = (tmp_path / "guide.html").read_text()
+    assert not any(text.strip() and text in guide for text in judged)

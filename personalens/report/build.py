@@ -10,6 +10,7 @@ from personalens.data.records import DOMAINS
 from personalens.report import render
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
+from personalens.report.html import write_html
 from personalens.report.load import KINDS, RunData, load_runs
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
 from personalens.report.stats import Bootstrap
@@ -52,18 +53,21 @@ class Report:
 
 
 def build_report(run_dirs: Sequence[Path], out_dir: Path, *, bootstrap: int = 1000, seed: int = 0,
-                 figure5_domains: Sequence[str] = ()) -> Report:
-    """Report on the dialogues and judgments of `run_dirs`, written into `out_dir`."""
+                 figure5_domains: Sequence[str] = (), html_dialogues: int = 500) -> Report:
+    """Report on the dialogues and judgments of `run_dirs`, written into `out_dir`; report.html's
+    dialogue browser shows up to `html_dialogues` of them."""
     unknown = [d for d in figure5_domains if d not in DOMAINS]
     if unknown:
         raise ReportError(f"figure5_domains: unknown domain(s) {unknown}; the domains are {', '.join(DOMAINS)}")
     if bootstrap < 1:
         raise ReportError(f"bootstrap: number of resamples must be >= 1, got {bootstrap}")
+    if html_dialogues < 0:
+        raise ReportError(f"html_dialogues: must be >= 0, got {html_dialogues}")
     dirs = tuple(Path(d) for d in run_dirs)
     data = load_runs(dirs)
     report = compute_report(data, dirs, Path(out_dir), Bootstrap(bootstrap, seed),
                             tuple(figure5_domains), tuple(read_setup(d) for d in dirs))
-    return replace(report, files=write_report(report))
+    return replace(report, files=write_report(report, html_dialogues))
 
 
 def compute_report(data: RunData, run_dirs: tuple[Path, ...], out_dir: Path, boot: Bootstrap,
@@ -90,26 +94,28 @@ def _setup_note(setups: tuple[RunSetup, ...]) -> str:
             f"User agent: {names({s.user_agent for s in setups})}. Judge: {names({s.judge for s in setups})}.")
 
 
-def write_report(report: Report) -> tuple[Path, ...]:
-    """Write every table, the figures and report.md; returns the paths, report.md last."""
+def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
+    """Write every table, the figures, report.html and report.md; returns the paths, report.md last."""
     out = report.out_dir
     out.mkdir(parents=True, exist_ok=True)
     # Outputs that this report may not produce: drop any left by an earlier report into the same folder.
     for stale in ("table4", "figure5"):
         for path in out.glob(f"{stale}.*"):
             path.unlink()
-    files = [*_write_tables([report.table3], out), *_write_tables(report.table4, out),
-             *_write_tables([report.table12], out), *_write_tables([report.table13], out),
-             *_write_tables([report.by_domain], out), plot_by_domain(report.by_domain, out / "figure4.png")]
+    files = [*write_tables([report.table3], out), *write_tables(report.table4, out),
+             *write_tables([report.table12], out), *write_tables([report.table13], out),
+             *write_tables([report.by_domain], out), plot_by_domain(report.by_domain, out / "figure4.png")]
     if report.by_turn is not None:
-        files += [*_write_tables([report.by_turn], out), plot_by_turn(report.by_turn, out / "figure5.png")]
-    files += _write_tables([report.parse_failures], out)
+        files += [*write_tables([report.by_turn], out), plot_by_turn(report.by_turn, out / "figure5.png")]
+    files += write_tables([report.parse_failures], out)
+    files.append(write_html(report, [f for f in files if f.suffix == ".png"], out / "report.html",
+                            dialogues=html_dialogues))
     summary = out / "report.md"
     summary.write_text(report_markdown(report))
     return (*files, summary)
 
 
-def _write_tables(tables: Sequence[Table], out_dir: Path) -> list[Path]:
+def write_tables(tables: Sequence[Table], out_dir: Path) -> list[Path]:
     """`<name>.md`, `.csv` and `.tex` of tables that share a name (one Table 4 per model)."""
     if not tables:
         return []

@@ -73,7 +73,7 @@ def load_runs(run_dirs: Sequence[Path]) -> RunData:
     )
 
 
-def _part_files(folder: Path) -> list[Path]:
+def part_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise ReportError(f"{folder} does not exist (was this step of the run done?)")
     # Hidden or underscore names are temporary files of an unfinished atomic write.
@@ -85,7 +85,7 @@ def _part_files(folder: Path) -> list[Path]:
 
 def _read_dataset(folder: Path, columns: Iterable[str], *, with_tokens: bool) -> list[tuple[Path, dict[str, Any]]]:
     rows: list[tuple[Path, dict[str, Any]]] = []
-    for path in _part_files(folder):
+    for path in part_files(folder):
         try:
             file = pq.ParquetFile(path)
         except Exception as err:  # pyarrow raises several types for a damaged file

@@ -1,9 +1,10 @@
-"""Means with percentile-bootstrap confidence intervals (pure numpy, no I/O)."""
+"""Means and other statistics with percentile-bootstrap confidence intervals (pure numpy, no I/O)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -48,6 +49,32 @@ def bootstrap_ci(
     lo, hi = np.percentile(stats, [tail, 100.0 - tail])
     # Float rounding in the resampled sums can put a bound a hair past the mean of a constant sample.
     return mean, float(min(lo, mean)), float(max(hi, mean))
+
+
+def bootstrap_statistic(
+    statistic: Callable[[np.ndarray], float],
+    n: int,
+    resamples: int = 1000,
+    seed: int = 0,
+    *,
+    level: float = 0.95,
+) -> tuple[float, float, float]:
+    """(value, lo, hi): `statistic` of items 0..n-1 and its percentile-bootstrap interval.
+
+    `statistic` takes an array of item indices (drawn with replacement), for statistics that are no
+    mean, such as a kappa over dialogues. Resamples where it is undefined (nan) are left out.
+    """
+    if n < 1 or resamples < 1:
+        raise ValueError(f"bootstrap_statistic needs n >= 1 and resamples >= 1, got {n} and {resamples}")
+    value = float(statistic(np.arange(n)))
+    rng = np.random.default_rng(seed)
+    stats = np.array([statistic(rng.integers(0, n, size=n)) for _ in range(resamples)], dtype=np.float64)
+    stats = stats[~np.isnan(stats)]
+    if math.isnan(value) or stats.size == 0:
+        return value, math.nan, math.nan
+    tail = 100.0 * (1.0 - level) / 2.0
+    lo, hi = np.percentile(stats, [tail, 100.0 - tail])
+    return value, float(lo), float(hi)
 
 
 @dataclass(frozen=True)

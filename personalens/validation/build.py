@@ -7,7 +7,7 @@ from pathlib import Path
 
 from personalens.data import list_user_indices, load_scenarios, load_task_definitions, load_user, user_indices
 from personalens.report import render
-from personalens.report.build import _write_tables as write_tables  # md / csv / tex, as the report writes them
+from personalens.report.build import write_tables  # md / csv / tex, as the report writes them
 from personalens.report.tables import Table
 from personalens.validation import diversity as D
 from personalens.validation import stats as S

@@ -1,0 +1,108 @@
+"""`agreement score`: Table 5 from filled sheets and the run's judgments.
+
+Per metric: Fleiss' kappa among the annotators and the mean over annotators of Cohen's kappa between
+the annotator and the judge (unweighted, as the paper reports plain kappas), both from statsmodels,
+each with a percentile-bootstrap interval over dialogues (report.stats). statsmodels computes both
+from count tables, so a bootstrap resample only re-weights precomputed per-dialogue counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from statsmodels.stats.inter_rater import aggregate_raters, cohens_kappa, fleiss_kappa
+
+from personalens.agreement.metrics import METRICS, AgreementError
+from personalens.agreement.sheets import Manifest, read_manifest, read_sheets
+from personalens.report.stats import Bootstrap, Estimate, bootstrap_statistic
+from personalens.report.tables import Column, Table
+from personalens.store import KEY_COLUMNS, read_table
+
+COLUMNS = (Column("cohen", "", "Cohen's Kappa", 3, holds="estimate"),
+           Column("fleiss", "", "IAA (Fleiss' Kappa)", 3, holds="estimate"))
+
+
+def score_sheets(export_dir: Path, sheet_paths: Sequence[Path], run_dir: Path, boot: Bootstrap) -> Table:
+    manifest = read_manifest(export_dir)
+    sheets = read_sheets(sheet_paths, manifest)
+    judge = judge_scores(Path(run_dir), manifest)
+    items = [int(item["item"]) for item in manifest.items]
+    rows = []
+    for metric in METRICS:
+        # scores as category codes 0..k-1; -1 where the judge has no parsed score
+        code = {score: c for c, score in enumerate(metric.scores)}
+        codes = np.array([[code[s.scores[i][metric.column]] for s in sheets] for i in items])
+        judged = np.array([code.get(judge.get((i, metric.column)), -1) for i in items])
+        k = len(metric.scores)
+        rows.append(((metric.label,), (cohen_cell(codes, judged, k, boot), fleiss_cell(codes, k, boot))))
+    unjudged = sum(1 for i in items for m in METRICS if (i, m.column) not in judge)
+    notes = (f"Export {manifest.export_id}: {len(items)} dialogues rated by {len(sheets)} annotators "
+             f"({', '.join(s.annotator for s in sheets)}).",
+             "Cohen's Kappa is the mean over annotators of the unweighted kappa between an annotator and the judge; "
+             "IAA is Fleiss' kappa among the annotators. Intervals are percentile bootstrap over dialogues "
+             f"({boot.resamples} resamples, seed {boot.seed}); n counts dialogues.",
+             *((f"{unjudged} (dialogue, metric) pairs have no parsed judge score and are left out of Cohen's Kappa.",)
+               if unjudged else ()))
+    return Table("table5", "Table 5: agreement of human annotators with each other and with the judge",
+                 ("Metric",), COLUMNS, tuple(rows), notes=notes)
+
+
+def judge_scores(run_dir: Path, manifest: Manifest) -> dict[tuple[int, str], int]:
+    """(item, metric column) -> the judge's whole-dialogue score, for judgments that parsed."""
+    table = read_table(run_dir / "judgments", [*KEY_COLUMNS, "dimension", "speaker", "turn", "score", "parsed"])
+    if table is None:
+        raise AgreementError(f"{run_dir / 'judgments'} holds no judgments: run `personalens judge` with this "
+                             "run.out_dir first")
+    item_of = {tuple(item[c] for c in KEY_COLUMNS): int(item["item"]) for item in manifest.items}
+    column_of = {(m.dimension, m.speaker): m.column for m in METRICS}
+    scores = {}
+    for row in table.to_pylist():
+        item = item_of.get(tuple(row[c] for c in KEY_COLUMNS))
+        column = column_of.get((row["dimension"], row["speaker"] or ""))
+        if item is not None and column is not None and row["turn"] == -1 and row["parsed"]:
+            scores[(item, column)] = int(row["score"])
+    if not any(item in item_of.values() for item, _ in scores):
+        raise AgreementError(f"{run_dir / 'judgments'} holds no judgment of the exported dialogues: "
+                             f"is run.out_dir the run that export {manifest.export_id} was drawn from?")
+    return scores
+
+
+def fleiss(counts: np.ndarray) -> float:
+    """Fleiss' kappa from (items x categories) counts of annotators' scores."""
+    with np.errstate(invalid="ignore", divide="ignore"):  # one category only: kappa is undefined (nan)
+        return float(fleiss_kappa(counts, method="fleiss"))
+
+
+def cohen(table: np.ndarray) -> float:
+    """Cohen's kappa (unweighted) from a square contingency table of two raters' scores."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return float(cohens_kappa(table, return_results=False))
+
+
+def fleiss_cell(codes: np.ndarray, categories: int, boot: Bootstrap) -> Estimate:
+    counts, _ = aggregate_raters(codes, n_cat=categories)
+    return _estimate(lambda idx: fleiss(counts[idx]), len(codes), boot)
+
+
+def cohen_cell(codes: np.ndarray, judged: np.ndarray, categories: int, boot: Bootstrap) -> Estimate | None:
+    """Mean over annotators of Cohen's kappa with the judge, on the dialogues the judge scored."""
+    keep = judged >= 0
+    if not keep.any():
+        return None
+    # each (annotator, dialogue) falls into one cell of the annotator's table with the judge; a resample
+    # weights the dialogues by how often it drew them
+    cells = codes[keep] * categories + judged[keep, None]
+    n = int(keep.sum())
+
+    def mean_kappa(idx: np.ndarray) -> float:
+        weights = np.bincount(idx, minlength=n)
+        return float(np.mean([cohen(np.bincount(cells[:, a], weights=weights, minlength=categories ** 2)
+                                    .reshape(categories, categories)) for a in range(cells.shape[1])]))
+
+    return _estimate(mean_kappa, n, boot)
+
+
+def _estimate(statistic: Callable[[np.ndarray], float], n: int, boot: Bootstrap) -> Estimate:
+    value, lo, hi = bootstrap_statistic(statistic, n, boot.resamples, boot.seed)
+    return Estimate(value, lo, hi, n)

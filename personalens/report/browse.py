@@ -1,0 +1,74 @@
+"""The dialogues shown in report.html's browser: their turns with the judge's scores and explanations.
+
+A seeded sample when the runs hold more than `limit` dialogues, so that the page stays small enough
+to open; only the sampled dialogues' text is read (the keys are read first, then the chosen rows)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from personalens.report.load import part_files
+from personalens.store import KEY_COLUMNS
+
+# what identifies a dialogue within the runs of one report (a run may hold several models)
+_KEY = ("run_id", *KEY_COLUMNS, "assistant_model")
+_DIALOGUE_FIELDS = (*_KEY, "user_index", "kind", "domains", "rounds", "ended", "turns")
+_JUDGMENT_FIELDS = (*_KEY, "dimension", "speaker", "turn", "score", "parsed", "judge_text")
+
+
+@dataclass(frozen=True)
+class Browsable:
+    dialogues: tuple[dict, ...]  # JSON-ready: ids, kind, domains, turns, judgments
+    total: int  # dialogues in the runs
+
+
+def browsable(run_dirs: Sequence[Path], limit: int, seed: int) -> Browsable:
+    keys = [(i, key) for i, run_dir in enumerate(run_dirs)
+            for key in _dataset(run_dir, "dialogues").to_table(columns=list(_KEY)).to_pylist()]
+    keys.sort(key=lambda k: (k[0], tuple(str(k[1][c]) for c in _KEY)))
+    total = len(keys)
+    if total > limit:
+        chosen = np.random.default_rng(seed).choice(len(keys), limit, replace=False)
+        keys = [keys[i] for i in sorted(chosen)]
+    wanted: dict[int, set[tuple]] = defaultdict(set)
+    for i, key in keys:
+        wanted[i].add(tuple(key[c] for c in _KEY))
+    out = []
+    for i, run_dir in enumerate(run_dirs):
+        if wanted[i]:
+            out += _read(run_dir, wanted[i])
+    out.sort(key=lambda d: (d["model"], d["setting"], d["kind"] != "SD", d["user_index"], d["task"], d["trial"]))
+    return Browsable(tuple(out), total)
+
+
+def _dataset(run_dir: Path, table: str) -> ds.Dataset:
+    return ds.dataset([str(p) for p in part_files(Path(run_dir) / table)], format="parquet")
+
+
+def _read(run_dir: Path, wanted: set[tuple]) -> list[dict]:
+    users = sorted({k[1] for k in wanted})
+    # the user filter keeps the read small; the exact key is checked below
+    near = pc.field("user_id").isin(users)
+    judged: dict[tuple, list[dict]] = defaultdict(list)
+    for j in _dataset(run_dir, "judgments").to_table(columns=list(_JUDGMENT_FIELDS), filter=near).to_pylist():
+        key = tuple(j[c] for c in _KEY)
+        if key in wanted:
+            judged[key].append({"dimension": j["dimension"], "speaker": j["speaker"] or "", "turn": j["turn"],
+                                "score": j["score"] if j["parsed"] else None, "text": j["judge_text"] or ""})
+    rows = []
+    for d in _dataset(run_dir, "dialogues").to_table(columns=list(_DIALOGUE_FIELDS), filter=near).to_pylist():
+        key = tuple(d[c] for c in _KEY)
+        if key in wanted:
+            rows.append({"user_index": d["user_index"], "model": d["assistant_model"], "setting": d["setting"], "kind": d["kind"],
+                         "domains": list(d["domains"]), "user": d["user_id"], "task": d["task_id"],
+                         "trial": d["trial"], "rounds": d["rounds"], "ended": d["ended"],
+                         "turns": [{"role": t["role"], "text": t["text"]} for t in d["turns"] or ()],
+                         "judgments": sorted(judged[key], key=lambda j: (j["turn"], j["dimension"], j["speaker"]))})
+    return rows
