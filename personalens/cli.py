@@ -15,6 +15,7 @@ subcommands:
   merge      check that every scenario of the selection is present exactly once across shards
   report     write the paper's tables and figures for one or more runs
   run        generate, judge and report in one process, then print the Table 3 layout
+  personalbench run|export|score   PersonalBench on WildChat histories (docs/personalbench.md)
 
 DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT. Everything else is a Hydra override,
 e.g. `personalens generate data.users=sample50 model@assistant=llama31_8b assistant.path=/models/llama`.
@@ -31,6 +32,7 @@ def _commands() -> dict[str, Callable]:
         "merge": commands.merge,
         "report": commands.report,
         "run": commands.run,
+        "personalbench": commands.personalbench,
     }
 
 
@@ -70,7 +72,10 @@ def main(argv: list[str] | None = None) -> None:
         if code:
             sys.exit(code)
 
-    sys.argv = [f"personalens {name}", *_hydra_args(argv[1:])]
+    rest = argv[1:]
+    if name == "personalbench" and rest and "=" not in rest[0] and not rest[0].startswith("-"):
+        rest = [f"personalbench.action={rest[0]}", *rest[1:]]  # personalbench ACTION [overrides]
+    sys.argv = [f"personalens {name}", *_hydra_args(rest)]
     app()
 
 

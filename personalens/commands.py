@@ -145,3 +145,12 @@ def _engines(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
     from personalens.engines.build import build_engines
     return build_engines({role: cfg[role] for role in roles})
 
+
+
+def personalbench(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+    """`personalens personalbench run|export|score` (docs/personalbench.md)."""
+    from personalens.personalbench import command
+    action = str(cfg.personalbench.action)
+    if action not in command.ACTIONS:
+        raise PersonalensError(f"personalbench: unknown action {action!r}; expected one of {list(command.ACTIONS)}")
+    return getattr(command, action)(cfg, engines) if action == "run" else getattr(command, action)(cfg)
