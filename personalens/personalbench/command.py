@@ -68,3 +68,38 @@ def run(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     run_stages(settings(cfg), prompts, Shard(out_dir, int(cfg.shard.index), int(cfg.shard.count)), engines)
     print(f"personalbench: outputs in {out_dir}", file=sys.stderr)
     return 0
+
+
+def export(cfg: DictConfig) -> int:
+    from personalens.personalbench.sheets import export as write_sheets
+    pb = cfg.personalbench
+    _require_run(Path(pb.out_dir))
+    counts = write_sheets(Path(pb.out_dir), Path(pb.sheets_dir), int(cfg.seed))
+    print(f"personalbench: annotation sheets in {pb.sheets_dir}: " + ", ".join(f"{n} {s} items" for s, n in counts.items()))
+    return 0
+
+
+def score(cfg: DictConfig) -> int:
+    from personalens.personalbench import report
+    from personalens.personalbench.sheets import Annotations, load_annotations
+    from personalens.report import render
+    from personalens.report.stats import Bootstrap
+
+    pb = cfg.personalbench
+    out_dir = Path(pb.out_dir)
+    _require_run(out_dir)
+    notes = load_annotations(Path(pb.annotations)) if pb.annotations else Annotations()
+    run = report.run_items(out_dir)
+    others = [report.run_items(Path(d)) for d in pb.get("compare") or []]
+    scores = report.score(run, notes, Bootstrap(int(pb.bootstrap), int(cfg.seed)), others)
+    counts = report.counts_table(report.input_summary(out_dir), run, notes, scores.unmatched)
+    files = report.write([*scores.tables, counts], Path(pb.report_dir))
+    print(render.markdown([*scores.tables, counts]))
+    print(f"personalbench: report written to {files[-1]}", file=sys.stderr)
+    return 0
+
+
+def _require_run(out_dir: Path) -> None:
+    if not (out_dir / "personalbench.yaml").is_file():
+        raise PersonalensError(f"no PersonalBench run in {out_dir}: run `personalens personalbench run` "
+                               "with the same run.out_dir first")

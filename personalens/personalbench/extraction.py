@@ -73,11 +73,11 @@ def review(history: History, attributes: Sequence[Attribute], rules: Rules) -> l
             reason = "near-duplicate"
         if not reason:
             kept_texts.append(_normalize(a.statement))
-        conversation = history.conversation_of(a.turn_identifier)
+        conversation, turn = history.conversation_of(a.turn_identifier), history.turn(a.turn_identifier)
         rows.append({
             "attribute_id": f"{history.user_id}-a{k}", "statement": a.statement, "category": a.category,
             "confidence": a.confidence, "turn_identifier": a.turn_identifier, "evidence": a.evidence,
-            "evidence_ok": ok, "kept": not reason, "drop_reason": reason,
+            "turn_text": turn.content if turn else "", "evidence_ok": ok, "kept": not reason, "drop_reason": reason,
             "sensitive": a.category in rules.sensitive_categories
             or sensitive_conversation(conversation, rules.sensitive_moderation),
         })

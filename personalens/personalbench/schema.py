@@ -7,7 +7,7 @@ import pyarrow as pa
 ATTRIBUTE_TYPE = pa.struct([
     ("attribute_id", pa.string()), ("statement", pa.string()), ("category", pa.string()),
     ("confidence", pa.float64()), ("turn_identifier", pa.int64()), ("evidence", pa.string()),
-    ("evidence_ok", pa.bool_()), ("sensitive", pa.bool_()), ("kept", pa.bool_()), ("drop_reason", pa.string()),
+    ("turn_text", pa.string()), ("evidence_ok", pa.bool_()), ("sensitive", pa.bool_()), ("kept", pa.bool_()), ("drop_reason", pa.string()),
 ])
 
 # stage 1: the users that passed the filters, and their (user, prompt) pairs
