@@ -128,7 +128,11 @@ def alpha(raters: Sequence[Labels], level: str = "nominal", values: Sequence[obj
         return None
     codes = {v: k for k, v in enumerate(values or sorted({r[i] for r in raters for i in r if i in r}, key=str))}
     data = np.array([[codes[r[i]] if i in r else np.nan for i in items] for r in raters], dtype=float)
-    value = _quiet(krippendorff.alpha, reliability_data=data, level_of_measurement=level)
+    try:
+        value = _quiet(krippendorff.alpha, reliability_data=data, level_of_measurement=level,
+                       value_domain=list(range(len(codes))))
+    except ValueError:  # no pairable labels (each item labelled once) or a single value in the data
+        value = NAN
     return Estimate(value, NAN, NAN, len(items))
 
 
