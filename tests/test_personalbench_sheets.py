@@ -7,9 +7,8 @@ import csv
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from personalbench_helpers import config
 
-from personalens.config import register_resolvers
 from personalens.errors import PersonalensError
 from personalens.personalbench import command
 from personalens.personalbench.metrics import preference
@@ -17,14 +16,7 @@ from personalens.personalbench.report import RunItems, score
 from personalens.personalbench.sheets import Annotations, load_annotations
 from personalens.report.stats import Bootstrap
 
-REPO = Path(__file__).resolve().parents[1]
 BOOT = Bootstrap(resamples=50, seed=0)
-
-
-def config(*overrides: str):
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=["progress=false", *overrides])
 
 
 def _sheet(path: Path, header: list[str], rows: list[list[str]]) -> None:
