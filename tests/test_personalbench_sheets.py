@@ -99,3 +99,32 @@ def test_changed_configuration_is_refused_and_unfingerprinted_settings_are_not(t
         command.run(config(*base, "personalbench.relevance.bm25_top_k=1"), no_model)
     with pytest.raises(PersonalensError, match="different configuration"):
         command.run(config(*base, "seed=1"), no_model)
+
+
+def test_generation_settings_may_change_before_anything_was_generated(tmp_path):
+    base = [f"run.out_dir={tmp_path}", "personalbench.filters.min_conversations=100"]
+
+    def no_model():
+        raise AssertionError("no model call expected")
+    assert command.run(config(*base, "personalbench.until=relevance"), no_model) == 0
+    assert not (tmp_path / "personalbench" / "personalbench-responses.yaml").exists()
+    assert command.run(config(*base, "personalbench.generation.sampling.max_tokens=9"), no_model) == 0
+    with pytest.raises(PersonalensError, match="different configuration"):
+        command.run(config(*base, "personalbench.generation.sampling.max_tokens=10"), no_model)
+    with pytest.raises(PersonalensError, match="personalbench.annotations"):
+        command.run(config(*base, "personalbench.generation.attributes=human", "personalbench.annotations=null"), no_model)
+    with pytest.raises(PersonalensError, match="until"):
+        command.run(config(*base, "personalbench.until=everything"), no_model)
+
+
+def test_human_selection_is_the_human_majority_of_relevance(tmp_path):
+    for annotator, labels in (("h1", ["relevant", "relevant", "not relevant"]),
+                              ("h2", ["relevant", "not relevant", "not relevant"]),
+                              ("h3", ["not relevant", "relevant", "relevant"])):
+        _sheet(tmp_path / annotator / "relevance.csv", ["item_id", "label"],
+               [[f"u1|p1|u1-a{k}", label] for k, label in enumerate(labels)])
+    pb = config(f"personalbench.annotations={tmp_path}", "personalbench.generation.attributes=human").personalbench
+    assert command.human_selection(pb) == {("u1", "p1", "u1-a0"), ("u1", "p1", "u1-a1")}
+    assert command.settings(config(f"personalbench.annotations={tmp_path}",
+                                   "personalbench.generation.attributes=human")).human_selection == \
+        command.human_selection(pb)

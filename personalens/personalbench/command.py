@@ -13,16 +13,19 @@ from personalens import config as C
 from personalens.errors import PersonalensError
 from personalens.personalbench.extraction import Rules
 from personalens.personalbench.histories import Filters
-from personalens.personalbench.pipeline import Settings, Shard
+from personalens.personalbench.pipeline import STAGES, Settings, Shard
 from personalens.personalbench.templates import Prompts
 
 ACTIONS = ("run", "export", "score")
 # settings that change what is read, reported or where, not what the models produce
-_NOT_FINGERPRINTED = {"action", "annotations", "sheets_dir", "report_dir", "bootstrap", "out_dir", "batch_size"}
+_NOT_FINGERPRINTED = {"action", "until", "annotations", "sheets_dir", "report_dir", "bootstrap", "out_dir", "batch_size"}
 
 
 def settings(cfg: DictConfig) -> Settings:
     pb = cfg.personalbench
+    source = str(pb.generation.attributes)
+    if source not in ("model", "human"):
+        raise PersonalensError(f"personalbench.generation.attributes: {source!r}, expected model or human")
     try:
         return Settings(
             input=tuple(pb.input), prompts_file=str(pb.prompts_file), prompts_per_user=int(pb.prompts_per_user),
@@ -42,16 +45,32 @@ def settings(cfg: DictConfig) -> Settings:
             extraction=C.sampling(pb.extraction.sampling), relevance=C.sampling(pb.relevance.sampling),
             generation=C.sampling(pb.generation.sampling), judge=C.sampling(pb.judging.sampling),
             seed=int(cfg.seed), batch_size=int(pb.batch_size), progress=bool(cfg.progress),
+            human_selection=human_selection(pb) if source == "human" else None,
         )
     except (ValueError, TypeError) as err:
         raise PersonalensError(f"personalbench: bad setting: {err}") from None
 
 
-def digest(cfg: DictConfig, prompts: Prompts) -> str:
+def human_selection(pb: DictConfig) -> frozenset[tuple[str, str, str]]:
+    """The (user, prompt, attribute) items whose human-majority relevance label is "relevant"."""
+    from personalens.personalbench.metrics import gold
+    from personalens.personalbench.sheets import load_annotations
+    if not pb.annotations:
+        raise PersonalensError("personalbench.generation.attributes=human needs personalbench.annotations")
+    labels = gold(load_annotations(Path(pb.annotations)).labels["relevance"])
+    return frozenset(tuple(item.split("|")) for item, relevant in labels.items() if relevant)
+
+
+def digests(cfg: DictConfig, prompts: Prompts, chosen: Settings) -> tuple[str, str]:
+    """Fingerprints of stages 1-3 (histories, extraction, relevance) and of stages 4-5 (generation,
+    judging): the second may change alone, e.g. to generate from human labels after annotating."""
     pb = {k: C.plain(v) for k, v in cfg.personalbench.items() if k not in _NOT_FINGERPRINTED}
-    return C.fingerprint({"personalbench": pb, "assistant": C.model_identity(cfg.assistant),
-                          "judge": C.model_identity(cfg.judge), "prompts": prompts.digest,
-                          "seed": int(cfg.seed), "shards": int(cfg.shard.count)})
+    later = {k: pb.pop(k) for k in ("generation", "judging")}
+    selection = C.fingerprint({"personalbench": pb, "assistant": C.model_identity(cfg.assistant),
+                               "prompts": prompts.digest, "seed": int(cfg.seed), "shards": int(cfg.shard.count)})
+    responses = C.fingerprint({"selection": selection, **later, "judge": C.model_identity(cfg.judge),
+                               "human_selection": sorted(chosen.human_selection or ())})
+    return selection, responses
 
 
 def run(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
@@ -61,11 +80,18 @@ def run(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     out_dir = Path(cfg.personalbench.out_dir)
     from personalens.engines.build import model_configs
     model_configs({"assistant": cfg.assistant, "judge": cfg.judge})  # bad model configs fail before anything is saved
-    C.check_or_save(out_dir, "personalbench", cfg, digest(cfg, prompts))
+    chosen = settings(cfg)
+    until = str(cfg.personalbench.until)
+    if until not in STAGES:
+        raise PersonalensError(f"personalbench.until: {until!r}, expected one of {list(STAGES)}")
+    selection, responses = digests(cfg, prompts, chosen)
+    C.check_or_save(out_dir, "personalbench", cfg, selection)
+    if STAGES.index(until) >= STAGES.index("generate"):
+        C.check_or_save(out_dir, "personalbench-responses", cfg, responses)
     if engines is None:
         from personalens.engines.build import build_engines
         engines = functools.cache(lambda: build_engines({"assistant": cfg.assistant, "judge": cfg.judge}))
-    run_stages(settings(cfg), prompts, Shard(out_dir, int(cfg.shard.index), int(cfg.shard.count)), engines)
+    run_stages(chosen, prompts, Shard(out_dir, int(cfg.shard.index), int(cfg.shard.count)), engines, until)
     print(f"personalbench: outputs in {out_dir}", file=sys.stderr)
     return 0
 

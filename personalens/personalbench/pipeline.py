@@ -24,6 +24,7 @@ from personalens.personalbench.templates import Prompts
 from personalens.personalbench.wildchat import ReadStats, read_conversations, shard_paths
 from personalens.store import PartWriter, Progress, existing_values, read_table, shard_dir
 
+STAGES = ("extract", "relevance", "generate", "judge")  # the model stages, in order
 CHUNK = 512  # requests per generate call: large batches, yet results reach disk steadily
 
 
@@ -42,6 +43,9 @@ class Settings:
     seed: int
     batch_size: int = 1024  # Parquet rows per read
     progress: bool = True
+    # personalized responses from these (user, prompt, attribute) triples, the human-majority
+    # relevant ones, instead of the model's selection: isolates generation from selection
+    human_selection: frozenset[tuple[str, str, str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,8 +108,9 @@ def pair_rows(history: History, prompts: Sequence[dict], settings: Settings) -> 
     return [{"user_id": history.user_id, **p, **stats} for p in sorted(chosen, key=lambda p: p["prompt_id"])]
 
 
-def run(settings: Settings, prompts: Prompts, shard: Shard, engines: Callable[[], dict[str, Engine]]) -> dict:
-    """All stages for this shard; returns the input and filter counts (also saved as JSON)."""
+def run(settings: Settings, prompts: Prompts, shard: Shard, engines: Callable[[], dict[str, Engine]],
+        until: str = "judge") -> dict:
+    """The stages for this shard up to `until`; returns the input and filter counts (also saved as JSON)."""
     users, stats, counts = load_histories(settings, shard)
     print(stats.format(), file=sys.stderr)
     print(f"histories: {counts}", file=sys.stderr)
@@ -118,10 +123,12 @@ def run(settings: Settings, prompts: Prompts, shard: Shard, engines: Callable[[]
     bundled = load_prompts(settings.prompts_file)
     shard.writer("pairs").write([r for h in users for r in pair_rows(h, bundled, settings)
                                  if (r["user_id"], r["prompt_id"]) not in done])
-    extract(users, settings, prompts, shard, lambda: engines()["assistant"])
-    select(settings, prompts, shard, lambda: engines()["assistant"])
-    generate(settings, prompts, shard, lambda: engines()["assistant"])
-    judge(settings, prompts, shard, lambda: engines()["judge"])
+    stages = {"extract": lambda: extract(users, settings, prompts, shard, lambda: engines()["assistant"]),
+              "relevance": lambda: select(settings, prompts, shard, lambda: engines()["assistant"]),
+              "generate": lambda: generate(settings, prompts, shard, lambda: engines()["assistant"]),
+              "judge": lambda: judge(settings, prompts, shard, lambda: engines()["judge"])}
+    for name in STAGES[:STAGES.index(until) + 1]:
+        stages[name]()
     return summary
 
 
@@ -214,10 +221,13 @@ def select(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[]
     _batched(todo, requests, load, "relevance", settings.progress, write)
 
 
-def selected_attributes(shard: Shard) -> dict[tuple[str, str], list[dict]]:
-    """(user, prompt) -> the kept attributes the model marked relevant, in attribute order."""
-    chosen = {(r["user_id"], r["prompt_id"], r["attribute_id"]) for r in shard.rows("relevance")
-              if r["method"] == "llm" and r["selected"]}
+def selected_attributes(shard: Shard, human: frozenset[tuple[str, str, str]] | None = None
+                        ) -> dict[tuple[str, str], list[dict]]:
+    """(user, prompt) -> the kept attributes the model (or, given `human`, the human majority)
+    marked relevant, in attribute order."""
+    chosen = human if human is not None else {
+        (r["user_id"], r["prompt_id"], r["attribute_id"]) for r in shard.rows("relevance")
+        if r["method"] == "llm" and r["selected"]}
     kept = kept_attributes(shard)
     return {(p["user_id"], p["prompt_id"]): [a for a in kept.get(p["user_id"], [])
                                              if (p["user_id"], p["prompt_id"], a["attribute_id"]) in chosen]
@@ -225,7 +235,7 @@ def selected_attributes(shard: Shard) -> dict[tuple[str, str], list[dict]]:
 
 
 def generate(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[], Engine]) -> None:
-    selected, done = selected_attributes(shard), shard.done("responses")
+    selected, done = selected_attributes(shard, settings.human_selection), shard.done("responses")
     users = kept_attributes(shard)
     pairs = [p for p in shard.rows("pairs") if p["user_id"] in users]
     todo = [(p, v) for p in pairs for v in ("generic", "personalized")
@@ -261,7 +271,8 @@ def personalized_first(seed: int, user_id: str, prompt_id: str) -> bool:
 
 def judge(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[], Engine]) -> None:
     responses = {(r["user_id"], r["prompt_id"], r["variant"]): r for r in shard.rows("responses")}
-    attributes, selected, done = kept_attributes(shard), selected_attributes(shard), shard.done("preferences")
+    attributes, done = kept_attributes(shard), shard.done("preferences")
+    selected = selected_attributes(shard, settings.human_selection)
     todo = [p for p in shard.rows("pairs") if (p["user_id"], p["prompt_id"]) not in done
             and all((p["user_id"], p["prompt_id"], v) in responses for v in ("generic", "personalized"))]
     writer = shard.writer("preferences")
