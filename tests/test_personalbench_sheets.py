@@ -128,3 +128,18 @@ def test_human_selection_is_the_human_majority_of_relevance(tmp_path):
     assert command.settings(config(f"personalbench.annotations={tmp_path}",
                                    "personalbench.generation.attributes=human")).human_selection == \
         command.human_selection(pb)
+
+
+def test_report_files_are_written_through_the_renderers(tmp_path):
+    from personalens.personalbench.report import write
+    notes = Annotations()
+    notes.labels["relevance"] = {"h1": {"r0": True, "r1": False, "r2": False}, "h2": {"r0": True, "r1": False, "r2": True}}
+    tables = score(_run(), notes, BOOT).tables
+    files = write(tables, tmp_path)
+    assert {f.name for f in files} == {"selection.png", "report.md", *(f"{t.name}.{ext}" for t in tables
+                                                                       for ext in ("csv", "tex"))}
+    assert (tmp_path / "selection.png").read_bytes()[:4] == b"\x89PNG"
+    with open(tmp_path / "relevance.csv", newline="") as f:
+        rows = {(r["method"], r["metric"]): r for r in csv.DictReader(f)}
+    assert float(rows[("llm", "selection rate")]["all_mean"]) == pytest.approx(2 / 3)
+    assert "\\begin{tabular}" in (tmp_path / "relevance.tex").read_text()

@@ -4,6 +4,7 @@ broken down into emotionally sensitive contexts and the rest, through the report
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -152,9 +153,34 @@ def input_summary(out_dir: Path) -> dict[str, int]:
     return {k: (v if k == "users kept" else v // max(shards, 1)) for k, v in total.items()}
 
 
+def selection_figure(relevance: Table, path: Path) -> Path:
+    """Selection rate of the humans and of each method, all / sensitive / rest, with 95% intervals:
+    over-retrieval at a glance."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    bars = [(labels[0], cells) for labels, cells in relevance.rows if labels[1] in ("selection rate", "human selection rate")]
+    fig = Figure(figsize=(6, 3.2), layout="constrained")
+    ax = fig.add_subplot()
+    width = 0.8 / max(len(bars), 1)
+    for k, (method, cells) in enumerate(bars):
+        xs = [i + (k - (len(bars) - 1) / 2) * width for i in range(len(SUBSETS))]
+        means = [c.mean if c else math.nan for c in cells]
+        errors = [[max(c.mean - c.lo, 0) if c else 0 for c in cells], [max(c.hi - c.mean, 0) if c else 0 for c in cells]]
+        ax.bar(xs, means, width, yerr=errors, capsize=3, label=method)
+    ax.set_xticks(range(len(SUBSETS)), [label for _, label in SUBSETS])
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share of attributes selected")
+    ax.set_title(f"Relevance selection ({dict(relevance.context).get('model', '')})", fontsize=9)
+    ax.legend(fontsize=8)
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=150)
+    return path
+
+
 def write(tables: Sequence[Table], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    written = [selection_figure(t, out_dir / "selection.png") for t in tables if t.name == "relevance"]
     for table in tables:
         for suffix, text in ((".csv", render.csv_text([table])), (".tex", render.latex([table]))):
             path = out_dir / f"{table.name}{suffix}"
