@@ -133,7 +133,7 @@ def test_human_selection_is_the_human_majority_of_relevance(tmp_path):
 def test_report_files_are_written_through_the_renderers(tmp_path):
     from personalens.personalbench.report import write
     notes = Annotations()
-    notes.labels["relevance"] = {"h1": {"r0": True, "r1": False, "r2": False}, "h2": {"r0": True, "r1": False, "r2": True}}
+    notes.labels["relevance"] = {"h1": {"r0": True, "r1": False, "r2": False}, "h2": {"r0": True, "r1": False, "r2": False}}
     tables = score(_run(), notes, BOOT).tables
     files = write(tables, tmp_path)
     assert {f.name for f in files} == {"selection.png", "report.md", *(f"{t.name}.{ext}" for t in tables
