@@ -11,7 +11,7 @@ import pytest
 from personalens.personalbench import metrics as M
 from personalens.report.stats import Bootstrap
 
-BOOT = Bootstrap(resamples=200, seed=0)
+BOOT = Bootstrap(resamples=50, seed=0)
 
 
 def kappa(a, b):
