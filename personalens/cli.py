@@ -12,7 +12,7 @@ from typing import Callable
 LOGGED_COMMANDS: dict[str, Callable] = {
     "generate": lambda cfg: cfg.run.out_dir, "judge": lambda cfg: cfg.run.out_dir,
     "run": lambda cfg: cfg.run.out_dir, "consistency": lambda cfg: cfg.run.out_dir,
-    "build": lambda cfg: cfg.build.out_dir,
+    "build": lambda cfg: cfg.build.out_dir, "personalbench run": lambda cfg: cfg.personalbench.out_dir,
 }
 
 USAGE = """usage: personalens SUBCOMMAND [DATA_ROOT] [key=value ...]
@@ -30,6 +30,7 @@ subcommands:
   consistency  check the profiles of a data root for conflicts (Figure 21) and print the flagged share
   agreement export   annotation sheet + guide for a seeded SD/MD sample of a run's dialogues (Table 5)
   agreement score    Fleiss' / Cohen's kappas of filled sheets against the judge (Table 5)
+  personalbench run|export|score   PersonalBench on WildChat histories (docs/personalbench.md)
 
 DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT; --strict for data.strict=true (quirks of
 the release that its own code tolerates, warnings by default, become errors). Everything else is a Hydra override,
@@ -51,11 +52,12 @@ def _commands() -> dict[str, Callable]:
         "diversity": commands.diversity,
         "build": commands.build, "consistency": commands.consistency,
         "agreement": commands.agreement,
+        "personalbench": commands.personalbench,
     }
 
 
 # subcommands whose next word picks an action: `personalens agreement export` = agreement.action=export
-ACTIONS = {"agreement": ("export", "score")}
+ACTIONS = {"agreement": ("export", "score"), "personalbench": ("run", "export", "score")}
 
 
 def _hydra_args(rest: list[str]) -> list[str]:
@@ -79,7 +81,7 @@ def _route_library_output(name: str, cfg) -> Path | None:
         console.libraries_to_stderr()
         return None
     shard = f".shard-{cfg.shard.index:03d}-of-{cfg.shard.count:03d}" if cfg.shard.count > 1 else ""
-    log_file = Path(LOGGED_COMMANDS[name](cfg)) / "logs" / f"{name}{shard}.log"  # one per SLURM array task
+    log_file = Path(LOGGED_COMMANDS[name](cfg)) / "logs" / f"{name.replace(' ', '-')}{shard}.log"  # one per array task
     console.to_log_file(log_file)
     print(f"personalens {name}: library logs (vLLM, torch) go to {log_file}", file=console.err())
     return log_file

@@ -331,6 +331,8 @@ def _build_setup(cfg: DictConfig, engine: Callable | None):
         md_span=(int(b.tasks.md_domains[0]), int(b.tasks.md_domains[1])), check=bool(b.consistency.check),
         max_regenerations=int(b.consistency.max_regenerations), limits=Limits(**C.plain(b.limits)))
     return plan, _runner(cfg, out_dir / STAGE_TABLES, engine, digest), templates
+
+
 def agreement(cfg: DictConfig) -> int:
     """`agreement export`: annotation sheet and guide for a sample of run.out_dir's dialogues;
     `agreement score`: Table 5 from the filled sheets (docs/agreement.md)."""
@@ -354,3 +356,10 @@ def agreement(cfg: DictConfig) -> int:
     print(render.markdown([table]))
     print(f"written: {', '.join(map(str, write_tables([table], out_dir)))}", file=console.err())
     return 0
+
+
+def personalbench(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+    """`personalens personalbench run|export|score` (docs/personalbench.md)."""
+    from personalens.personalbench import command
+    action = str(cfg.personalbench.action)  # the CLI has checked it against cli.ACTIONS
+    return command.run(cfg, engines) if action == "run" else getattr(command, action)(cfg)
