@@ -302,7 +302,7 @@ def _build_setup(cfg: DictConfig, engine: Callable | None):
     from personalens.build.grammars import Limits
     from personalens.build.pipeline import STAGE_TABLES, BuildPlan, stage_names
     from personalens.build.prompts import load_build_templates
-    from personalens.build.schema import find_schema, load_schema
+    from personalens.data.schema import find_schema, load_schema
 
     b = cfg.build
     schema_path = find_schema(b.schema, cfg.data.root)

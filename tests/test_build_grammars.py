@@ -11,7 +11,7 @@ import pytest
 import xgrammar as xg
 
 from personalens.build import grammars as G
-from personalens.build.schema import SchemaError, load_schema
+from personalens.data.schema import SchemaError, load_schema
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "data" / "build" / "schema.json"

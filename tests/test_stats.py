@@ -17,7 +17,7 @@ from personalens.data.records import DOMAINS
 from personalens.report import render
 from personalens.validation.build import build_stats
 from personalens.validation.regions import region_of
-from personalens.validation.stats import StatsError
+from personalens.data.schema import SchemaError
 
 SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "official-code" / "res" / "schema.json"
 PAPER_ORDER = ["age", "gender", "ethnicity", "religion", "employment_status",
@@ -175,10 +175,10 @@ def test_selection_and_missing_schema(shared_data_root, schema_path, tmp_path):
     (clone / "res").mkdir()
     shutil.copy(schema_path, clone / "res" / "schema.json")
     assert [t.name for t in build_stats(clone / "data", [2], None, tmp_path / "b").tables][-2:] == ["table8", "table9"]
-    with pytest.raises(StatsError, match="cannot read the affinity schema"):
+    with pytest.raises(SchemaError, match="cannot read the schema"):
         build_stats(shared_data_root, "all", tmp_path / "nowhere.json", tmp_path / "c")
     (tmp_path / "bad.json").write_text('{"domain": 1}')
-    with pytest.raises(StatsError, match="not an affinity schema"):
+    with pytest.raises(SchemaError, match="expected a list of domain objects"):
         build_stats(shared_data_root, "all", tmp_path / "bad.json", tmp_path / "d")
 
 

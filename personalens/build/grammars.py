@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
-from personalens.build.schema import AffinityType, Domain
+from personalens.data.schema import AffinityType, Domain
 from personalens.data.records import SITUATION_KEYS
 
 # Figure 11's closed lists; Location is free text and Day of the Week a weekday.
@@ -151,7 +151,7 @@ def preferences_grammar(domain: Domain, limits: Limits) -> str:
 
 def _affinity_rules(name: str, affinity: AffinityType, limits: Limits) -> list[str]:
     if affinity.closed:
-        values = [_json(v) for v in affinity.possible_values]
+        values = [_json(v) for v in dict.fromkeys(affinity.possible_values)]  # the schema repeats some
         if not affinity.has_multiple_values:
             return [f"{name} ::= " + " | ".join(values)]
         return [f'{name} ::= "[" {name}_items "]"',

@@ -13,7 +13,7 @@ from personalens.build.batch import Runner
 from personalens.build.consistency import flagged_domains
 from personalens.build.grammars import Limits
 from personalens.build.prompts import BuildTemplates
-from personalens.build.schema import Domain
+from personalens.data.schema import Domain
 from personalens.errors import PersonalensError
 
 STAGES = ("interests", "preferences", "consistency", "interactions", "tasks", "situations", "assemble")

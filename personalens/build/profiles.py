@@ -11,7 +11,7 @@ from personalens.build.consistency import Profile, check_job, flagged_domains
 from personalens.build.grammars import (Limits, interests_grammar, parse_interests, parse_preferences,
                                         parse_summary, preferences_grammar, summary_grammar)
 from personalens.build.prompts import BuildTemplates
-from personalens.build.schema import Domain
+from personalens.data.schema import Domain
 
 People = Mapping[int, Mapping[str, str]]  # user index -> demographics (without user_id)
 

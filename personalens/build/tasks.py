@@ -9,7 +9,7 @@ from typing import Sequence
 from personalens.build.batch import Job, Runner
 from personalens.build.grammars import Limits, md_tasks_grammar, parse_md_tasks, parse_sd_tasks, sd_tasks_grammar
 from personalens.build.prompts import BuildTemplates
-from personalens.build.schema import Domain
+from personalens.data.schema import Domain
 from personalens.errors import PersonalensError
 
 SHARED = -1  # the user_index of jobs that belong to no user

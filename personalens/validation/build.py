@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.data import list_user_indices, load_scenarios, load_task_definitions, load_user, user_indices
+from personalens.data.schema import SCHEMA_FILE, default_schema_path, load_schema
 from personalens.report import render
 from personalens.report.build import write_tables  # md / csv / tex, as the report writes them
 from personalens.report.tables import Table
@@ -38,14 +39,14 @@ def build_stats(data_root: Path, users: object, schema: Path | None, out_dir: Pa
     profiles = [loaded[i] if i in loaded else load_user(root, i) for i in indices]
     tables = [S.table1(load_task_definitions(root), scenarios), S.table6(profiles), S.table7(profiles)]
     messages = []
-    schema_path = S.default_schema_path(root) if schema is None else Path(schema)
+    schema_path = default_schema_path(root) if schema is None else Path(schema)
     if schema is None and not schema_path.is_file():
-        messages.append(f"Tables 8-9 skipped: the affinity schema {S.SCHEMA_FILE} was not found at {schema_path} "
+        messages.append(f"Tables 8-9 skipped: the affinity schema {SCHEMA_FILE} was not found at {schema_path} "
                         "(it sits beside data/ in a clone of the official repository); "
                         "point stats.schema at it to get them.")
     else:
-        types = S.load_schema(schema_path)
-        tables += [S.table8(profiles, types), S.table9(profiles, types)]
+        schema = load_schema(schema_path)
+        tables += [S.table8(profiles, schema), S.table9(profiles, schema)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("table8", "table9"):  # left by an earlier run that had the schema

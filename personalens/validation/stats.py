@@ -6,21 +6,17 @@ definitions that reproduce the paper's tables on the complete release are in doc
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from scipy.stats import entropy
 
 from personalens.data.records import DOMAINS, Scenario, Task, UserProfile
-from personalens.errors import PersonalensError
+from personalens.data.schema import Domain
 from personalens.report.tables import Column, Table
 from personalens.validation.regions import PREFER_NOT_TO_SAY, UNMAPPED, WITHHELD, region_of
 
-SCHEMA_FILE = Path("res") / "schema.json"
 REGION = "region"  # the derived variable (from birth_country)
 # Tables 6 and 7: (release key, label) in the paper's order of variables.
 TABLE6_VARIABLES = (("age", "Age"), ("gender", "Gender"), ("ethnicity", "Self-Reported Ethnicity"),
@@ -33,10 +29,6 @@ FIGURE3_VARIABLES = (("age", "Age"), ("gender", "Gender"), (REGION, "Region (cou
 TABLE8_DOMAINS, TABLE9_DOMAINS = DOMAINS[:10], DOMAINS[10:]
 # answers the paper lists after all others, whatever their frequency
 _LAST = (UNMAPPED, PREFER_NOT_TO_SAY)
-
-
-class StatsError(PersonalensError, ValueError):
-    """A missing or malformed affinity schema."""
 
 
 # ---- Table 1 ------------------------------------------------------------------------------------
@@ -98,42 +90,6 @@ def table7(profiles: Sequence[UserProfile]) -> Table:
 
 # ---- Tables 8 and 9 -------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class PreferenceType:
-    domain: str
-    name: str
-    categorical: bool
-    possible_values: tuple[str, ...]
-
-
-def default_schema_path(data_root: Path) -> Path:
-    """Where a clone of the official repository keeps the schema: beside `data/`."""
-    return Path(data_root).resolve().parent / SCHEMA_FILE
-
-
-def load_schema(path: Path) -> list[PreferenceType]:
-    """Every preference type of `res/schema.json`, in the schema's order."""
-    try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise StatsError(f"{path}: cannot read the affinity schema: {err.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise StatsError(f"{path}: the affinity schema is not valid JSON: {err}") from None
-    types = []
-    try:
-        for i, domain in enumerate(obj):
-            for j, a in enumerate(domain["affinities"]):
-                if not isinstance(a["is_categorical"], bool) or not isinstance(a["possible_values"], list):
-                    raise StatsError(f"{path}: [{i}].affinities[{j}]: is_categorical must be a boolean and "
-                                     "possible_values a list")
-                types.append(PreferenceType(domain["domain"], a["name"], a["is_categorical"],
-                                            tuple(a["possible_values"])))
-    except (KeyError, TypeError) as err:
-        raise StatsError(f"{path}: not an affinity schema (a list of domains with their affinities: name, "
-                         f"is_categorical, possible_values): missing or wrong {err}") from None
-    return types
-
-
 def occurrences(profiles: Iterable[UserProfile], domain: str, name: str) -> Counter[str]:
     """How often each value occurs over all users (interested or not); a list counts each element."""
     counts: Counter[str] = Counter()
@@ -151,16 +107,18 @@ def evenness(counts: Mapping[str, int]) -> float:
 
 
 def preferences_table(name: str, title: str, profiles: Sequence[UserProfile],
-                      types: Sequence[PreferenceType], domains: Sequence[str]) -> Table:
+                      schema: Sequence[Domain], domains: Sequence[str]) -> Table:
     """Per domain and preference type: categorical, # possible, # generated, # distinct, evenness."""
     rows = []
-    for t in (t for d in domains for t in types if t.domain == d):
-        counts = occurrences(profiles, t.domain, t.name)
-        possible = len(t.possible_values) if t.categorical else None
-        shown = min(len(counts), possible) if possible is not None else len(counts)
-        outside = sum(v not in t.possible_values for v in counts) if t.categorical else None
-        rows.append(((t.domain, t.name, "✓" if t.categorical else "✗"),
-                     (possible, shown, len(counts), outside, evenness(counts))))
+    by_name = {d.name: d for d in schema}
+    for domain in (by_name[d] for d in domains if d in by_name):
+        for t in domain.affinities:
+            counts = occurrences(profiles, domain.name, t.name)
+            possible = len(t.possible_values) if t.is_categorical else None
+            shown = min(len(counts), possible) if possible is not None else len(counts)
+            outside = sum(v not in t.possible_values for v in counts) if t.is_categorical else None
+            rows.append(((domain.name, t.name, "✓" if t.is_categorical else "✗"),
+                         (possible, shown, len(counts), outside, evenness(counts))))
     columns = (Column("possible", "", "# Poss.", holds="count"), Column("generated", "", "# Gen.", holds="count"),
                Column("distinct", "", "# Distinct", holds="count"),
                Column("outside_schema", "", "# Outside schema", holds="count"),
@@ -173,10 +131,10 @@ def preferences_table(name: str, title: str, profiles: Sequence[UserProfile],
         "with k = # Distinct (– when k < 2).",))
 
 
-def table8(profiles: Sequence[UserProfile], types: Sequence[PreferenceType]) -> Table:
-    return preferences_table("table8", "Table 8: user preferences, Alarm to Media", profiles, types, TABLE8_DOMAINS)
+def table8(profiles: Sequence[UserProfile], schema: Sequence[Domain]) -> Table:
+    return preferences_table("table8", "Table 8: user preferences, Alarm to Media", profiles, schema, TABLE8_DOMAINS)
 
 
-def table9(profiles: Sequence[UserProfile], types: Sequence[PreferenceType]) -> Table:
-    return preferences_table("table9", "Table 9: user preferences, Messaging to Travel", profiles, types,
+def table9(profiles: Sequence[UserProfile], schema: Sequence[Domain]) -> Table:
+    return preferences_table("table9", "Table 9: user preferences, Messaging to Travel", profiles, schema,
                              TABLE9_DOMAINS)

@@ -1,4 +1,6 @@
-"""The domain schema (`res/schema.json` of the release): domains, their tasks and affinity types."""
+"""The domain schema (`res/schema.json` of the release): domains, their tasks and affinity types.
+
+Read by `build` (the grammars of generated preferences) and `stats` (Tables 8-9)."""
 
 from __future__ import annotations
 
@@ -48,14 +50,19 @@ class Domain:
         return next(a for a in self.affinities if a.name == name)
 
 
+def default_schema_path(data_root: str | Path) -> Path:
+    """Where every clone of the official repository keeps the schema: `res/schema.json` beside `data/`."""
+    return Path(data_root).resolve().parent / SCHEMA_FILE
+
+
 def find_schema(configured: str | None, data_root: str | Path | None) -> Path:
-    """The configured path, else `res/schema.json` beside the data root (as in every clone of the release)."""
+    """The configured path, else the one beside the data root."""
     if configured:
         path = Path(configured)
     elif data_root is not None:
-        path = Path(data_root).resolve().parent / SCHEMA_FILE
+        path = default_schema_path(data_root)
     else:
-        raise SchemaError("no domain schema: set build.schema to a schema.json")
+        raise SchemaError("no domain schema: name a schema.json (build.schema)")
     if not path.is_file():
         raise SchemaError(f"domain schema not found: {path} (set build.schema to the release's res/schema.json "
                           "or a copy of it)")
@@ -126,5 +133,5 @@ def _affinity(obj: Any, where: str) -> AffinityType:
         name=_field(obj, "name", str, where), description=str(obj.get("description", "")),
         is_categorical=_field(obj, "is_categorical", bool, where),
         has_multiple_values=_field(obj, "has_multiple_values", bool, where),
-        possible_values=tuple(dict.fromkeys(_strings(values, f"{where}.possible_values"))),
+        possible_values=_strings(values, f"{where}.possible_values"),  # as listed, repeats included
     )
