@@ -11,6 +11,7 @@ import jinja2
 
 from personalens.errors import PersonalensError
 from personalens.paths import PROJECT_ROOT
+from personalens.prompts.templates import read_template_files, strict_environment
 
 DEFAULT_DIR = PROJECT_ROOT / "prompts" / "build"
 TEMPLATE_FILES = ("demographics.txt", "interests.txt", "preferences.txt", "interactions.txt",
@@ -41,17 +42,5 @@ def _label(key: str) -> str:
 
 def load_build_templates(folder: str | Path | None = None) -> BuildTemplates:
     folder = DEFAULT_DIR if folder is None else Path(folder)
-    sources = {}
-    for name in TEMPLATE_FILES:
-        path = folder / name
-        if not path.is_file():
-            raise PersonalensError(f"build prompt template missing: {path}")
-        sources[name] = path.read_text(encoding="utf-8")
-    env = jinja2.Environment(loader=jinja2.DictLoader(sources), undefined=jinja2.StrictUndefined,
-                             autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    for name in TEMPLATE_FILES:
-        try:
-            env.get_template(name)
-        except jinja2.TemplateSyntaxError as err:
-            raise PersonalensError(f"{folder / name}: line {err.lineno}: {err.message}") from err
-    return BuildTemplates(folder, sources, env)
+    sources = read_template_files(folder, TEMPLATE_FILES, "build.prompts")
+    return BuildTemplates(folder, sources, strict_environment(sources, folder))

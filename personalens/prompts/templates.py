@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import jinja2
 
@@ -86,17 +86,34 @@ def load_templates(folder: str | Path | None = None, *, style: str = "paper", ve
         if not any(all(name in sources for name in names) for names in alternatives):
             wanted = " (or ".join(" and ".join(names) for names in alternatives)
             raise PromptError(f"prompt template file missing: {folder / wanted}" + ")" * (len(alternatives) - 1))
+    env = strict_environment(sources, folder)
+    return Templates(folder=folder, sources=sources, _env=env, style=style, verbatim=verbatim)
+
+
+def read_template_files(folder: str | Path, names: Sequence[str], what: str) -> dict[str, str]:
+    """name -> text of the named template files of `folder` (a pipeline's fixed set of prompts);
+    `what` names the set in the error when any is missing."""
+    folder = Path(folder)
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        raise PromptError(f"{what}: template file(s) {missing} missing in {folder}")
+    return {name: (folder / name).read_text(encoding="utf-8") for name in names}
+
+
+def strict_environment(sources: Mapping[str, str], folder: Path) -> jinja2.Environment:
+    """The project's rules for prompt templates, every source compiled now so that syntax errors
+    surface at load time, named by file and line."""
     env = jinja2.Environment(
-        loader=jinja2.DictLoader(sources),
+        loader=jinja2.DictLoader(dict(sources)),
         undefined=jinja2.StrictUndefined,  # a misspelt placeholder fails instead of rendering empty
         autoescape=False,
         trim_blocks=True,  # lines holding only {% ... %} or {# ... #} leave no blank line behind
         lstrip_blocks=True,
         keep_trailing_newline=True,  # an {% include %}d file ends with its newline, like a pasted one
     )
-    for name in sources:  # compile now so syntax errors surface at load time
+    for name in sources:
         try:
             env.get_template(name)
         except jinja2.TemplateSyntaxError as e:
-            raise PromptError(f"{folder / name}: line {e.lineno}: {e.message}") from e
-    return Templates(folder=folder, sources=sources, _env=env, style=style, verbatim=verbatim)
+            raise PromptError(f"{Path(folder) / name}: line {e.lineno}: {e.message}") from e
+    return env
