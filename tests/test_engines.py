@@ -10,7 +10,7 @@ import pytest
 from jinja2 import TemplateError
 from omegaconf import OmegaConf
 
-from engine_fixtures import (SCORE_GRAMMAR, SCORE_PATTERN, TINY_MODEL, assert_prefix_cache_serves_a_repeat,
+from engine_fixtures import (SCORE_GRAMMAR, SCORE_PATTERN, assert_prefix_cache_serves_a_repeat,
                              chat, tagged_grammar)
 from personalens.engines.build import build_engines, model_configs, plan_engines
 from personalens.engines.chat import (
