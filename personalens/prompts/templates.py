@@ -36,6 +36,9 @@ REQUIRED: tuple[tuple[tuple[str, ...], ...], ...] = (
 )
 
 
+ROLE_FOLDERS = ("user_agent", "assistant", "judge")
+
+
 class PromptError(PersonalensError, ValueError):
     """A template folder or file that cannot be used; the message names the file."""
 
@@ -75,12 +78,11 @@ def load_templates(folder: str | Path | None = None, *, style: str = "paper", ve
     folder = DEFAULT_DIR if folder is None else Path(folder)
     if not folder.is_dir():
         raise PromptError(f"prompt template folder not found: {folder}")
-    # A set's own files only: another set kept in a subfolder of its own (prompts/official/) is not part of it.
-    nested = {d.parent for d in folder.rglob("user_agent") if d.is_dir() and d.parent != folder}
+    # A set is its role folders only: other sets (prompts/official/) and other pipelines' prompts
+    # (prompts/build/, prompts/personalbench/) beside them are not part of it, nor of its fingerprint.
     sources = {
         p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8")
-        for p in sorted(folder.rglob("*.txt"))
-        if not any(root in p.parents for root in nested)
+        for role in ROLE_FOLDERS for p in sorted((folder / role).rglob("*.txt"))
     }
     for alternatives in REQUIRED:
         if not any(all(name in sources for name in names) for names in alternatives):
