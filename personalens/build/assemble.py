@@ -1,7 +1,9 @@
 """Write built data in the official release layout (docs: ../DATA-FORMAT, personalens/data/loading.py):
 `task/<Domain>/task.jsonl`, `task/Multi-Domain/task.jsonl` and `profile/userN/{profile.json,tasks.json,
-tasks_md.json}`. Domains the build did not cover are present with interest 0, no affinities and no
-interactions, since the loader expects all of the release's domains in every profile."""
+tasks_md.json}`. Every profile holds every domain of the root (the loader expects them all): the
+release's 20, those the build did not cover with interest 0, no affinities and no interactions, then
+any the schema added. Each built domain gets its task file even when it has no task, since the task
+files are what declare a data root's domains (`personalens.data.domains_of`)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ from typing import Any, Mapping, Sequence
 from personalens.build.tasks import BuiltTask
 from personalens.data.loading import (ASSIGNMENT_FILES, MULTI_DOMAIN, PROFILE_DIR, PROFILE_FILE, TASK_DIR,
                                       TASK_FILE)
-from personalens.data.records import DOMAINS
 
 TEXTS = ("Task Description", "User Intent", "Task Goal")
 
@@ -44,8 +45,9 @@ def assignment(task: BuiltTask, situation: Mapping[str, str]) -> dict:
             "task_id": task.task_id, "situations": dict(situation), "Relevant Domains": task.domains}
 
 
-def write_tasks(root: Path, tasks: Sequence[BuiltTask]) -> list[Path]:
-    by_folder: dict[str, list[BuiltTask]] = {}
+def write_tasks(root: Path, tasks: Sequence[BuiltTask], domains: Sequence[str]) -> list[Path]:
+    """The task files of the built `domains` and of the multi-domain tasks."""
+    by_folder: dict[str, list[BuiltTask]] = {domain: [] for domain in domains}
     for task in tasks:
         by_folder.setdefault(MULTI_DOMAIN if task.task_id.startswith("MD-") else task.domains[0], []).append(task)
     paths = []
@@ -56,13 +58,14 @@ def write_tasks(root: Path, tasks: Sequence[BuiltTask]) -> list[Path]:
     return paths
 
 
-def profile(index: int, demographics: Mapping[str, str], interests: Mapping[str, int],
+def profile(index: int, demographics: Mapping[str, str], domains: Sequence[str], interests: Mapping[str, int],
             affinities: Mapping[str, dict], interactions: Mapping[str, str]) -> dict:
+    """A profile.json over the root's `domains` (`with_domains` of the built ones)."""
     return {
         "demographics": {"user_id": f"user{index}", **demographics},
-        "interests": {d: int(interests.get(d, 0)) for d in DOMAINS},
-        "affinities": {d: affinities.get(d, {}) for d in DOMAINS},
-        "interactions": {d: interactions.get(d, "") for d in DOMAINS},
+        "interests": {d: int(interests.get(d, 0)) for d in domains},
+        "affinities": {d: affinities.get(d, {}) for d in domains},
+        "interactions": {d: interactions.get(d, "") for d in domains},
     }
 
 

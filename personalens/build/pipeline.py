@@ -13,6 +13,7 @@ from personalens.build.batch import Runner
 from personalens.build.consistency import flagged_domains
 from personalens.build.grammars import Limits
 from personalens.build.prompts import BuildTemplates
+from personalens.data.records import with_domains
 from personalens.data.schema import Domain
 from personalens.errors import PersonalensError
 
@@ -103,10 +104,11 @@ def build(plan: BuildPlan, runner: Runner, templates: BuildTemplates) -> BuildRe
                                            active="situations" in S)
                 if needs("situations", "assemble") else {})
     if "assemble" in S:
-        write_tasks(plan.out_dir, tasks)
+        write_tasks(plan.out_dir, tasks, [d.name for d in domains])
+        root_domains = with_domains(d.name for d in domains)
         for i, demographics in people.items():
             write_user(plan.out_dir, i, profile(
-                i, demographics, mask[i],
+                i, demographics, root_domains, mask[i],
                 {d.name: checked.preferences[(i, d.name)] for d in domains},
                 {d.name: summaries[(i, d.name)] for d in domains}),
                 assignments[i], {t.task_id: contexts[(i, t.task_id)] for t in assignments[i]})

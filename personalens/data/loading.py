@@ -8,6 +8,9 @@ readers over the whole root and keeps them all. Only the selected users' files a
 Two quirks of the public release are warnings, read the way the released code reads them: a
 user's copy of a task that differs from its definition (the copy is used, as the released code
 uses it), and a per-domain key with stray punctuation (`"Buses**"`, read as `"Buses"`).
+
+The domains of a root are the release's 20 and any other `task/<Domain>/` folder that holds a task
+file (a domain a lab added, `domains_of`); every profile holds every domain of its root.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any, Iterable, Iterator
 
 from personalens.data.errors import DataError, Problems, summarize_warnings
 from personalens.data.records import (
-    DOMAINS, SITUATION_KEYS, Kind, Scenario, Situation, Task, UserProfile,
+    DOMAINS, SITUATION_KEYS, Kind, Scenario, Situation, Task, UserProfile, with_domains,
 )
 from personalens.data.selection import task_kinds, user_indices
 
@@ -65,10 +68,22 @@ def list_user_indices(root: str | Path) -> list[int]:
                       if e.is_dir() and (m := _USER_DIR.fullmatch(e.name)))
 
 
+def domains_of(root: str | Path) -> tuple[str, ...]:
+    """The domains of a data root: the release's, then each other `task/<Domain>/` folder with a
+    task file, by name. A folder without one (or a misspelt one) declares nothing: the files that
+    name it are reported as naming an unknown domain."""
+    task_dir = Path(root) / TASK_DIR
+    if not task_dir.is_dir():
+        return DOMAINS
+    with os.scandir(task_dir) as entries:
+        return with_domains(e.name for e in entries if e.is_dir() and not e.name.startswith(".")
+                            and e.name != MULTI_DOMAIN and (task_dir / e.name / TASK_FILE).is_file())
+
+
 def load_task_definitions(root: str | Path) -> dict[str, Task]:
     """task_id -> Task for every line of every `task/<Domain>/task.jsonl` (SD ids first, MD last)."""
     problems = Problems()
-    definitions = read_task_definitions(_existing_root(root), problems)
+    definitions = read_task_definitions(_existing_root(root), domains_of(root), problems)
     problems.raise_if_any(root)
     return definitions
 
@@ -78,7 +93,7 @@ def load_user(root: str | Path, index: int) -> UserProfile:
     path = _existing_root(root)
     _require_user_dirs(path, (index,))
     problems = Problems()
-    profile, _ = read_user_files(path, index, (), {}, problems)
+    profile, _ = read_user_files(path, index, (), domains_of(path), {}, problems)
     problems.raise_if_any(root)
     assert profile is not None  # no problems means the profile parsed
     return profile
@@ -100,10 +115,11 @@ def load_scenarios(root: str | Path, users: object = "all", kinds: object = "bot
     else:
         _require_user_dirs(path, selected)
     problems = Problems()
-    definitions = read_task_definitions(path, problems)
+    domains = domains_of(path)
+    definitions = read_task_definitions(path, domains, problems)
     scenarios: list[Scenario] = []
     for index in selected:
-        profile, assigned = read_user_files(path, index, kind_list, definitions, problems)
+        profile, assigned = read_user_files(path, index, kind_list, domains, definitions, problems)
         if profile is not None:
             scenarios.extend(Scenario(profile, task, situation)
                              for kind in kind_list for task, situation in assigned[kind])
@@ -115,15 +131,15 @@ def load_scenarios(root: str | Path, users: object = "all", kinds: object = "bot
 
 # ------------------------------------------------- readers shared with validate.py
 
-def read_task_definitions(root: Path, problems: Problems) -> dict[str, Task]:
-    """Parse every task.jsonl under `task/`, noting each fault in `problems`."""
+def read_task_definitions(root: Path, domains: tuple[str, ...], problems: Problems) -> dict[str, Task]:
+    """Parse every task.jsonl under `task/` (the root's `domains`), noting each fault in `problems`."""
     task_dir = root / TASK_DIR
     if not task_dir.is_dir():
         problems.add(f"{TASK_DIR}/", "", "missing directory (the task definitions)")
         return {}
     with os.scandir(task_dir) as entries:
         folders = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
-    order = {name: i for i, name in enumerate(DOMAINS + (MULTI_DOMAIN,))}
+    order = {name: i for i, name in enumerate(domains + (MULTI_DOMAIN,))}
     definitions: dict[str, Task] = {}
     for folder in sorted(folders, key=lambda name: (order.get(name, len(order)), name)):
         if folder not in order:
@@ -131,7 +147,7 @@ def read_task_definitions(root: Path, problems: Problems) -> dict[str, Task]:
             continue
         rel = f"{TASK_DIR}/{folder}/{TASK_FILE}"
         for at, obj in _read_jsonl(root, rel, problems):
-            task = _parse_definition(obj, folder, at)
+            task = _parse_definition(obj, folder, domains, at)
             if task is None:
                 continue
             if task.task_id in definitions:
@@ -142,20 +158,22 @@ def read_task_definitions(root: Path, problems: Problems) -> dict[str, Task]:
 
 
 def read_user_files(
-    root: Path, index: int, kinds: Iterable[Kind], definitions: dict[str, Task], problems: Problems,
+    root: Path, index: int, kinds: Iterable[Kind], domains: tuple[str, ...], definitions: dict[str, Task],
+    problems: Problems,
 ) -> tuple[UserProfile | None, dict[Kind, list[tuple[Task, Situation]]]]:
-    """Parse one user's profile and the assignment files of `kinds`, checked against `definitions`."""
+    """Parse one user's profile and the assignment files of `kinds`, checked against the root's
+    `domains` and `definitions`."""
     user_dir = f"{PROFILE_DIR}/user{index}"
     rel = f"{user_dir}/{PROFILE_FILE}"
     obj = _read_json(root, rel, problems)
-    profile = None if obj is _UNREADABLE else _parse_profile(obj, index, _At(problems, rel))
+    profile = None if obj is _UNREADABLE else _parse_profile(obj, index, domains, _At(problems, rel))
     seen: dict[str, str] = {}  # task_id -> where it was first assigned, across both files
     assigned: dict[Kind, list[tuple[Task, Situation]]] = {}
     for kind in kinds:
         rel = f"{user_dir}/{ASSIGNMENT_FILES[kind]}"
         obj = _read_json(root, rel, problems)
         assigned[kind] = ([] if obj is _UNREADABLE else
-                          _parse_assignments(obj, kind, definitions, profile, seen, _At(problems, rel)))
+                          _parse_assignments(obj, kind, domains, definitions, profile, seen, _At(problems, rel)))
     return profile, assigned
 
 
@@ -255,27 +273,27 @@ def _get_strings(obj: dict, key: str, at: _At) -> tuple[str, ...] | None:
     return None if value is None else _strings(value, at / key)
 
 
-def _per_domain(obj: dict, key: str, at: _At, parse_value) -> dict[str, Any] | None:
-    """A domain -> value object that must hold all 20 domains, in the file's order."""
+def _per_domain(obj: dict, key: str, domains: tuple[str, ...], at: _At, parse_value) -> dict[str, Any] | None:
+    """A domain -> value object that must hold every domain of the root, in the file's order."""
     mapping = _get(obj, key, dict, at)
     if mapping is None:
         return None
     here = at / key
-    domains = {name: _domain_key(name, mapping, here / name) for name in mapping}
-    for domain in DOMAINS:
-        if domain not in domains.values():
+    named = {name: _domain_key(name, mapping, domains, here / name) for name in mapping}
+    for domain in domains:
+        if domain not in named.values():
             (here / domain).report("missing")
-    parsed = {domain: parse_value(mapping[name], here / name) for name, domain in domains.items() if domain}
-    return parsed if len(parsed) == len(mapping) == len(DOMAINS) and None not in parsed.values() else None
+    parsed = {domain: parse_value(mapping[name], here / name) for name, domain in named.items() if domain}
+    return parsed if len(parsed) == len(mapping) == len(domains) and None not in parsed.values() else None
 
 
-def _domain_key(name: str, mapping: dict, at: _At) -> str | None:
+def _domain_key(name: str, mapping: dict, domains: tuple[str, ...], at: _At) -> str | None:
     """The domain a per-domain key names: itself, or (with a warning) the domain it spells with
     stray punctuation when the object does not also hold that domain; None (an error) otherwise."""
-    if name in DOMAINS:
+    if name in domains:
         return name
     cleaned = _STRAY.sub("", name).strip()
-    if cleaned in DOMAINS and cleaned not in mapping:
+    if cleaned in domains and cleaned not in mapping:
         at.report(f"read as {cleaned!r}", DOMAIN_KEY_NORMALISED)
         return cleaned
     at.report(f"unknown domain {name!r}")
@@ -284,13 +302,13 @@ def _domain_key(name: str, mapping: dict, at: _At) -> str | None:
 
 # ------------------------------------------------------------------------ profiles
 
-def _parse_profile(obj: Any, index: int, at: _At) -> UserProfile | None:
+def _parse_profile(obj: Any, index: int, domains: tuple[str, ...], at: _At) -> UserProfile | None:
     if not _is(obj, dict, at):
         return None
     demographics = _parse_demographics(obj, index, at)
-    interests = _per_domain(obj, "interests", at, _parse_interest)
-    affinities = _per_domain(obj, "affinities", at, _parse_affinities)
-    interactions = _per_domain(obj, "interactions", at, lambda v, here: v if _is(v, str, here) else None)
+    interests = _per_domain(obj, "interests", domains, at, _parse_interest)
+    affinities = _per_domain(obj, "affinities", domains, at, _parse_affinities)
+    interactions = _per_domain(obj, "interactions", domains, at, lambda v, here: v if _is(v, str, here) else None)
     if demographics is None or interests is None or affinities is None or interactions is None:
         return None
     return UserProfile(index=index, user_id=f"user{index}", demographics=demographics,
@@ -348,7 +366,7 @@ def _definition_file(task_id: str) -> str:
     return f"{TASK_DIR}/{folder}/{TASK_FILE}"
 
 
-def _parse_definition(obj: Any, folder: str, at: _At) -> Task | None:
+def _parse_definition(obj: Any, folder: str, domains: tuple[str, ...], at: _At) -> Task | None:
     if not _is(obj, dict, at):
         return None
     number = _get(obj, "Task Number", int, at)
@@ -356,33 +374,34 @@ def _parse_definition(obj: Any, folder: str, at: _At) -> Task | None:
     affinity_types = _get_strings(obj, "Relevant Affinity Types", at)
     if folder == MULTI_DOMAIN:
         kind: Kind = "MD"
-        domains = _get_strings(obj, "Relevant Domains", at)
-        if domains is not None and not _known_domains(domains, at / "Relevant Domains", minimum=2):
-            domains = None
+        relevant = _get_strings(obj, "Relevant Domains", at)
+        if relevant is not None and not _known_domains(relevant, domains, at / "Relevant Domains", minimum=2):
+            relevant = None
         task_id = f"MD-task-{number}"
     else:
-        kind, domains, task_id = "SD", (folder,), f"SD-{folder}-task-{number}"
-    if number is None or None in texts or affinity_types is None or domains is None:
+        kind, relevant, task_id = "SD", (folder,), f"SD-{folder}-task-{number}"
+    if number is None or None in texts or affinity_types is None or relevant is None:
         return None
     description, intent, goal = texts
     return Task(task_id=task_id, kind=kind, description=description, user_intent=intent, goal=goal,
-                domains=domains, affinity_types=affinity_types)
+                domains=relevant, affinity_types=affinity_types)
 
 
-def _known_domains(domains: tuple[str, ...], at: _At, minimum: int) -> bool:
+def _known_domains(named: tuple[str, ...], domains: tuple[str, ...], at: _At, minimum: int) -> bool:
+    """Whether every domain `named` is one of the root's `domains`, and there are at least `minimum`."""
     ok = True
-    for i, domain in enumerate(domains):
-        if domain not in DOMAINS:
+    for i, domain in enumerate(named):
+        if domain not in domains:
             (at / i).report(f"unknown domain {domain!r}")
             ok = False
-    if len(domains) < minimum:
-        at.report(f"expected at least {minimum} domains, got {len(domains)}")
+    if len(named) < minimum:
+        at.report(f"expected at least {minimum} domains, got {len(named)}")
         ok = False
     return ok
 
 
 def _parse_assignments(
-    obj: Any, kind: Kind, definitions: dict[str, Task], profile: UserProfile | None,
+    obj: Any, kind: Kind, domains: tuple[str, ...], definitions: dict[str, Task], profile: UserProfile | None,
     seen: dict[str, str], at: _At,
 ) -> list[tuple[Task, Situation]]:
     """The (task, situation) pairs of one tasks.json / tasks_md.json, in file order."""
@@ -390,7 +409,7 @@ def _parse_assignments(
         return []
     assigned = []
     for key, entry in obj.items():
-        pair = _parse_assignment(entry, kind, definitions, profile, at / key)
+        pair = _parse_assignment(entry, kind, domains, definitions, profile, at / key)
         if pair is None:
             continue
         task_id = pair[0].task_id
@@ -403,7 +422,8 @@ def _parse_assignments(
 
 
 def _parse_assignment(
-    entry: Any, kind: Kind, definitions: dict[str, Task], profile: UserProfile | None, at: _At,
+    entry: Any, kind: Kind, domains: tuple[str, ...], definitions: dict[str, Task], profile: UserProfile | None,
+    at: _At,
 ) -> tuple[Task, Situation] | None:
     if not _is(entry, dict, at):
         return None
@@ -419,15 +439,15 @@ def _parse_assignment(
         shape = "SD-<Domain>-task-<n>" if kind == "SD" else "MD-task-<n>"
         id_at.report(f"{task_id!r} is not a {'single' if kind == 'SD' else 'multi'}-domain task id ({shape})")
         return None
-    if kind == "SD" and match.group(1) not in DOMAINS:
+    if kind == "SD" and match.group(1) not in domains:
         id_at.report(f"unknown domain {match.group(1)!r} in {task_id!r}")
         return None
     task = definitions.get(task_id)
     if task is None:
         id_at.report(f"no definition of {task_id!r} in {_definition_file(task_id)}")
         return None
-    domains = copy["Relevant Domains"]
-    consistent = domains is None or _known_domains(domains, at / "Relevant Domains", minimum=1)
+    relevant = copy["Relevant Domains"]
+    consistent = relevant is None or _known_domains(relevant, domains, at / "Relevant Domains", minimum=1)
     differing = {attr: copy[key] for key, attr in {**TEXT_FIELDS, **LIST_FIELDS}.items()
                  if copy[key] is not None and copy[key] != getattr(task, attr)}
     if consistent and differing:

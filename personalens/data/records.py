@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Mapping, Union
+from typing import Iterable, Literal, Mapping, Union
 
 # The 20 domains of the release, in the order the paper lists them.
 DOMAINS: tuple[str, ...] = (
@@ -16,6 +16,13 @@ DOMAINS: tuple[str, ...] = (
 SITUATION_KEYS: tuple[str, ...] = ("Location", "Device", "Time of Day", "Day of the Week", "Environment")
 
 Kind = Literal["SD", "MD"]
+
+
+def with_domains(added: Iterable[str]) -> tuple[str, ...]:
+    """The domains of a data root that adds `added` to the release's (a lab extending the benchmark):
+    the release's 20 in the paper's order, then the added ones in name order, so that every reader
+    of the same root sees the same order whatever order it found them in."""
+    return DOMAINS + tuple(sorted(set(added) - set(DOMAINS)))
 Role = Literal["user", "assistant"]
 AffinityValue = Union[str, tuple[str, ...]]
 

@@ -1,6 +1,8 @@
 """The domain schema (`res/schema.json` of the release): domains, their tasks and affinity types.
 
-Read by `build` (the grammars of generated preferences) and `stats` (Tables 8-9)."""
+Read by `build` (the grammars of generated preferences) and `stats` (Tables 8-9). A lab adds a domain by
+adding it to a copy of the schema: `build` writes it into the data root, where the loader finds it
+(`domains_of`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from personalens.data.records import DOMAINS
+from personalens.data.loading import MULTI_DOMAIN
 from personalens.errors import PersonalensError
 
 SCHEMA_FILE = Path("res") / "schema.json"
@@ -80,10 +82,12 @@ def load_schema(path: str | Path, domains: Sequence[str] | str = "all") -> tuple
         raise SchemaError(f"{path}: expected a list of domain objects, got {type(raw).__name__}")
     parsed = [_domain(item, f"{path}: [{i}]") for i, item in enumerate(raw)]
     names = [d.name for d in parsed]
-    for d in parsed:
-        if d.name not in DOMAINS:
-            # the loader (personalens/data) reads exactly the release's 20 domains
-            raise SchemaError(f"{path}: domain {d.name!r} is not one of the release's domains {list(DOMAINS)}")
+    for i, d in enumerate(parsed):
+        # a domain becomes the folder task/<Domain>/ of the data and a key of every profile
+        if not d.name or d.name != d.name.strip() or d.name.startswith(".") or d.name == MULTI_DOMAIN \
+                or any(c in d.name for c in "/\\"):
+            raise SchemaError(f"{path}: [{i}].domain: {d.name!r} cannot name a domain folder task/<Domain>/ "
+                              f"(empty, surrounding spaces, a leading dot, a slash, or {MULTI_DOMAIN!r})")
     if len(set(names)) != len(names):
         raise SchemaError(f"{path}: a domain is listed twice")
     if domains == "all":

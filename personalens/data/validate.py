@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.data.errors import Problem, Problems, summarize_warnings
-from personalens.data.loading import PROFILE_DIR, list_user_indices, read_task_definitions, read_user_files
+from personalens.data.loading import (PROFILE_DIR, domains_of, list_user_indices, read_task_definitions,
+                                      read_user_files)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ def validate(root: str | Path, strict: bool = False) -> Report:
         problems.add(str(root), "", "data root does not exist or is not a directory")
         return Report(root=str(root), problems=tuple(problems.items), users=0, sd_scenarios=0, md_scenarios=0,
                       strict=strict)
-    definitions = read_task_definitions(path, problems)
+    domains = domains_of(path)
+    definitions = read_task_definitions(path, domains, problems)
     if (path / PROFILE_DIR).is_dir():
         indices = list_user_indices(path)
     else:
@@ -61,7 +63,7 @@ def validate(root: str | Path, strict: bool = False) -> Report:
         indices = []
     counts = {"SD": 0, "MD": 0}
     for index in indices:
-        _, assigned = read_user_files(path, index, ("SD", "MD"), definitions, problems)
+        _, assigned = read_user_files(path, index, ("SD", "MD"), domains, definitions, problems)
         for kind, pairs in assigned.items():
             counts[kind] += len(pairs)
     return Report(root=str(root), problems=tuple(problems.items), users=len(indices),

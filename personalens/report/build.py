@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from personalens.data.records import DOMAINS
+from personalens.data.records import with_domains
 from personalens.report import render
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
@@ -56,15 +56,17 @@ def build_report(run_dirs: Sequence[Path], out_dir: Path, *, bootstrap: int = 10
                  figure5_domains: Sequence[str] = (), html_dialogues: int = 500) -> Report:
     """Report on the dialogues and judgments of `run_dirs`, written into `out_dir`; report.html's
     dialogue browser shows up to `html_dialogues` of them."""
-    unknown = [d for d in figure5_domains if d not in DOMAINS]
-    if unknown:
-        raise ReportError(f"figure5_domains: unknown domain(s) {unknown}; the domains are {', '.join(DOMAINS)}")
     if bootstrap < 1:
         raise ReportError(f"bootstrap: number of resamples must be >= 1, got {bootstrap}")
     if html_dialogues < 0:
         raise ReportError(f"html_dialogues: must be >= 0, got {html_dialogues}")
     dirs = tuple(Path(d) for d in run_dirs)
     data = load_runs(dirs)
+    # the release's domains, and any a lab added that the runs hold
+    domains = with_domains(d for j in data.judgments for d in j.domains)
+    unknown = [d for d in figure5_domains if d not in domains]
+    if unknown:
+        raise ReportError(f"figure5_domains: unknown domain(s) {unknown}; the domains are {', '.join(domains)}")
     report = compute_report(data, dirs, Path(out_dir), Bootstrap(bootstrap, seed),
                             tuple(figure5_domains), tuple(read_setup(d) for d in dirs))
     return replace(report, files=write_report(report, html_dialogues))

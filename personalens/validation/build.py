@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from personalens.data import list_user_indices, load_scenarios, load_task_definitions, load_user, user_indices
-from personalens.data.schema import SCHEMA_FILE, default_schema_path, load_schema
+from typing import Sequence
+
+from personalens.data import (UserProfile, domains_of, list_user_indices, load_scenarios, load_task_definitions,
+                              load_user, user_indices)
+from personalens.data.schema import SCHEMA_FILE, Domain, default_schema_path, load_schema
 from personalens.report import render
 from personalens.report.build import write_tables  # md / csv / tex, as the report writes them
 from personalens.report.tables import Table
@@ -32,12 +35,8 @@ def build_stats(data_root: Path, users: object, schema: Path | None, out_dir: Pa
     message) when it is not there; an explicit path must exist.
     """
     root = Path(data_root)
-    selected = user_indices(users)
-    indices = selected if selected is not None else tuple(list_user_indices(root))
-    scenarios = load_scenarios(root, indices)
-    loaded = {s.user.index: s.user for s in scenarios}  # parsed already, with their tasks
-    profiles = [loaded[i] if i in loaded else load_user(root, i) for i in indices]
-    tables = [S.table1(load_task_definitions(root), scenarios), S.table6(profiles), S.table7(profiles)]
+    table1, profiles = _table1(root, users)
+    tables = [table1, S.table6(profiles), S.table7(profiles)]
     messages = []
     schema_path = default_schema_path(root) if schema is None else Path(schema)
     if schema is None and not schema_path.is_file():
@@ -59,6 +58,26 @@ def build_stats(data_root: Path, users: object, schema: Path | None, out_dir: Pa
     summary = out / "stats.md"
     summary.write_text(f"# Data statistics of {root}\n\n![Figure 3](figure3.png)\n\n{result.markdown()}")
     return Outputs(result.tables, result.messages, (*files, summary))
+
+
+def built_data_stats(data_root: Path, schema: Sequence[Domain], out_dir: Path) -> Outputs:
+    """Table 1 and Tables 8-9 of every user of a data root that `personalens build` has written
+    from `schema` (the domains it built), written as md / csv / tex into `out_dir`."""
+    table1, profiles = _table1(Path(data_root), "all")
+    tables = (table1, S.table8(profiles, schema), S.table9(profiles, schema))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return Outputs(tables, (), tuple(path for t in tables for path in write_tables([t], out)))
+
+
+def _table1(root: Path, users: object) -> tuple[Table, list[UserProfile]]:
+    """Table 1 of the selected users, and their profiles (for the other tables)."""
+    selected = user_indices(users)
+    indices = selected if selected is not None else tuple(list_user_indices(root))
+    scenarios = load_scenarios(root, indices)
+    loaded = {s.user.index: s.user for s in scenarios}  # parsed already, with their tasks
+    profiles = [loaded[i] if i in loaded else load_user(root, i) for i in indices]
+    return S.table1(load_task_definitions(root), scenarios, domains_of(root)), profiles
 
 
 def build_diversity(source: Path, protocol: D.Protocol, by_speaker: bool, out_dir: Path) -> Outputs:
