@@ -215,6 +215,7 @@ def build(cfg: DictConfig, engine: Callable | None = None) -> int:
     """Build a PersonaLens-style dataset from a demographics table and a domain schema (docs/build.md)."""
     from personalens.build.pipeline import STAGE_TABLES, build as run_build
     from personalens.data import validate as check
+    from personalens.validation.build import built_data_stats
 
     plan, runner, templates = _build_setup(cfg, engine)
     result = run_build(plan, runner, templates)
@@ -223,8 +224,15 @@ def build(cfg: DictConfig, engine: Callable | None = None) -> int:
     if not result.assembled:
         return 0
     report = check(plan.out_dir)
-    print(report.format())
-    return 0 if report.ok else 1
+    print(report.format(), file=console.out())
+    if not report.ok:
+        return 1
+    # what `personalens stats` shows of the new data, with the schema it was built from
+    stats = built_data_stats(plan.out_dir, plan.domains, plan.out_dir / STAGE_TABLES / "stats")
+    print(stats.markdown(), file=console.out())
+    print(f"build: Table 1 and Tables 8-9 of the new data written to {plan.out_dir / STAGE_TABLES / 'stats'}",
+          file=console.err())
+    return 0
 
 
 def consistency(cfg: DictConfig, engine: Callable | None = None) -> int:
@@ -269,7 +277,7 @@ def _write_consistency_table(verdicts, folder: Path, cfg: DictConfig) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "flags.md").write_text(markdown([table]), encoding="utf-8")
     (folder / "flags.csv").write_text(csv_text([table]), encoding="utf-8")
-    print(markdown([table]))
+    print(markdown([table]), file=console.out())  # not print(): descriptor 1 is the log file by now
 
 
 def _runner(cfg: DictConfig, root: Path, engine: Callable | None, digest: str):

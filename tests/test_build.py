@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from personalens import commands
 from personalens.build.demographics import DemographicsError, load_demographics
 from personalens.config import register_resolvers
-from personalens.data import DOMAINS, load_scenarios, validate
+from personalens.data import DOMAINS, domains_of, load_scenarios, validate
 from personalens.errors import PersonalensError
 from personalens.store import read_table
 
@@ -79,7 +79,7 @@ def part_files(folder: Path) -> set[str]:
 
 
 @pytest.mark.vllm
-def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(tmp_path, engine):
+def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(tmp_path, engine, capsys):
     out = tmp_path / "data"
     args = [f"build.out_dir={out}", *SMALL]
     load = lambda: engine  # noqa: E731
@@ -116,6 +116,13 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
                                                    "MD-task-1"}
     assert report.sd_scenarios == sum(s.task.kind == "SD" for s in scenarios) >= 4
     assert (stages / "consistency" / "flags.md").read_text().startswith("### Profiles flagged")
+    # the summary ends with the new data's Table 1 and Tables 8-9 (the build schema's domains), also written
+    printed = capsys.readouterr().out
+    for name in ("table1", "table8", "table9"):
+        written = (stages / "stats" / f"{name}.md").read_text()
+        assert written in printed and (stages / "stats" / f"{name}.csv").is_file()
+    assert "| Total SD | 3 |" in printed  # 1 task in each of the 3 built domains
+    assert "| Alarm | Wake-up Time | ✓ | 8 |" in (stages / "stats" / "table8.md").read_text()
 
     # resume after a kill in the middle of a stage: lose one part file of situations, build again
     situations = stages / "situations"
@@ -146,3 +153,41 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     assert commands.consistency(cfg, engine=no_engine) == 0 and part_files(check / "consistency") == files
     table = (check / "consistency" / "flags.md").read_text()
     assert "| Any | 2 |" in table
+
+
+@pytest.mark.vllm
+def test_a_schema_with_an_added_domain_builds_validates_loads_and_generates(tmp_path, engine):
+    schema = json.loads((REPO / "data" / "build" / "schema.json").read_text())
+    games = ["chess", "go", "catan", "scrabble"]
+    added = {"domain": "Board Games", "description": "Find, buy and learn board games to play with others.",
+             "tasks": [{"name": "FindGame", "description": "Suggest a board game for a group."}],
+             "affinities": [
+                 {"name": "Favourite Game", "description": "The board game the user likes best.",
+                  "is_categorical": True, "has_multiple_values": False, "possible_values": games},
+                 {"name": "Group Size", "description": "How many people the user usually plays with, in words.",
+                  "is_categorical": False, "has_multiple_values": False, "possible_values": []}]}
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps([*schema, added]))
+    out = tmp_path / "data"
+    args = [f"build.out_dir={out}", *SMALL, "build.users=1", f"build.schema={path}",
+            "build.domains=[Alarm,Board Games]"]
+    assert commands.build(config(*args), engine=lambda: engine) == 0
+
+    report = validate(out, strict=True)
+    assert report.ok, report.format()
+    assert domains_of(out) == (*DOMAINS, "Board Games")
+    profile = json.loads((out / "profile" / "user0" / "profile.json").read_text())
+    assert list(profile["interests"]) == list(domains_of(out))
+    assert profile["interests"]["Board Games"] == 1  # build=quick keeps at least 2 of the 2 domains
+    assert profile["affinities"]["Board Games"]["Favourite Game"] in games
+    scenarios = load_scenarios(out)
+    assert "SD-Board Games-task-1" in {s.task.task_id for s in scenarios}
+    assert "Board Games" in (out / "build" / "stats" / "table9.md").read_text()
+
+    run = tmp_path / "run"
+    cfg = config(f"data.root={out}", "data.users=[0]", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=1",
+                 f"run.out_dir={run}", "progress=false")
+    assert commands.generate(cfg, engines=lambda: {"user_agent": engine, "assistant": engine}) == 0
+    dialogues = read_table(run / "dialogues").to_pylist()
+    assert sorted(d["task_id"] for d in dialogues) == ["SD-Alarm-task-1", "SD-Board Games-task-1"]
+    assert [d["domains"] for d in dialogues if d["task_id"] == "SD-Board Games-task-1"] == [["Board Games"]]

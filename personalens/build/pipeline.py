@@ -18,6 +18,7 @@ from personalens.data.schema import Domain
 from personalens.errors import PersonalensError
 
 STAGES = ("interests", "preferences", "consistency", "interactions", "tasks", "situations", "assemble")
+PER_USER = ("interests", "preferences", "consistency", "interactions", "situations")  # the runner's stages of a user
 STAGE_TABLES = "build"  # the stage tables' folder inside the output root
 
 
@@ -59,10 +60,12 @@ class BuildResult:
                        + (f" ({', '.join(self.still_flagged[:10])}{' ...' if len(self.still_flagged) > 10 else ''})"
                           if self.still_flagged else ""))
         written = "official layout written" if self.assembled else "layout not written (assemble not run)"
+        # a rate of users only where users' outputs were generated (not in the tasks or assemble phase)
+        built_users = any(runner.counts[s].requests for s in PER_USER if s in runner.counts)
+        rate = f" ({self.users / max(self.seconds, 1e-9) * 60:.1f} users/min)" if built_users else ""
         return (f"build: {self.users} users, {self.sd_tasks} single-domain and {self.md_tasks} multi-domain tasks, "
                 f"{self.sd_scenarios} + {self.md_scenarios} user-task scenarios; {consistency}; "
-                f"{runner.summary()}; {self.seconds:.1f} s in all ({self.users / max(self.seconds, 1e-9) * 60:.1f} "
-                f"users/min); {written}")
+                f"{runner.summary()}; {self.seconds:.1f} s in all{rate}; {written}")
 
 
 def stage_names(stages: Sequence[str]) -> frozenset[str]:
