@@ -12,17 +12,18 @@ DOMAINS: tuple[str, ...] = (
     "Services", "Shopping", "Sports", "Train", "Travel",
 )
 
-# Situation keys exactly as the release spells them, in the order they are shown to models.
-SITUATION_KEYS: tuple[str, ...] = ("Location", "Device", "Time of Day", "Day of the Week", "Environment")
-
-Kind = Literal["SD", "MD"]
-
 
 def with_domains(added: Iterable[str]) -> tuple[str, ...]:
     """The domains of a data root that adds `added` to the release's (a lab extending the benchmark):
     the release's 20 in the paper's order, then the added ones in name order, so that every reader
     of the same root sees the same order whatever order it found them in."""
     return DOMAINS + tuple(sorted(set(added) - set(DOMAINS)))
+
+
+# Situation keys exactly as the release spells them, in the order they are shown to models.
+SITUATION_KEYS: tuple[str, ...] = ("Location", "Device", "Time of Day", "Day of the Week", "Environment")
+
+Kind = Literal["SD", "MD"]
 Role = Literal["user", "assistant"]
 AffinityValue = Union[str, tuple[str, ...]]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import Sequence
 
 from personalens.data import (UserProfile, domains_of, list_user_indices, load_scenarios, load_task_definitions,
@@ -35,7 +34,7 @@ def build_stats(data_root: Path, users: object, schema: Path | None, out_dir: Pa
     message) when it is not there; an explicit path must exist.
     """
     root = Path(data_root)
-    table1, profiles = _table1(root, users)
+    table1, profiles = _table1_and_profiles(root, users)
     tables = [table1, S.table6(profiles), S.table7(profiles)]
     messages = []
     schema_path = default_schema_path(root) if schema is None else Path(schema)
@@ -63,14 +62,14 @@ def build_stats(data_root: Path, users: object, schema: Path | None, out_dir: Pa
 def built_data_stats(data_root: Path, schema: Sequence[Domain], out_dir: Path) -> Outputs:
     """Table 1 and Tables 8-9 of every user of a data root that `personalens build` has written
     from `schema` (the domains it built), written as md / csv / tex into `out_dir`."""
-    table1, profiles = _table1(Path(data_root), "all")
+    table1, profiles = _table1_and_profiles(Path(data_root), "all")
     tables = (table1, S.table8(profiles, schema), S.table9(profiles, schema))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     return Outputs(tables, (), tuple(path for t in tables for path in write_tables([t], out)))
 
 
-def _table1(root: Path, users: object) -> tuple[Table, list[UserProfile]]:
+def _table1_and_profiles(root: Path, users: object) -> tuple[Table, list[UserProfile]]:
     """Table 1 of the selected users, and their profiles (for the other tables)."""
     selected = user_indices(users)
     indices = selected if selected is not None else tuple(list_user_indices(root))

@@ -12,7 +12,7 @@ from typing import Iterable, Mapping, Sequence
 
 from scipy.stats import entropy
 
-from personalens.data.records import DOMAINS, Scenario, Task, UserProfile
+from personalens.data.records import DOMAINS, Scenario, Task, UserProfile, with_domains
 from personalens.data.schema import Domain
 from personalens.report.tables import Column, Table
 from personalens.validation.regions import PREFER_NOT_TO_SAY, UNMAPPED, WITHHELD, region_of
@@ -137,6 +137,6 @@ def table8(profiles: Sequence[UserProfile], schema: Sequence[Domain]) -> Table:
 
 
 def table9(profiles: Sequence[UserProfile], schema: Sequence[Domain]) -> Table:
-    added = tuple(d.name for d in schema if d.name not in DOMAINS)
+    added = with_domains(d.name for d in schema)[len(DOMAINS):]
     return preferences_table("table9", f"Table 9: user preferences, Messaging to {(TABLE9_DOMAINS + added)[-1]}",
                              profiles, schema, TABLE9_DOMAINS + added)
