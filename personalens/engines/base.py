@@ -38,3 +38,11 @@ class Engine(Protocol):
     name: str  # the model name recorded in outputs
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]: ...
+
+
+class Embedder(Protocol):
+    """Embeds texts, in one batched call, in order."""
+
+    name: str
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...

@@ -10,14 +10,17 @@ from omegaconf import DictConfig
 
 from personalens import console
 from personalens import config as C
+from personalens.engines.base import Embedder
 from personalens.errors import PersonalensError
 from personalens.personalbench.extraction import Rules
 from personalens.personalbench.histories import Filters
 from personalens.personalbench.pipeline import STAGES, Settings, Shard
+from personalens.personalbench.relevance import Rule
 from personalens.personalbench.templates import Prompts
 
 # settings that change what is read, reported or where, not what the models produce
-_NOT_FINGERPRINTED = {"action", "until", "annotations", "sheets_dir", "report_dir", "bootstrap", "out_dir", "batch_size"}
+_NOT_FINGERPRINTED = {"action", "until", "annotations", "sheets_dir", "report_dir", "bootstrap", "out_dir", "batch_size",
+                      "html_items"}
 
 
 def settings(cfg: DictConfig) -> Settings:
@@ -40,7 +43,8 @@ def settings(cfg: DictConfig) -> Settings:
                         max_history_chars=int(pb.extraction.max_history_chars),
                         sensitive_categories=tuple(pb.sensitive.attribute_categories),
                         sensitive_moderation=tuple(pb.sensitive.moderation_categories)),
-            bm25_top_k=int(pb.relevance.bm25_top_k),
+            bm25=Rule(int(pb.relevance.bm25_top_k)),
+            embedding=Rule(int(pb.embedding.top_k), float(pb.embedding.min_similarity)) if pb.embedding.path else None,
             extraction=C.sampling(pb.extraction.sampling), relevance=C.sampling(pb.relevance.sampling),
             generation=C.sampling(pb.generation.sampling), judge=C.sampling(pb.judging.sampling),
             seed=int(cfg.seed), batch_size=int(pb.batch_size), progress=bool(cfg.progress),
@@ -48,6 +52,19 @@ def settings(cfg: DictConfig) -> Settings:
         )
     except (ValueError, TypeError) as err:
         raise PersonalensError(f"personalbench: bad setting: {err}") from None
+
+
+def embedding_config(cfg: DictConfig):
+    """The embedding baseline's model, or None where personalbench.embedding.path is null."""
+    from personalens.engines.embedding import EmbeddingConfig
+    e = cfg.personalbench.embedding
+    if not e.path:
+        return None
+    try:
+        return EmbeddingConfig(path=str(e.path), dtype=str(e.dtype),
+                               gpu_memory_utilization=float(e.gpu_memory_utilization), seed=int(cfg.seed))
+    except (ValueError, TypeError) as err:
+        raise PersonalensError(f"personalbench.embedding: bad setting: {err}") from None
 
 
 def human_selection(pb: DictConfig) -> frozenset[tuple[str, str, str]]:
@@ -72,13 +89,19 @@ def digests(cfg: DictConfig, prompts: Prompts, chosen: Settings) -> tuple[str, s
     return selection, responses
 
 
-def run(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+def run(cfg: DictConfig, engines: Callable[[], dict] | None = None, embedder: Callable[[], Embedder] | None = None) -> int:
+    """`engines` (the chat models by role) and `embedder` (the embedding baseline's model) default to
+    the configured ones, each loaded when a stage first needs it."""
     from personalens.personalbench.pipeline import run as run_stages
 
     prompts = Prompts(cfg.personalbench.prompts_dir)
     out_dir = Path(cfg.personalbench.out_dir)
     from personalens.engines.build import model_configs
     model_configs({"assistant": cfg.assistant, "judge": cfg.judge})  # bad model configs fail before anything is saved
+    embedding = embedding_config(cfg)
+    if embedding is not None:
+        from personalens.engines.embedding import model_dir
+        model_dir(embedding)  # so does a missing embedding model
     chosen = settings(cfg)
     until = str(cfg.personalbench.until)
     if until not in STAGES:
@@ -90,7 +113,10 @@ def run(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     if engines is None:
         from personalens.engines.build import build_engines
         engines = functools.cache(lambda: build_engines({"assistant": cfg.assistant, "judge": cfg.judge}))
-    run_stages(chosen, prompts, Shard(out_dir, int(cfg.shard.index), int(cfg.shard.count)), engines, until)
+    if embedder is None and embedding is not None:
+        from personalens.engines.embedding import VllmEmbedder
+        embedder = functools.cache(lambda: VllmEmbedder(embedding))
+    run_stages(chosen, prompts, Shard(out_dir, int(cfg.shard.index), int(cfg.shard.count)), engines, until, embedder)
     print(f"personalbench: outputs in {out_dir}", file=console.err())
     return 0
 
@@ -108,18 +134,24 @@ def score(cfg: DictConfig) -> int:
     from personalens.personalbench import report
     from personalens.personalbench.sheets import Annotations, load_annotations
     from personalens.report import render
+    from personalens.report.personalbench import write_html
     from personalens.report.stats import Bootstrap
 
     pb = cfg.personalbench
     out_dir = Path(pb.out_dir)
     _require_run(out_dir)
+    if int(pb.html_items) < 0:
+        raise PersonalensError(f"personalbench.html_items: must be >= 0, got {pb.html_items}")
     notes = load_annotations(Path(pb.annotations)) if pb.annotations else Annotations()
     run = report.run_items(out_dir)
     others = [report.run_items(Path(d)) for d in pb.get("compare") or []]
-    scores = report.score(run, notes, Bootstrap(int(pb.bootstrap), int(cfg.seed)), others)
-    counts = report.counts_table(report.input_summary(out_dir), run, notes, scores.unmatched)
-    files = report.write([*scores.tables, counts], Path(pb.report_dir))
-    print(render.markdown([*scores.tables, counts]))
+    boot = Bootstrap(int(pb.bootstrap), int(cfg.seed))
+    scores = report.score(run, notes, boot, others)
+    tables = [*scores.tables, report.counts_table(report.input_summary(out_dir), run, notes, scores.unmatched)]
+    files = report.write(tables, Path(pb.report_dir))
+    write_html(out_dir, tables, [f for f in files if f.suffix == ".png"], notes, Path(pb.report_dir) / "report.html",
+               bootstrap=boot, items=int(pb.html_items))
+    print(render.markdown(tables))
     print(f"personalbench: report written to {files[-1]}", file=console.err())
     return 0
 

@@ -13,12 +13,12 @@ from typing import Callable, Sequence
 
 from personalens import console
 from personalens.data.sharding import assign_shards
-from personalens.engines.base import Engine, Request, Sampling
+from personalens.engines.base import Embedder, Engine, Request, Sampling
 from personalens.errors import PersonalensError
 from personalens.personalbench import formats
 from personalens.personalbench.extraction import Rules, review, sensitive_conversation, shown_turns
 from personalens.personalbench.histories import Filters, History, group, histories
-from personalens.personalbench.relevance import bm25_scores, top_k
+from personalens.personalbench.relevance import Rule, bm25_scores, cosine_scores, select as chosen_by
 from personalens.personalbench.schema import TABLES
 from personalens.personalbench.templates import Prompts
 from personalens.personalbench.wildchat import ReadStats, read_conversations, shard_paths
@@ -35,7 +35,7 @@ class Settings:
     prompts_per_user: int  # bundled prompts paired with each user (a seeded sample); 0 = all
     filters: Filters
     rules: Rules
-    bm25_top_k: int
+    bm25: Rule  # the BM25 baseline: top k with a positive score
     extraction: Sampling
     relevance: Sampling
     generation: Sampling
@@ -46,6 +46,7 @@ class Settings:
     # personalized responses from these (user, prompt, attribute) triples, the human-majority
     # relevant ones, instead of the model's selection: isolates generation from selection
     human_selection: frozenset[tuple[str, str, str]] | None = None
+    embedding: Rule | None = None  # the embedding-similarity baseline, where an embedding model is configured
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,9 @@ def pair_rows(history: History, prompts: Sequence[dict], settings: Settings) -> 
 
 
 def run(settings: Settings, prompts: Prompts, shard: Shard, engines: Callable[[], dict[str, Engine]],
-        until: str = "judge") -> dict:
-    """The stages for this shard up to `until`; returns the input and filter counts (also saved as JSON)."""
+        until: str = "judge", embedder: Callable[[], Embedder] | None = None) -> dict:
+    """The stages for this shard up to `until`; returns the input and filter counts (also saved as JSON).
+    `embedder` loads the embedding model of the embedding baseline (settings.embedding)."""
     users, stats, counts = load_histories(settings, shard)
     print(stats.format(), file=console.err())
     print(f"histories: {counts}", file=console.err())
@@ -124,7 +126,7 @@ def run(settings: Settings, prompts: Prompts, shard: Shard, engines: Callable[[]
     shard.writer("pairs").write([r for h in users for r in pair_rows(h, bundled, settings)
                                  if (r["user_id"], r["prompt_id"]) not in done])
     stages = {"extract": lambda: extract(users, settings, prompts, shard, lambda: engines()["assistant"]),
-              "relevance": lambda: select(settings, prompts, shard, lambda: engines()["assistant"]),
+              "relevance": lambda: select(settings, prompts, shard, lambda: engines()["assistant"], embedder),
               "generate": lambda: generate(settings, prompts, shard, lambda: engines()["assistant"]),
               "judge": lambda: judge(settings, prompts, shard, lambda: engines()["judge"])}
     for name in STAGES[:STAGES.index(until) + 1]:
@@ -187,20 +189,18 @@ def kept_attributes(shard: Shard) -> dict[str, list[dict]]:
     return {r["user_id"]: [a for a in r["attributes"] if a["kept"]] for r in shard.rows("extractions")}
 
 
-def select(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[], Engine]) -> None:
+def select(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[], Engine],
+           embedder: Callable[[], Embedder] | None = None) -> None:
     attributes, done = kept_attributes(shard), shard.done("relevance")
     pairs = [p for p in shard.rows("pairs") if p["user_id"] in attributes]
     writer = shard.writer("relevance")
-    baseline = []
-    for p in pairs:
-        attrs = attributes[p["user_id"]]
-        scores = bm25_scores(p["prompt"], [a["statement"] for a in attrs])
-        for a, score, chosen in zip(attrs, scores, top_k(scores, settings.bm25_top_k)):
-            if (p["user_id"], p["prompt_id"], a["attribute_id"], "bm25") not in done:
-                baseline.append({"user_id": p["user_id"], "prompt_id": p["prompt_id"], "attribute_id": a["attribute_id"],
-                                 "method": "bm25", "model": "bm25", "selected": chosen, "score": score,
-                                 "parsed": True, "text": "", "sensitive": a["sensitive"] or p["sensitive"]})
-    writer.write(baseline)
+    writer.write([r for p in pairs for r in baseline_rows(
+        "bm25", "bm25", p, attributes[p["user_id"]],
+        bm25_scores(p["prompt"], [a["statement"] for a in attributes[p["user_id"]]]), settings.bm25, done)])
+    if settings.embedding is not None:
+        if embedder is None:
+            raise PersonalensError("personalbench: the embedding baseline is configured but no embedding model is given")
+        writer.write(embedding_rows(pairs, attributes, settings.embedding, embedder, done))
     todo = [(p, a) for p in pairs for a in attributes[p["user_id"]]
             if (p["user_id"], p["prompt_id"], a["attribute_id"], "llm") not in done]
 
@@ -219,6 +219,33 @@ def select(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[]
         writer.write(rows)
 
     _batched(todo, requests, load, "relevance", settings.progress, write)
+
+
+def baseline_rows(method: str, model: str, pair: dict, attributes: list[dict], scores: list[float], rule: Rule,
+                  done: set[tuple]) -> list[dict]:
+    """A baseline's rows for one pair: each attribute's score and whether `rule` selects it."""
+    return [{"user_id": pair["user_id"], "prompt_id": pair["prompt_id"], "attribute_id": a["attribute_id"],
+             "method": method, "model": model, "selected": chosen, "score": score, "parsed": True, "text": "",
+             "sensitive": a["sensitive"] or pair["sensitive"]}
+            for a, score, chosen in zip(attributes, scores, chosen_by(scores, rule))
+            if (pair["user_id"], pair["prompt_id"], a["attribute_id"], method) not in done]
+
+
+def embedding_rows(pairs: list[dict], attributes: dict[str, list[dict]], rule: Rule,
+                   load: Callable[[], Embedder], done: set[tuple]) -> list[dict]:
+    """The embedding baseline's rows of the pairs that lack some: every distinct prompt and statement
+    embedded in one call, scored by cosine similarity."""
+    pairs = [p for p in pairs if any((p["user_id"], p["prompt_id"], a["attribute_id"], "embedding") not in done
+                                     for a in attributes[p["user_id"]])]
+    if not pairs:
+        return []
+    embedder = load()
+    texts = list(dict.fromkeys([p["prompt"] for p in pairs] +
+                               [a["statement"] for p in pairs for a in attributes[p["user_id"]]]))
+    vectors = dict(zip(texts, embedder.embed(texts)))
+    return [r for p in pairs for r in baseline_rows(
+        "embedding", embedder.name, p, attributes[p["user_id"]],
+        cosine_scores(vectors[p["prompt"]], [vectors[a["statement"]] for a in attributes[p["user_id"]]]), rule, done)]
 
 
 def selected_attributes(shard: Shard, human: frozenset[tuple[str, str, str]] | None = None

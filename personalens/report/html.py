@@ -1,6 +1,9 @@
-"""report.html: one self-contained page with every table, the figures (inline PNG) and a dialogue
-browser (inline JSON and script), rendered from templates/report.html. Nothing is fetched when the
-page opens, so a run directory copied off a cluster can be read anywhere with a browser."""
+"""Self-contained HTML report pages: every table, the figures (inline PNG) and a browser of the model
+outputs (inline JSON and script), rendered from templates/ on the shared frame base.html. Nothing is
+fetched when a page opens, so a run directory copied off a cluster can be read anywhere with a browser.
+
+report.html (PersonaLens) is written here; PersonalBench's page (report/personalbench.py) reuses
+`render_page`, `table_view`, `figure_view` and `script_json`."""
 
 from __future__ import annotations
 
@@ -31,18 +34,26 @@ def write_html(report: Report, figures: Sequence[Path], path: Path, *, dialogues
     tables = [report.table3, *report.table4, report.table12, report.table13, report.by_domain,
               *([report.by_turn] if report.by_turn is not None else []), report.parse_failures]
     browse = browsable(report.run_dirs, dialogues, report.bootstrap.seed)
+    return render_page(
+        "report.html", path, run_dirs=[str(d) for d in report.run_dirs], bootstrap=report.bootstrap,
+        unparsed=report.unparsed, judged=report.judged, tables=[table_view(t) for t in tables],
+        figures=[figure_view(f) for f in figures],
+        shown=len(browse.dialogues), total=browse.total, dialogues_json=script_json(browse.dialogues),
+        scores_json=script_json([{"key": k, "label": label, "dimension": dim, "speaker": spk}
+                                 for k, label, dim, spk in SCORES]))
+
+
+def render_page(template: str, path: Path, **context: object) -> Path:
+    """Render templates/`template` with `context` into `path`."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    page = env.get_template("report.html").render(
-        run_dirs=[str(d) for d in report.run_dirs], bootstrap=report.bootstrap,
-        unparsed=report.unparsed, judged=report.judged, tables=[table_view(t) for t in tables],
-        figures=[{"name": f.stem, "src": "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode()}
-                 for f in figures],
-        shown=len(browse.dialogues), total=browse.total, dialogues_json=_script_json(browse.dialogues),
-        scores_json=_script_json([{"key": k, "label": label, "dimension": dim, "speaker": spk}
-                                  for k, label, dim, spk in SCORES]))
-    path.write_text(page, encoding="utf-8")
+    path.write_text(env.get_template(template).render(**context), encoding="utf-8")
     return path
+
+
+def figure_view(path: Path) -> dict:
+    """A PNG figure as its name and an inline data URL."""
+    return {"name": path.stem, "src": "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()}
 
 
 def table_view(table: Table) -> dict:
@@ -61,6 +72,6 @@ def _split(text: str) -> tuple[str, str]:
     return mean, rest
 
 
-def _script_json(value: object) -> str:
+def script_json(value: object) -> str:
     # inside <script>, "</script>" or "<!--" in a dialogue would end the element: escape every "<"
     return json.dumps(value, ensure_ascii=False).replace("<", "\\u003c")
