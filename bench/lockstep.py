@@ -10,8 +10,12 @@ are simulated three ways, each with a cold prefix cache:
     python bench/lockstep.py --dialogues 64 --rounds 2 --tokens 16
 
 Each phase also counts prompt tokens and how many of them vLLM's prefix cache served; `--phases
-lockstep` with `--kv-cache-gib` or `--dtype` times the lockstep phase alone under other engine
+lockstep` with `--kv-cache-gib`, `--dtype` or `--block-size` times the lockstep phase alone under other engine
 settings, and prints each batched call (requests, prompt tokens, cached, seconds).
+
+Before the timed phases the lockstep workload runs once untimed (`--no-warmup` skips it): the CPU
+backend builds its kernels for each new batch shape on first use, and without the warm-up that cost
+lands on whichever phase runs first (lockstep), not on the orchestration being measured.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from personalens.config import register_resolvers
 from personalens.engines.base import Request, Sampling
 from personalens.engines.build import build_engines
 from personalens.engines.dtype import NATIVE_BF16_FLAGS, read_cpu_flags
@@ -33,6 +38,7 @@ from personalens.paths import project_path
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import load_templates
 from personalens.simulate.generate import Protocol, plan_dialogues, renderer
+from personalens.simulate.dialogue import EndRules
 from personalens.simulate.lockstep import run_lockstep
 
 
@@ -45,10 +51,16 @@ def main() -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="with --model")
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--kv-cache-gib", type=float, default=None,
-                        help="KV cache size (default: the embedded model's config, 1 GiB)")
+                        help="KV cache size (default: the embedded model's config, 2 GiB)")
     parser.add_argument("--dtype", default=None, help="model dtype (default: the config's, auto)")
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="KV-cache block size, the prefix cache's granularity (default: the config's)")
     parser.add_argument("--phases", default="lockstep,sequential,raw_batched",
                         help="comma-separated subset, in this order; raw_batched needs lockstep")
+    parser.add_argument("--fidelity", choices=("official", "paper"), default="official",
+                        help="the prompt set and dialogue rules of conf/fidelity/<option>.yaml (default: official)")
+    parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the lockstep workload once untimed first (default: yes)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
 
@@ -61,17 +73,23 @@ def main() -> None:
         model.kv_cache_memory_bytes = int(args.kv_cache_gib * 2**30)
     if args.dtype is not None:
         model.dtype = args.dtype
+    if args.block_size is not None:
+        model.block_size = args.block_size
     phases = args.phases.split(",")
     if "raw_batched" in phases and "lockstep" not in phases:
         parser.error("raw_batched replays lockstep's requests: list lockstep too")
     engine = build_engines({"assistant": model})["assistant"]
     native = sorted(NATIVE_BF16_FLAGS & read_cpu_flags())
-    print(f"model {model.name}: dtype {engine.dtype.describe()}; CPU native bf16 flags: "
+    print(f"model {model.name}: fidelity {args.fidelity}, dtype {engine.dtype.describe()}; CPU native bf16 flags: "
           f"{', '.join(native) or 'none'}", flush=True)
-    templates = load_templates()
+    register_resolvers()
+    fidelity = OmegaConf.load(project_path(f"conf/fidelity/{args.fidelity}.yaml"))
+    templates = load_templates(fidelity.prompts.dir, style=str(fidelity.prompts.style),
+                               verbatim=bool(fidelity.prompts.verbatim))
     setting = PromptSetting("base")
     fixed = Sampling(temperature=0.0, max_tokens=args.tokens, min_tokens=args.tokens)
-    protocol = Protocol(args.rounds, args.rounds, {"user": replace(fixed, temperature=0.5), "assistant": fixed})
+    protocol = Protocol(args.rounds, args.rounds, {"user": replace(fixed, temperature=0.5), "assistant": fixed},
+                        EndRules(str(fidelity.terminate), bool(fidelity.reply_after_cap)))
 
     scenarios = load_scenarios(project_path("data/sample"))
     trials = -(-args.dialogues // len(scenarios))
@@ -120,6 +138,12 @@ def main() -> None:
         run_lockstep(fresh_dialogues(), {"user": recorder, "assistant": recorder}, render,
                      protocol.sampling, lambda _: None)
 
+    if args.warmup:
+        started = time.perf_counter()
+        run_lockstep(fresh_dialogues(), {"user": engine, "assistant": engine}, render, protocol.sampling,
+                     lambda _: None)
+        print(f"warm-up: the lockstep workload once, untimed ({time.perf_counter() - started:.1f} s)", flush=True)
+
     def sequential():
         counting = Counting()
         for d in fresh_dialogues():
@@ -133,9 +157,10 @@ def main() -> None:
 
     results = {
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "model": model.name, "dialogues": args.dialogues, "rounds": args.rounds,
+        "model": model.name, "fidelity": args.fidelity, "dialogues": args.dialogues, "rounds": args.rounds,
         "tokens_per_reply": args.tokens, "kv_cache_memory_bytes": model.kv_cache_memory_bytes,
-        "dtype": engine.dtype.dtype, "dtype_reason": engine.dtype.reason,
+        "block_size": model.block_size,
+        "dtype": engine.dtype.dtype, "dtype_reason": engine.dtype.reason, "warmup": args.warmup,
         "cpu_native_bf16_flags": native,
     }
     # lockstep first: raw replays the requests it sent

@@ -59,3 +59,16 @@ def embedder():
     embedder = VllmEmbedder(EmbeddingConfig(BUNDLED))
     yield embedder
     embedder.close()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """One real single-node SLURM cluster (tests/slurm_cluster.py) for every SLURM test of the session."""
+    import slurm_cluster
+
+    reason = slurm_cluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    started = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
+    yield started
+    started.stop()

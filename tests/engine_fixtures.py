@@ -21,6 +21,7 @@ TINY_MODEL = ModelConfig(
     max_model_len=TEST_MAX_MODEL_LEN,
     enforce_eager=True,
     max_num_seqs=32,
+    block_size=32,
     cpu_reserved_cores=0,
 )
 

@@ -91,6 +91,12 @@ class SlurmCluster:
         return "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}"
                          for path in sorted((self.root / "log").glob("*.log")))
 
+    def job_logs(self, *folders: Path) -> str:
+        """The tail of every *.log in `folders`, then the daemons' logs: what an assertion shows."""
+        logs = [path for folder in folders for path in sorted(folder.glob("*.log"))]
+        return "\n".join([*(f"===== {p.name}\n{p.read_text(errors='replace')[-6000:]}" for p in logs),
+                          self.daemon_logs()])
+
     def stop(self) -> None:
         # slurmd first so that it does not try to reach a stopped controller
         for name in reversed(DAEMONS):

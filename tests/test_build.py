@@ -1,14 +1,18 @@
 """`personalens build`: config refusal and inputs (pure), and one end-to-end build on the embedded
-model that resumes, assembles the official layout, validates, and feeds `generate` unchanged."""
+model that resumes after a kill, assembles the official layout, validates, and feeds `generate` unchanged."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
+from cli_helpers import start_cli
 from personalens import commands
 from personalens.build.demographics import DemographicsError, load_demographics
 from personalens.config import register_resolvers
@@ -84,11 +88,22 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     args = [f"build.out_dir={out}", *SMALL]
     load = lambda: engine  # noqa: E731
 
-    # a run that stops after two stages (as a killed run would), then the full build
-    assert commands.build(config(*args, "build.stages=[interests,preferences]"), engine=load) == 0
+    # the real command in its own process, killed (with its vLLM workers) once the first stage is
+    # on disk; the full build then resumes from there
     stages = out / "build"
+    proc = start_cli("build", *args, log=tmp_path / "killed.log")
+    deadline = time.monotonic() + 600
+    try:
+        while not part_files(stages / "interests"):
+            assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-4000:]
+            assert time.monotonic() < deadline, "no interests were written in time"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     interests_before = part_files(stages / "interests")
     assert len(read_table(stages / "interests")) == 2
+    assert not (out / "profile").exists()  # killed long before assembly
     assert commands.build(config(*args), engine=load) == 0
     assert part_files(stages / "interests") == interests_before  # nothing redone
     prefs = read_table(stages / "preferences").to_pylist()
@@ -124,7 +139,7 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     assert "| Total SD | 3 |" in printed  # 1 task in each of the 3 built domains
     assert "| Alarm | Wake-up Time | ✓ | 8 |" in (stages / "stats" / "table8.md").read_text()
 
-    # resume after a kill in the middle of a stage: lose one part file of situations, build again
+    # a part file lost in the middle of a stage (a kill during its write): only it is made again
     situations = stages / "situations"
     rows_before = read_table(situations).num_rows
     victim = sorted(situations.rglob("part-*.parquet"))[0]

@@ -10,7 +10,8 @@ import pytest
 from jinja2 import TemplateError
 from omegaconf import OmegaConf
 
-from engine_fixtures import (SCORE_GRAMMAR, SCORE_PATTERN, assert_prefix_cache_serves_a_repeat,
+from engine_fixtures import (SCORE_GRAMMAR, SCORE_PATTERN, TINY_MODEL,
+                             assert_prefix_cache_serves_a_repeat,
                              chat, tagged_grammar)
 from personalens.engines.build import build_engines, model_configs, plan_engines
 from personalens.engines.chat import (
@@ -148,6 +149,7 @@ def test_server_config_needs_base_url_and_loads_when_set():
         ({"name": "m", "max_num_seqs": True}, r"max_num_seqs: expected int"),
         ({"name": "m", "engine": "llamacpp"}, r"engine: expected one of"),
         ({"name": "m", "gpu_memory_utilization": 1.5}, r"gpu_memory_utilization: must be in"),
+        ({"name": "m", "block_size": 0}, r"m\.block_size: must be a positive number of tokens, got 0"),
         ({"path": "/x"}, r"missing field\(s\) \['name'\]"),
         ({"name": "m", "server": {"base_url": "http://x/v1", "retry": 2}}, r"m\.server: unknown field"),
     ],
@@ -244,6 +246,19 @@ def test_grammar_constrains_output(engine):
 @pytest.mark.vllm
 def test_prefix_cache_serves_a_repeated_prompt(engine):
     assert_prefix_cache_serves_a_repeat(engine, "quokka")
+
+
+@pytest.mark.vllm
+def test_prefix_cache_hits_at_the_configured_block_size(engine):
+    # two prompts sharing ~100 tokens, then different: only whole blocks of the shared part are
+    # served from the cache, so vLLM's CPU default of 128 tokens per block would serve none of it
+    shared = "List the wombat facts. " + " ".join(f"Wombat fact {i}." for i in range(20))
+    first, = engine.generate([chat(shared + " Start with the first.", max_tokens=2)])
+    second, = engine.generate([chat(shared + " Now pick the funniest.", max_tokens=2)])
+    block = TINY_MODEL.block_size
+    assert first.prompt_tokens < 128
+    assert second.cached_tokens >= 2 * block and second.cached_tokens % block == 0
+    assert second.cached_tokens < second.prompt_tokens
 
 
 def _physical_cores(cpus: set[int]) -> int:

@@ -28,28 +28,12 @@ RESOURCES = ["--gres=none", "--cpus-per-task=1", "--mem=2G"]
 TIMEOUT = 1800  # seconds for the three phases: three vLLM jobs of about a minute each here
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    reason = slurm_cluster.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    started = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
-    yield started
-    started.stop()
-
-
 def sbatch(cluster: slurm_cluster.SlurmCluster, workdir: Path, phase: str, *flags: str) -> str:
     """Submit one phase the way the header of slurm/build.sbatch does; returns the job id."""
     out = cluster.run("sbatch", "--parsable", f"--export=ALL,PHASE={phase},PERSONALENS={PERSONALENS}",
                       *RESOURCES, *flags, str(REPO / "slurm" / "build.sbatch"), *OVERRIDES,
                       f"build.out_dir={workdir / 'data'}", cwd=workdir)
     return out.strip().split(";")[0]
-
-
-def job_logs(workdir: Path, cluster: slurm_cluster.SlurmCluster) -> str:
-    logs = sorted(workdir.glob("*.log")) + sorted((workdir / "data" / "logs").glob("*.log"))  # vLLM's
-    return "\n".join([*(f"===== {p.name}\n{p.read_text(errors='replace')[-6000:]}" for p in logs),
-                      cluster.daemon_logs()])
 
 
 @pytest.mark.slurm
@@ -60,7 +44,7 @@ def test_build_phases_on_slurm_assemble_a_valid_data_root_from_both_shards(clust
                    "--output=%x-%A_%a.log")
     assemble = sbatch(cluster, tmp_path, "assemble", f"--dependency=afterok:{users}")
     states = cluster.wait([tasks, users, assemble], TIMEOUT)
-    logs = job_logs(tmp_path, cluster)
+    logs = cluster.job_logs(tmp_path, tmp_path / "data" / "logs")
     assert states == {tasks: "COMPLETED", f"{users}_0": "COMPLETED", f"{users}_1": "COMPLETED",
                       assemble: "COMPLETED"}, f"{states}\n{logs}"
     # each job's log is named after its job (and array task), as the header says

@@ -30,28 +30,12 @@ CPU_ONLY = ["--gres=none", "--cpus-per-task=1", "--mem=2G"]
 TIMEOUT = 1200  # seconds: two vLLM jobs of about a minute each here, then export and score
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    reason = slurm_cluster.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    started = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
-    yield started
-    started.stop()
-
-
 def sbatch(cluster: slurm_cluster.SlurmCluster, workdir: Path, *args: str) -> str:
     env = {**cluster.env, "PERSONALENS": str(Path(sys.executable).with_name("personalens"))}
     done = subprocess.run(["sbatch", "--parsable", *args], env=env, cwd=workdir, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0]
-
-
-def job_logs(workdir: Path, cluster: slurm_cluster.SlurmCluster) -> str:
-    logs = sorted(workdir.glob("*.log"))
-    return "\n".join([*(f"===== {p.name}\n{p.read_text(errors='replace')[-6000:]}" for p in logs),
-                      cluster.daemon_logs()])
 
 
 def users_by_shard(out: Path, table: str) -> list[list[str]]:
@@ -75,7 +59,7 @@ def test_array_over_user_shards_then_export_and_score(cluster, tmp_path):
                    f"--wrap=set -e; \"$PERSONALENS\" personalbench export {quoted}; "
                    f"\"$PERSONALENS\" personalbench score {quoted}")
     states = cluster.wait([array, after], TIMEOUT)
-    logs = job_logs(tmp_path, cluster)
+    logs = cluster.job_logs(tmp_path)
     assert states == {f"{array}_0": "COMPLETED", f"{array}_1": "COMPLETED", after: "COMPLETED"}, f"{states}\n{logs}"
 
     # the users a single process selects, read the same way (no model needed for that)

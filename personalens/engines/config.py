@@ -46,6 +46,9 @@ class ModelConfig:
     enable_chunked_prefill: bool | None = None  # None: vLLM's default
     seed: int = 0
     max_num_seqs: int = 256
+    # tokens per KV-cache block, the granularity of prefix-cache hits; None: vLLM's default
+    # (16 on GPUs, 128 on CPUs)
+    block_size: int | None = None
     # vLLM's CPU backend only: cores kept free for its scheduler (VLLM_CPU_NUM_OF_RESERVED_CPU);
     # None leaves vLLM's default of one, which on a small machine idles half the cores
     cpu_reserved_cores: int | None = None
@@ -65,6 +68,8 @@ class ModelConfig:
             raise ModelConfigError(
                 f"{where}.gpu_memory_utilization: must be in (0, 1], got {config.gpu_memory_utilization}"
             )
+        if config.block_size is not None and config.block_size <= 0:
+            raise ModelConfigError(f"{where}.block_size: must be a positive number of tokens, got {config.block_size}")
         # a filesystem path is checked now, before any model loads; a hub id is left to vLLM
         if (config.engine == "vllm" and config.path and config.path.startswith(("/", ".", "~"))
                 and not Path(config.path).expanduser().is_dir()):

@@ -47,6 +47,7 @@ class VllmEngine:
             enable_chunked_prefill=config.enable_chunked_prefill,
             seed=config.seed,
             max_num_seqs=config.max_num_seqs,
+            block_size=config.block_size,
             # grammars use xgrammar's EBNF dialect, so the backend is pinned rather than "auto"
             structured_outputs_config={"backend": "xgrammar"},
         )
