@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 import pyarrow.dataset as ds
 
@@ -26,6 +30,20 @@ def start_cli(*args: str, log: Path) -> subprocess.Popen:
     with open(log, "w") as out:
         return subprocess.Popen([*PERSONALENS, *args], cwd=REPO, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def kill_once(proc: subprocess.Popen, ready: Callable[[], bool], log: Path, timeout: float = 600) -> None:
+    """SIGKILL a `start_cli` process and its vLLM workers as soon as `ready()` holds; fails if the
+    process ends first or `ready()` does not hold within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            assert proc.poll() is None, Path(log).read_text()[-4000:]
+            assert time.monotonic() < deadline, f"not ready after {timeout} s: {Path(log).read_text()[-4000:]}"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def read_rows(folder: Path) -> list[dict]:

@@ -4,15 +4,12 @@ model that resumes after a kill, assembles the official layout, validates, and f
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from cli_helpers import start_cli
+from cli_helpers import kill_once, start_cli
 from personalens import commands
 from personalens.build.demographics import DemographicsError, load_demographics
 from personalens.config import register_resolvers
@@ -92,15 +89,7 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     # on disk; the full build then resumes from there
     stages = out / "build"
     proc = start_cli("build", *args, log=tmp_path / "killed.log")
-    deadline = time.monotonic() + 600
-    try:
-        while not part_files(stages / "interests"):
-            assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-4000:]
-            assert time.monotonic() < deadline, "no interests were written in time"
-            time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_once(proc, lambda: bool(part_files(stages / "interests")), tmp_path / "killed.log")
     interests_before = part_files(stages / "interests")
     assert len(read_table(stages / "interests")) == 2
     assert not (out / "profile").exists()  # killed long before assembly

@@ -250,9 +250,10 @@ def test_prefix_cache_serves_a_repeated_prompt(engine):
 
 @pytest.mark.vllm
 def test_prefix_cache_hits_at_the_configured_block_size(engine):
-    # two prompts sharing ~100 tokens, then different: only whole blocks of the shared part are
-    # served from the cache, so vLLM's CPU default of 128 tokens per block would serve none of it
-    shared = "List the wombat facts. " + " ".join(f"Wombat fact {i}." for i in range(20))
+    # two prompts sharing 100 tokens (chat template included), then different: only whole blocks of
+    # the shared part are served from the cache, so vLLM's CPU default of 128 tokens per block would
+    # serve none of it
+    shared = "List the wombat facts. " + " ".join(f"Wombat fact {i}." for i in range(10))
     first, = engine.generate([chat(shared + " Start with the first.", max_tokens=2)])
     second, = engine.generate([chat(shared + " Now pick the funniest.", max_tokens=2)])
     block = TINY_MODEL.block_size

@@ -3,16 +3,13 @@ well-formed Parquet, resume after a kill, refusal to mix configurations."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import time
 from collections import Counter
 
 import pytest
 from omegaconf import OmegaConf
 
-from cli_helpers import REPO, read_rows, run_cli, start_cli
+from cli_helpers import REPO, kill_once, read_rows, run_cli, start_cli
 from personalens.data import load_scenarios
 from personalens.engines.dtype import choose_dtype, read_cpu_flags
 
@@ -81,15 +78,7 @@ def test_a_killed_run_resumes_with_no_dialogue_lost_or_duplicated(tmp_path):
     args = ["generate", "data.users=0", "protocol=quick", "protocol.max_rounds_sd=1",
             "protocol.max_rounds_md=4", f"run.out_dir={out}", "progress=false"]
     proc = start_cli(*args, log=tmp_path / "first.log")
-    deadline = time.monotonic() + 600
-    try:
-        while not list((out / "dialogues").rglob("part-*.parquet")):
-            assert proc.poll() is None, (tmp_path / "first.log").read_text()[-4000:]
-            assert time.monotonic() < deadline, "no dialogue was written in time"
-            time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_once(proc, lambda: any((out / "dialogues").rglob("part-*.parquet")), tmp_path / "first.log")
     before = read_rows(out / "dialogues")
     assert before and len(before) < len(expected_keys("0"))
 
