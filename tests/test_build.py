@@ -11,9 +11,11 @@ from hydra import compose, initialize_config_dir
 
 from cli_helpers import kill_once, start_cli
 from personalens import commands
+from personalens.build.batch import Job, Runner
 from personalens.build.demographics import DemographicsError, load_demographics
 from personalens.config import register_resolvers
 from personalens.data import DOMAINS, domains_of, load_scenarios, validate
+from personalens.engines.base import Generation, Sampling
 from personalens.errors import PersonalensError
 from personalens.store import read_table
 
@@ -77,6 +79,38 @@ def test_demographics_plain_and_prism_style(tmp_path):
 
 def part_files(folder: Path) -> set[str]:
     return {p.name for p in folder.rglob("part-*.parquet")}
+
+
+def test_a_cut_off_output_is_retried_with_a_new_seed_and_counted_once_by_the_progress_bar(tmp_path, capsys):
+    class CutsOffTheFirstTry:
+        name = "scripted"
+
+        def __init__(self):
+            self.seeds: list[list[int]] = []
+
+        def generate(self, requests):
+            self.seeds.append([r.sampling.seed for r in requests])
+            first_call = len(self.seeds) == 1
+            return [Generation("cut" if first_call and r.messages[0]["content"] == "a" else "{}", 5, 3)
+                    for r in requests]
+
+    engine = CutsOffTheFirstTry()
+    runner = Runner(root=tmp_path, shard=(0, 1), engine=lambda: engine, sampling=lambda stage: Sampling(),
+                    seed=7, retries=2, chunk=8, config_hash="h", progress=True)
+    jobs = [Job((name,), 0, [{"role": "user", "content": name}], "root ::= \"{}\"",
+                lambda text: None if text == "cut" else {}) for name in "ab"]
+    assert runner.run("stage", jobs, active=True) == {("a",): {}, ("b",): {}}
+    assert [len(call) for call in engine.seeds] == [2, 1]  # only the cut-off job went again
+    assert engine.seeds[1][0] != engine.seeds[0][0]  # with another seed
+    count = runner.counts["stage"]
+    assert (count.requests, count.retries, count.completion_tokens) == (3, 1, 9)
+    bar = capsys.readouterr().err
+    assert "2/2" in bar and "3/2" not in bar
+    # a second run finds every job done and calls no engine
+    again = Runner(root=tmp_path, shard=(0, 1), engine=no_engine, sampling=lambda stage: Sampling(),
+                   seed=7, retries=2, chunk=8, config_hash="h", progress=False)
+    assert again.run("stage", jobs, active=True) == {("a",): {}, ("b",): {}}
+    assert again.counts["stage"].skipped == 2
 
 
 @pytest.mark.vllm

@@ -4,6 +4,7 @@ engine with grammar-constrained judging: dialogues, judgments, report."""
 from __future__ import annotations
 
 import csv
+import re
 import struct
 from collections import Counter
 
@@ -81,6 +82,11 @@ def test_the_terminal_shows_results_on_stdout_and_a_few_lines_on_stderr(pipeline
     loads = [line for line in terminal if line.startswith("loaded SmolLM2-135M-Instruct: ")]
     assert len(loads) == 1 and ", on cpu, in " in loads[0]  # one engine serves all three roles
     assert not any("INFO" in line or "WARNING" in line for line in terminal), proc.stderr
+    # the judge's summary says how much of its prompts the prefix cache served, as generate's does
+    # (personalization prompts share their long instructions across dialogues and turns)
+    judged = re.search(r"judge: \d+ judgments in [\d.]+ s, 0 outputs without a valid score; "
+                       r"prompts (\d+) tokens, (\d+)% from the prefix cache", proc.stderr)
+    assert judged and int(judged[1]) > 0 and int(judged[2]) > 0, proc.stderr
     # the libraries' logs, worker processes included, are in the log file
     log = log_file.read_text()
     assert "(EngineCore pid=" in log and "INFO" in log and "vllm" in log

@@ -148,7 +148,9 @@ class Runner:
         count.prompt_tokens += sum(o.prompt_tokens for o in outputs)
         count.completion_tokens += tokens
         count.seconds += time.monotonic() - started
-        bar.update(len(jobs), active=0, tokens=tokens)
+        # a job leaves the bar once it parsed or ran out of tries, so retries never push it past 100%
+        settled = sum(1 for j in jobs if encode_key(j.key) in valid or tries[encode_key(j.key)] > self.retries)
+        bar.update(settled, active=0, tokens=tokens)
 
     def summary(self) -> str:
         parts = [f"{stage} {c.requests}" + (f" (+{c.skipped} done before)" if c.skipped else "")

@@ -15,7 +15,8 @@ from personalens.engines.base import Engine, Request, Sampling
 from personalens.judge.formats import FORMATS, JudgeFormat, format_for
 from personalens.prompts.render import PER_SPEAKER, RATED_SPEAKERS, judge_messages
 from personalens.prompts.templates import Templates
-from personalens.store import ID_FIELDS, JUDGMENT_KEY, JUDGMENT_SCHEMA, PartWriter, Progress, existing_values
+from personalens.store import (ID_FIELDS, JUDGMENT_KEY, JUDGMENT_SCHEMA, PartWriter, Progress, existing_values,
+                               prompt_usage)
 
 log = logging.getLogger(__name__)
 _ID_NAMES = [name for name, _ in ID_FIELDS]
@@ -81,7 +82,7 @@ def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenari
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
     engine = load_engine() if items else None
     bar = Progress(total=len(items), label="judge", unit="judgment", enabled=progress)
-    started, failed = time.monotonic(), 0
+    started, failed, prompt_tokens, cached_tokens = time.monotonic(), 0, 0, 0
     for start in range(0, len(items), CHUNK):
         chunk = items[start:start + CHUNK]
         prompts = [render(templates, i) for i in chunk]
@@ -99,11 +100,13 @@ def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenari
                 "judge_model": engine.name, "prompt_hash": prompt_hash(prompt),
             })
         writer.write(rows)
+        prompt_tokens += sum(g.prompt_tokens for g in generations)
+        cached_tokens += sum(g.cached_tokens for g in generations)
         bar.update(len(chunk), active=len(items) - start - len(chunk),
                    tokens=sum(g.completion_tokens for g in generations))
     bar.close()
     log.info(f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "
-             f"{failed} outputs without a valid score")
+             f"{failed} outputs without a valid score; {prompt_usage(prompt_tokens, cached_tokens)}")
     return len(items)
 
 

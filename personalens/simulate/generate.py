@@ -16,7 +16,7 @@ from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import Templates
 from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
-from personalens.store import PartWriter, Progress
+from personalens.store import PartWriter, Progress, prompt_usage
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,9 @@ class GenerateSummary:
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
-        cached = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
         return (f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped), "
                 f"{self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
-                f"({rate:.1f} tokens/s); prompts {self.prompt_tokens} tokens, {cached:.0%} from the "
-                f"prefix cache")
+                f"({rate:.1f} tokens/s); {prompt_usage(self.prompt_tokens, self.cached_tokens)}")
 
 
 def dialogue_seed(seed: int, user_id: str, task_id: str, trial: int) -> int:

@@ -1,4 +1,5 @@
-"""A progress bar for long batch work: finished items, items still to do, generated tokens per second."""
+"""What long batch work shows: a progress bar (finished items, items still to do, generated tokens per
+second) and the prompt-token line of its summary."""
 
 from __future__ import annotations
 
@@ -24,3 +25,9 @@ class Progress:
 
     def close(self) -> None:
         self._bar.close()
+
+
+def prompt_usage(prompt_tokens: int, cached_tokens: int) -> str:
+    """The summaries' account of prompt processing: how much of it the prefix cache saved."""
+    share = cached_tokens / prompt_tokens if prompt_tokens else 0.0
+    return f"prompts {prompt_tokens} tokens, {share:.0%} from the prefix cache"
