@@ -110,11 +110,11 @@ def main() -> None:
         def __init__(self, keep: bool = False):
             self.keep = keep
 
-        def generate(self, requests):
+        def generate(self, requests, on_finished=None):
             if self.keep:
                 sent.append(list(requests))
             started = time.perf_counter()
-            generations = engine.generate(requests)
+            generations = engine.generate(requests, on_finished)
             call = {"requests": len(requests), "seconds": time.perf_counter() - started}
             for key, attr in (("prompt", "prompt_tokens"), ("cached", "cached_tokens"),
                               ("generated", "completion_tokens")):

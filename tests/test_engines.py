@@ -249,6 +249,17 @@ def test_prefix_cache_serves_a_repeated_prompt(engine):
 
 
 @pytest.mark.vllm
+def test_on_finished_hears_of_each_request_as_it_finishes(engine):
+    # fixed reply lengths, so the four requests finish at four different steps of one call
+    lengths = [1, 4, 16, 32]
+    requests = [chat(f"Tell me about otters, part {n}.", max_tokens=n, min_tokens=n) for n in lengths]
+    finished: list[int] = []
+    out = engine.generate(requests, on_finished=finished.append)
+    assert [g.completion_tokens for g in out] == lengths
+    assert sum(finished) == len(requests) and len(finished) > 1  # during the call, prompts rendered not counted
+
+
+@pytest.mark.vllm
 def test_prefix_cache_hits_at_the_configured_block_size(engine):
     # two prompts sharing 100 tokens (chat template included), then different: only whole blocks of
     # the shared part are served from the cache, so vLLM's CPU default of 128 tokens per block would

@@ -215,7 +215,7 @@ class PromptRecorder:
     def __init__(self):
         self.requests = []
 
-    def generate(self, requests):
+    def generate(self, requests, on_finished=None):
         out = []
         for r in requests:
             self.requests.append(r)

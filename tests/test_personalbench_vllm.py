@@ -30,9 +30,9 @@ class Counting:
     def __init__(self, engine):
         self.engine, self.name, self.requests = engine, engine.name, 0
 
-    def generate(self, requests):
+    def generate(self, requests, on_finished=None):
         self.requests += len(requests)
-        return self.engine.generate(requests)
+        return self.engine.generate(requests, on_finished)
 
 
 def rows(out, table):

@@ -97,6 +97,16 @@ def test_server_errors_are_retried_until_success(scripted_server):
     assert scripted_server.calls == 3
 
 
+def test_a_failed_request_still_counts_as_finished_and_the_call_raises(scripted_server):
+    scripted_server.script = [400]  # the first request to arrive fails for good
+    url = f"http://127.0.0.1:{scripted_server.server_port}/v1"
+    engine = server_engine(url, model="m", retries=0, max_concurrency=1)
+    finished: list[int] = []
+    with pytest.raises(ServerError, match="HTTP 400"):
+        engine.generate([chat("Hi"), chat("Hello")], on_finished=finished.append)
+    assert finished == [1, 1] and scripted_server.calls == 2
+
+
 def test_client_errors_are_not_retried(scripted_server):
     scripted_server.script = [400]
     url = f"http://127.0.0.1:{scripted_server.server_port}/v1"
@@ -187,7 +197,9 @@ def test_served_batch_comes_back_in_order_with_usage(served):
     engine = server_engine(served, max_concurrency=4)  # server.model unset: asks /v1/models
     requests = [chat(f"Name a colour, number {i}.", grammar=tagged_grammar(i), max_tokens=10) for i in range(8)]
     requests.append(chat("Write a long essay about the history of the ocean.", max_tokens=6))
-    out = engine.generate(requests)
+    finished: list[int] = []
+    out = engine.generate(requests, on_finished=finished.append)
+    assert finished == [1] * len(requests)  # each request as it came back
     assert len(out) == len(requests)
     for i, generation in enumerate(out[:8]):
         assert generation.text.startswith(f"Item {i}:"), generation.text

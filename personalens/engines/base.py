@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -32,12 +32,17 @@ class Generation:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache; 0 where the engine does not say
 
 
+# told, while a call runs, how many more of its requests have finished (for progress bars)
+OnFinished = Callable[[int], None]
+
+
 class Engine(Protocol):
-    """Generates one reply per request, in one batched call, in request order."""
+    """Generates one reply per request, in one batched call, in request order. An engine may call
+    `on_finished` as requests finish during the call; one that does not still returns them all."""
 
     name: str  # the model name recorded in outputs
 
-    def generate(self, requests: Sequence[Request]) -> list[Generation]: ...
+    def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]: ...
 
 
 class Embedder(Protocol):

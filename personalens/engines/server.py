@@ -8,10 +8,10 @@ import os
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Sequence
 
-from personalens.engines.base import Generation, Request
+from personalens.engines.base import Generation, OnFinished, Request
 from personalens.engines.chat import format_messages
 from personalens.engines.config import ModelConfig, ModelConfigError, ServerConfig
 
@@ -35,13 +35,17 @@ class ServerEngine:
         self._system_role = config.system_role is not False
         self._model = config.server.model
 
-    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+    def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         if not requests:
             return []
         model = self._served_model()
         workers = min(self._server.max_concurrency, len(requests))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(lambda r: self._complete(model, r), requests))
+            futures = [pool.submit(self._complete, model, r) for r in requests]
+            if on_finished is not None:
+                for _ in as_completed(futures):
+                    on_finished(1)  # from this thread, so callers need no locks
+            return [f.result() for f in futures]
 
     def _served_model(self) -> str:
         if self._model is None:

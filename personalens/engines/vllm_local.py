@@ -10,10 +10,13 @@ import gc
 import logging
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from personalens.engines.base import Generation, Request
+from tqdm import tqdm
+
+from personalens.engines.base import Generation, OnFinished, Request
 from personalens.engines.chat import format_messages, resolve_system_role
 from personalens.engines.config import ModelConfig
 from personalens.engines.dtype import local_dtype
@@ -55,13 +58,14 @@ class VllmEngine:
         log.info(f"loaded {self.name}: {self.dtype.describe()}, on {current_platform.device_type}, "
                  f"in {time.monotonic() - started:.1f} s")
 
-    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+    def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         if not requests:
             return []
         outputs = self._llm.chat(
             [format_messages(r.messages, self._system_role) for r in requests],
             [sampling_params(r) for r in requests],
-            use_tqdm=False,  # callers draw their own progress
+            # callers draw their own progress; vLLM's bar, drawn nowhere, tells them as requests finish
+            use_tqdm=False if on_finished is None else partial(_FinishedRequests, on_finished=on_finished),
         )
         return [
             Generation(
@@ -81,6 +85,30 @@ class VllmEngine:
         """Stops vLLM's engine processes and frees their memory now, not at interpreter exit."""
         self._llm = None
         gc.collect()  # the LLM sits in reference cycles; its finalizers stop the processes
+
+
+class _Nowhere:
+    def write(self, text: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+class _FinishedRequests(tqdm):
+    """The progress bar vLLM keeps while a call runs, drawn nowhere, its updates (requests finished)
+    passed on to `on_finished`. vLLM also wraps iterables with it (prompt rendering): those count
+    prompts rendered, not requests finished, and are not passed on."""
+
+    def __init__(self, iterable=None, *args, on_finished: OnFinished, **kwargs):
+        super().__init__(iterable, *args, file=_Nowhere(), **kwargs)
+        self._on_finished = on_finished if iterable is None else None
+
+    def update(self, n: float | None = 1) -> bool | None:
+        shown = super().update(n)
+        if self._on_finished is not None and n:
+            self._on_finished(int(n))
+        return shown
 
 
 def sampling_params(request: Request):

@@ -88,7 +88,7 @@ def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenari
         prompts = [render(templates, i) for i in chunk]
         requests = [Request(messages=p, sampling=sampling, grammar=format_for(i.dimension, formats).grammar)
                     for i, p in zip(chunk, prompts)]
-        generations = engine.generate(requests)
+        generations = bar.generate(engine, requests, remaining=len(items) - start)
         rows = []
         for item, prompt, gen in zip(chunk, prompts, generations):
             verdict = format_for(item.dimension, formats).parse(gen.text)
@@ -102,8 +102,6 @@ def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenari
         writer.write(rows)
         prompt_tokens += sum(g.prompt_tokens for g in generations)
         cached_tokens += sum(g.cached_tokens for g in generations)
-        bar.update(len(chunk), active=len(items) - start - len(chunk),
-                   tokens=sum(g.completion_tokens for g in generations))
     bar.close()
     log.info(f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "
              f"{failed} outputs without a valid score; {prompt_usage(prompt_tokens, cached_tokens)}")

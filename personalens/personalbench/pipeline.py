@@ -142,10 +142,8 @@ def _batched(items: list, requests: Callable[[list], list[Request]], load: Calla
     bar = Progress(total=len(items), label=label, unit="request", enabled=progress)
     for start in range(0, len(items), CHUNK):
         chunk = items[start:start + CHUNK]
-        generations = engine.generate(requests(chunk))
+        generations = bar.generate(engine, requests(chunk), remaining=len(items) - start)
         write(chunk, generations, engine)
-        bar.update(len(chunk), active=len(items) - start - len(chunk),
-                   tokens=sum(g.completion_tokens for g in generations))
     bar.close()
 
 

@@ -4,24 +4,50 @@ second) and the prompt-token line of its summary."""
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 from tqdm import tqdm
 
 from personalens import console
+from personalens.engines.base import Engine, Generation, Request
+
+
+# seconds between redraws: on a terminal each one overwrites the bar, in a file or a pipe (a SLURM
+# log) each one stays
+TERMINAL_INTERVAL, FILE_INTERVAL = 0.1, 10.0
 
 
 class Progress:
     def __init__(self, total: int, label: str, unit: str, enabled: bool = True):
-        self._bar = tqdm(total=total, desc=label, unit=unit, file=console.err(),
-                         disable=not enabled, dynamic_ncols=True)
+        file = console.err()
+        interval = TERMINAL_INTERVAL if getattr(file, "isatty", lambda: False)() else FILE_INTERVAL
+        self._bar = tqdm(total=total, desc=label, unit=unit, file=file, disable=not enabled,
+                         dynamic_ncols=True, mininterval=interval)
         self._started = time.monotonic()
         self._tokens = 0
+        self.finished = 0  # items finished so far
 
     def update(self, finished: int, *, active: int, tokens: int) -> None:
+        self.finished += finished
         self._tokens += tokens
         elapsed = max(time.monotonic() - self._started, 1e-9)
         self._bar.set_postfix(active=active, tok_s=f"{self._tokens / elapsed:.1f}", refresh=False)
         self._bar.update(finished)
+
+    def generate(self, engine: Engine, requests: Sequence[Request], remaining: int) -> list[Generation]:
+        """`engine.generate(requests)` with the bar moving as requests finish (where the engine says
+        so, else all at the end); `remaining`: the items still to do, these requests included."""
+        reported = 0
+
+        def finished(n: int) -> None:
+            nonlocal reported
+            reported += n
+            self.update(n, active=remaining - reported, tokens=0)
+
+        generations = engine.generate(requests, on_finished=finished)
+        self.update(len(requests) - reported, active=remaining - len(requests),
+                    tokens=sum(g.completion_tokens for g in generations))
+        return generations
 
     def close(self) -> None:
         self._bar.close()
