@@ -131,6 +131,7 @@ class Runner:
         outputs = engine.generate([Request(j.messages, dataclasses.replace(base, seed=s), j.grammar)
                                    for j, s in zip(jobs, seeds)])
         rows = []
+        settled = 0  # jobs that parsed or ran out of tries: they leave the bar, so retries never push it past 100%
         for job, seed, out in zip(jobs, seeds, outputs):
             key = encode_key(job.key)
             value = job.parse(out.text)
@@ -142,14 +143,13 @@ class Runner:
             tries[key] += 1
             if value is not None:
                 valid[key] = value
+            settled += value is not None or tries[key] > self.retries
         writer.write(rows)
         tokens = sum(o.completion_tokens for o in outputs)
         count.requests += len(jobs)
         count.prompt_tokens += sum(o.prompt_tokens for o in outputs)
         count.completion_tokens += tokens
         count.seconds += time.monotonic() - started
-        # a job leaves the bar once it parsed or ran out of tries, so retries never push it past 100%
-        settled = sum(1 for j in jobs if encode_key(j.key) in valid or tries[encode_key(j.key)] > self.retries)
         bar.update(settled, active=0, tokens=tokens)
 
     def summary(self) -> str:
