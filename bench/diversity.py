@@ -36,14 +36,21 @@ def synthetic_dialogues(n: int, seed: int = 0, vocabulary: int = 50_000) -> pa.T
     position = np.arange(len(texts)) - np.repeat(offsets[:-1], turns_per_dialogue)
     roles = np.where(position % 2 == 0, "user", "assistant")
     zeros = pa.array(np.zeros(len(texts), dtype=np.int32))
-    turns = pa.ListArray.from_arrays(pa.array(offsets), pa.StructArray.from_arrays(
-        [pa.array(roles.tolist(), pa.string()), pa.array(texts, pa.string()), zeros, zeros],
-        fields=list(DIALOGUE_SCHEMA.field("turns").type.value_type)))
+    turns = pa.ListArray.from_arrays(
+        pa.array(offsets),
+        pa.StructArray.from_arrays(
+            [pa.array(roles.tolist(), pa.string()), pa.array(texts, pa.string()), zeros, zeros],
+            fields=list(DIALOGUE_SCHEMA.field("turns").type.value_type),
+        ),
+    )
     kinds = np.where(rng.random(n) < 0.8, "SD", "MD").tolist()
     columns = {f.name: pa.nulls(n, f.type) for f in DIALOGUE_SCHEMA}
-    columns.update(kind=pa.array(kinds, pa.string()), turns=turns,
-                   user_id=pa.array([f"user{i % 1500}" for i in range(n)], pa.string()),
-                   task_id=pa.array([f"task-{i}" for i in range(n)], pa.string()))
+    columns.update(
+        kind=pa.array(kinds, pa.string()),
+        turns=turns,
+        user_id=pa.array([f"user{i % 1500}" for i in range(n)], pa.string()),
+        task_id=pa.array([f"task-{i}" for i in range(n)], pa.string()),
+    )
     return pa.table(columns, schema=DIALOGUE_SCHEMA)
 
 
@@ -63,13 +70,16 @@ def main() -> None:
             started = time.perf_counter()
             table = synthetic_dialogues(args.dialogues)
             pq.write_table(table, path)
-            print(f"wrote {args.dialogues:,} dialogues, {len(table.column('turns').combine_chunks().flatten()):,} "
-                  f"turns, {path.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - started:.1f} s")
+            print(
+                f"wrote {args.dialogues:,} dialogues, {len(table.column('turns').combine_chunks().flatten()):,} "
+                f"turns, {path.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - started:.1f} s"
+            )
         protocol = Protocol(args.token_budget, args.repeats, args.hypotheses)
         started, cpu = time.perf_counter(), time.process_time()
         result = build_diversity(path, protocol, args.by_speaker, Path(tmp) / "out")
-        print(f"personalens diversity: {time.perf_counter() - started:.1f} s wall, "
-              f"{time.process_time() - cpu:.1f} s CPU")
+        print(
+            f"personalens diversity: {time.perf_counter() - started:.1f} s wall, {time.process_time() - cpu:.1f} s CPU"
+        )
         print(render.markdown(result.tables))
 
 

@@ -30,15 +30,15 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from personalens.config import register_resolvers
+from personalens.data import load_scenarios
 from personalens.engines.base import Request, Sampling
 from personalens.engines.build import build_engines
 from personalens.engines.dtype import NATIVE_BF16_FLAGS, read_cpu_flags
-from personalens.data import load_scenarios
 from personalens.paths import project_path
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import load_templates
-from personalens.simulate.generate import Protocol, plan_dialogues, renderer
 from personalens.simulate.dialogue import EndRules
+from personalens.simulate.generate import Protocol, plan_dialogues, renderer
 from personalens.simulate.lockstep import run_lockstep
 
 
@@ -50,17 +50,33 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model path (default: the embedded SmolLM2-135M)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="with --model")
     parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--kv-cache-gib", type=float, default=None,
-                        help="KV cache size (default: the embedded model's config, 2 GiB)")
+    parser.add_argument(
+        "--kv-cache-gib", type=float, default=None, help="KV cache size (default: the embedded model's config, 2 GiB)"
+    )
     parser.add_argument("--dtype", default=None, help="model dtype (default: the config's, auto)")
-    parser.add_argument("--block-size", type=int, default=None,
-                        help="KV-cache block size, the prefix cache's granularity (default: the config's)")
-    parser.add_argument("--phases", default="lockstep,sequential,raw_batched",
-                        help="comma-separated subset, in this order; raw_batched needs lockstep")
-    parser.add_argument("--fidelity", choices=("official", "paper"), default="official",
-                        help="the prompt set and dialogue rules of conf/fidelity/<option>.yaml (default: official)")
-    parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
-                        help="run the lockstep workload once untimed first (default: yes)")
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="KV-cache block size, the prefix cache's granularity (default: the config's)",
+    )
+    parser.add_argument(
+        "--phases",
+        default="lockstep,sequential,raw_batched",
+        help="comma-separated subset, in this order; raw_batched needs lockstep",
+    )
+    parser.add_argument(
+        "--fidelity",
+        choices=("official", "paper"),
+        default="official",
+        help="the prompt set and dialogue rules of conf/fidelity/<option>.yaml (default: official)",
+    )
+    parser.add_argument(
+        "--warmup",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the lockstep workload once untimed first (default: yes)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
 
@@ -80,16 +96,24 @@ def main() -> None:
         parser.error("raw_batched replays lockstep's requests: list lockstep too")
     engine = build_engines({"assistant": model})["assistant"]
     native = sorted(NATIVE_BF16_FLAGS & read_cpu_flags())
-    print(f"model {model.name}: fidelity {args.fidelity}, dtype {engine.dtype.describe()}; CPU native bf16 flags: "
-          f"{', '.join(native) or 'none'}", flush=True)
+    print(
+        f"model {model.name}: fidelity {args.fidelity}, dtype {engine.dtype.describe()}; CPU native bf16 flags: "
+        f"{', '.join(native) or 'none'}",
+        flush=True,
+    )
     register_resolvers()
     fidelity = OmegaConf.load(project_path(f"conf/fidelity/{args.fidelity}.yaml"))
-    templates = load_templates(fidelity.prompts.dir, style=str(fidelity.prompts.style),
-                               verbatim=bool(fidelity.prompts.verbatim))
+    templates = load_templates(
+        fidelity.prompts.dir, style=str(fidelity.prompts.style), verbatim=bool(fidelity.prompts.verbatim)
+    )
     setting = PromptSetting("base")
     fixed = Sampling(temperature=0.0, max_tokens=args.tokens, min_tokens=args.tokens)
-    protocol = Protocol(args.rounds, args.rounds, {"user": replace(fixed, temperature=0.5), "assistant": fixed},
-                        EndRules(str(fidelity.terminate), bool(fidelity.reply_after_cap)))
+    protocol = Protocol(
+        args.rounds,
+        args.rounds,
+        {"user": replace(fixed, temperature=0.5), "assistant": fixed},
+        EndRules(str(fidelity.terminate), bool(fidelity.reply_after_cap)),
+    )
 
     scenarios = load_scenarios(project_path("data/sample"))
     trials = -(-args.dialogues // len(scenarios))
@@ -105,6 +129,7 @@ def main() -> None:
 
     class Counting:
         """The engine, counting the tokens of each phase (and keeping lockstep's batches)."""
+
         name = engine.name
 
         def __init__(self, keep: bool = False):
@@ -116,8 +141,11 @@ def main() -> None:
             started = time.perf_counter()
             generations = engine.generate(requests, on_finished)
             call = {"requests": len(requests), "seconds": time.perf_counter() - started}
-            for key, attr in (("prompt", "prompt_tokens"), ("cached", "cached_tokens"),
-                              ("generated", "completion_tokens")):
+            for key, attr in (
+                ("prompt", "prompt_tokens"),
+                ("cached", "cached_tokens"),
+                ("generated", "completion_tokens"),
+            ):
                 call[key] = sum(getattr(g, attr) for g in generations)
                 counts[key] = counts.get(key, 0) + call[key]
             calls.append(call)
@@ -135,20 +163,21 @@ def main() -> None:
 
     def lockstep():
         recorder = Counting(keep=True)
-        run_lockstep(fresh_dialogues(), {"user": recorder, "assistant": recorder}, render,
-                     protocol.sampling, lambda _: None)
+        run_lockstep(
+            fresh_dialogues(), {"user": recorder, "assistant": recorder}, render, protocol.sampling, lambda _: None
+        )
 
     if args.warmup:
         started = time.perf_counter()
-        run_lockstep(fresh_dialogues(), {"user": engine, "assistant": engine}, render, protocol.sampling,
-                     lambda _: None)
+        run_lockstep(
+            fresh_dialogues(), {"user": engine, "assistant": engine}, render, protocol.sampling, lambda _: None
+        )
         print(f"warm-up: the lockstep workload once, untimed ({time.perf_counter() - started:.1f} s)", flush=True)
 
     def sequential():
         counting = Counting()
         for d in fresh_dialogues():
-            run_lockstep([d], {"user": counting, "assistant": counting}, render, protocol.sampling,
-                         lambda _: None)
+            run_lockstep([d], {"user": counting, "assistant": counting}, render, protocol.sampling, lambda _: None)
 
     def raw():
         counting = Counting()
@@ -157,10 +186,16 @@ def main() -> None:
 
     results = {
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "model": model.name, "fidelity": args.fidelity, "dialogues": args.dialogues, "rounds": args.rounds,
-        "tokens_per_reply": args.tokens, "kv_cache_memory_bytes": model.kv_cache_memory_bytes,
+        "model": model.name,
+        "fidelity": args.fidelity,
+        "dialogues": args.dialogues,
+        "rounds": args.rounds,
+        "tokens_per_reply": args.tokens,
+        "kv_cache_memory_bytes": model.kv_cache_memory_bytes,
         "block_size": model.block_size,
-        "dtype": engine.dtype.dtype, "dtype_reason": engine.dtype.reason, "warmup": args.warmup,
+        "dtype": engine.dtype.dtype,
+        "dtype_reason": engine.dtype.reason,
+        "warmup": args.warmup,
         "cpu_native_bf16_flags": native,
     }
     # lockstep first: raw replays the requests it sent
@@ -168,18 +203,30 @@ def main() -> None:
         if name not in phases:
             continue
         tokens, seconds = timed(phase)
-        results[name] = {**tokens, "seconds": seconds, "tokens_per_s": tokens["generated"] / seconds,
-                         "calls": list(calls)}
+        results[name] = {
+            **tokens,
+            "seconds": seconds,
+            "tokens_per_s": tokens["generated"] / seconds,
+            "calls": list(calls),
+        }
         if name == "lockstep":
             for call in calls:
-                print(f"  call: {call['requests']:3d} requests, prompts {call['prompt']:6d} tokens "
-                      f"({call['cached']:6d} cached), {call['generated']:5d} generated, "
-                      f"{call['seconds']:6.1f} s", flush=True)
-        print(f"{name:12s} {tokens['generated']:7d} tokens in {seconds:8.1f} s = "
-              f"{tokens['generated'] / seconds:8.1f} tokens/s; prompts {tokens['prompt']:,} tokens, "
-              f"{tokens['cached'] / tokens['prompt']:.0%} from the prefix cache", flush=True)
-    for key, (a, b) in {"lockstep_vs_sequential": ("lockstep", "sequential"),
-                        "lockstep_vs_raw": ("lockstep", "raw_batched")}.items():
+                print(
+                    f"  call: {call['requests']:3d} requests, prompts {call['prompt']:6d} tokens "
+                    f"({call['cached']:6d} cached), {call['generated']:5d} generated, "
+                    f"{call['seconds']:6.1f} s",
+                    flush=True,
+                )
+        print(
+            f"{name:12s} {tokens['generated']:7d} tokens in {seconds:8.1f} s = "
+            f"{tokens['generated'] / seconds:8.1f} tokens/s; prompts {tokens['prompt']:,} tokens, "
+            f"{tokens['cached'] / tokens['prompt']:.0%} from the prefix cache",
+            flush=True,
+        )
+    for key, (a, b) in {
+        "lockstep_vs_sequential": ("lockstep", "sequential"),
+        "lockstep_vs_raw": ("lockstep", "raw_batched"),
+    }.items():
         if a in results and b in results:
             results[key] = results[a]["tokens_per_s"] / results[b]["tokens_per_s"]
             print(f"{a} / {b} = {results[key]:.3f}")

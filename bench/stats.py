@@ -44,8 +44,10 @@ def main() -> None:
         root = replicate(args.data_root, args.users, Path(tmp) / "data")
         started, cpu = time.perf_counter(), time.process_time()
         result = build_stats(root, "all", args.schema, Path(tmp) / "out")
-        print(f"personalens stats on {args.users:,} users: {time.perf_counter() - started:.1f} s wall, "
-              f"{time.process_time() - cpu:.1f} s CPU, {len(result.files)} files")
+        print(
+            f"personalens stats on {args.users:,} users: {time.perf_counter() - started:.1f} s wall, "
+            f"{time.process_time() - cpu:.1f} s CPU, {len(result.files)} files"
+        )
 
 
 if __name__ == "__main__":

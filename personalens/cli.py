@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 # commands that load models -> the folder whose logs/<command>.log takes the libraries' output
 LOGGED_COMMANDS: dict[str, Callable] = {
-    "generate": lambda cfg: cfg.run.out_dir, "judge": lambda cfg: cfg.run.out_dir,
-    "run": lambda cfg: cfg.run.out_dir, "consistency": lambda cfg: cfg.run.out_dir,
-    "build": lambda cfg: cfg.build.out_dir, "personalbench run": lambda cfg: cfg.personalbench.out_dir,
+    "generate": lambda cfg: cfg.run.out_dir,
+    "judge": lambda cfg: cfg.run.out_dir,
+    "run": lambda cfg: cfg.run.out_dir,
+    "consistency": lambda cfg: cfg.run.out_dir,
+    "build": lambda cfg: cfg.build.out_dir,
+    "personalbench run": lambda cfg: cfg.personalbench.out_dir,
 }
 
 USAGE = """usage: personalens SUBCOMMAND [DATA_ROOT] [key=value ...]
@@ -41,6 +44,7 @@ e.g. `personalens generate data.users=sample50 model@assistant=llama31_8b assist
 def _commands() -> dict[str, Callable]:
     # imported lazily so that `validate` never imports vLLM or torch
     from personalens import commands
+
     return {
         "validate": commands.validate,
         "generate": commands.generate,
@@ -50,7 +54,8 @@ def _commands() -> dict[str, Callable]:
         "run": commands.run,
         "stats": commands.stats,
         "diversity": commands.diversity,
-        "build": commands.build, "consistency": commands.consistency,
+        "build": commands.build,
+        "consistency": commands.consistency,
         "agreement": commands.agreement,
         "personalbench": commands.personalbench,
     }
@@ -121,8 +126,9 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()  # to the log file, when there is one
             if log_file is None:
                 raise
-            print(f"personalens {name}: failed: {sys.exc_info()[1]!r}; the traceback is in {log_file}",
-                  file=console.err())
+            print(
+                f"personalens {name}: failed: {sys.exc_info()[1]!r}; the traceback is in {log_file}", file=console.err()
+            )
             sys.exit(1)
         if code:
             sys.exit(code)
@@ -131,8 +137,11 @@ def main(argv: list[str] | None = None) -> None:
     if name in ACTIONS:
         action = argv[1] if len(argv) > 1 else ""
         if action not in ACTIONS[name]:
-            print(f"personalens {name}: error: say which action: {' or '.join(ACTIONS[name])}, "
-                  f"e.g. `personalens {name} {ACTIONS[name][0]} run.out_dir=runs/x`", file=sys.stderr)
+            print(
+                f"personalens {name}: error: say which action: {' or '.join(ACTIONS[name])}, "
+                f"e.g. `personalens {name} {ACTIONS[name][0]} run.out_dir=runs/x`",
+                file=sys.stderr,
+            )
             sys.exit(2)
         name, overrides = f"{name} {action}", [*_hydra_args(argv[2:]), f"{name}.action={action}"]
     sys.argv = [f"personalens {name}", *overrides]

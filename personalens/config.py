@@ -28,8 +28,11 @@ def plain(cfg: Any) -> Any:
 
 
 def sampling(section: DictConfig) -> Sampling:
-    return Sampling(temperature=float(section.temperature), max_tokens=int(section.max_tokens),
-                    top_p=float(section.get("top_p", 1.0)))
+    return Sampling(
+        temperature=float(section.temperature),
+        max_tokens=int(section.max_tokens),
+        top_p=float(section.get("top_p", 1.0)),
+    )
 
 
 def fingerprint(parts: dict) -> str:
@@ -52,7 +55,8 @@ def check_or_save(out_dir: Path, name: str, cfg: DictConfig, digest: str, resolv
             raise PersonalensError(
                 f"{path} was written by a run with a different configuration (fingerprint "
                 f"{saved.get('fingerprint')} vs {digest} now: models, prompts, sampling or protocol differ). "
-                f"Use another run.name / run.out_dir, or delete {out_dir} to start over.")
+                f"Use another run.name / run.out_dir, or delete {out_dir} to start over."
+            )
         return
     saved = OmegaConf.create({"fingerprint": digest, "config": plain(cfg), "resolved": resolved or {}})
     tmp = path.with_suffix(f".yaml.{os.getpid()}.tmp")

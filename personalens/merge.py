@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 from personalens.judge.run import SPEAKERS
 from personalens.store import JUDGMENT_KEY, KEY_COLUMNS, read_table, shard_dir
 
-DialogueKey = tuple[str, str, str, int]                  # user_id, task_id, setting, trial
-JudgmentKey = tuple[str, str, str, int, str, str, int]   # + dimension, speaker, turn
-Shard = tuple[int, int]                                  # (index, count)
+DialogueKey = tuple[str, str, str, int]  # user_id, task_id, setting, trial
+JudgmentKey = tuple[str, str, str, int, str, str, int]  # + dimension, speaker, turn
+Shard = tuple[int, int]  # (index, count)
 
 _SHARD_FOLDER = re.compile(r"shard-(\d+)-of-(\d+)")
 _EXAMPLES = 4  # items named per problem; the counts are always complete
@@ -30,6 +30,7 @@ _EXAMPLES = 4  # items named per problem; the counts are always complete
 @dataclass(frozen=True)
 class ShardProblems:
     """What is wrong in one shard; only built for shards with at least one problem."""
+
     index: int
     count: int
     no_dialogue_files: bool = False  # its dialogues folder is absent or empty
@@ -46,14 +47,18 @@ class ShardProblems:
         return bool(self.missing_dialogues or self.missing_judgments)
 
     def format(self) -> str:
-        parts = [f"{len(items)} {what} ({_examples(items)})" for what, items in (
-            ("dialogues missing", self.missing_dialogues),
-            ("dialogues duplicated", self.duplicated_dialogues),
-            ("dialogues not in the selection", self.unexpected_dialogues),
-            ("judgments missing", self.missing_judgments),
-            ("judgments duplicated", self.duplicated_judgments),
-            ("judgments of dialogues not in the selection", self.unexpected_judgments),
-        ) if items]
+        parts = [
+            f"{len(items)} {what} ({_examples(items)})"
+            for what, items in (
+                ("dialogues missing", self.missing_dialogues),
+                ("dialogues duplicated", self.duplicated_dialogues),
+                ("dialogues not in the selection", self.unexpected_dialogues),
+                ("judgments missing", self.missing_judgments),
+                ("judgments duplicated", self.duplicated_judgments),
+                ("judgments of dialogues not in the selection", self.unexpected_judgments),
+            )
+            if items
+        ]
         if self.no_dialogue_files:
             parts.insert(0, f"no dialogue files in {shard_dir(Path(), 'dialogues', self.index, self.count)}")
         return f"shard {self.index} of {self.count}: " + ", ".join(parts)
@@ -64,8 +69,8 @@ class MergeResult:
     out_dir: Path
     shard_count: int
     expected_dialogues: int
-    dialogues: int                       # dialogue rows found across all shard folders
-    judgments: int                       # judgment rows found across all shard folders
+    dialogues: int  # dialogue rows found across all shard folders
+    judgments: int  # judgment rows found across all shard folders
     problems: tuple[ShardProblems, ...]  # ordered by (count, index)
     written: tuple[Path, ...] = field(default=())
 
@@ -74,21 +79,29 @@ class MergeResult:
         return not self.problems
 
     def format(self) -> str:
-        found = (f"{self.dialogues} dialogues and {self.judgments} judgments found for "
-                 f"{self.expected_dialogues} expected dialogues in {self.out_dir}")
+        found = (
+            f"{self.dialogues} dialogues and {self.judgments} judgments found for "
+            f"{self.expected_dialogues} expected dialogues in {self.out_dir}"
+        )
         if self.ok:
-            return "\n".join([f"merge: complete: {found}",
-                              *(f"  wrote {path}" for path in self.written)])
-        rerun = ",".join(str(p.index) for p in self.problems
-                         if p.incomplete and p.count == self.shard_count)
-        hint = [f"  re-run shard(s) {rerun} of {self.shard_count} (shard.index=K shard.count="
-                f"{self.shard_count}; on SLURM --array={rerun}), then merge again"] if rerun else []
-        return "\n".join([f"merge: INCOMPLETE, nothing written: {found}",
-                          *(f"  {p.format()}" for p in self.problems), *hint])
+            return "\n".join([f"merge: complete: {found}", *(f"  wrote {path}" for path in self.written)])
+        rerun = ",".join(str(p.index) for p in self.problems if p.incomplete and p.count == self.shard_count)
+        hint = (
+            [
+                f"  re-run shard(s) {rerun} of {self.shard_count} (shard.index=K shard.count="
+                f"{self.shard_count}; on SLURM --array={rerun}), then merge again"
+            ]
+            if rerun
+            else []
+        )
+        return "\n".join(
+            [f"merge: INCOMPLETE, nothing written: {found}", *(f"  {p.format()}" for p in self.problems), *hint]
+        )
 
 
-def merge(out_dir: Path, expected: Mapping[DialogueKey, int], dimensions: Sequence[str],
-          shard_count: int) -> MergeResult:
+def merge(
+    out_dir: Path, expected: Mapping[DialogueKey, int], dimensions: Sequence[str], shard_count: int
+) -> MergeResult:
     """Check the shards of `out_dir` against `expected` (dialogue key -> shard index that should
     hold it); when complete, write `<out_dir>/merged/{dialogues,judgments}.parquet` atomically."""
     out_dir = Path(out_dir)
@@ -98,8 +111,12 @@ def merge(out_dir: Path, expected: Mapping[DialogueKey, int], dimensions: Sequen
 
     found: dict[Shard, list[DialogueKey]] = {s: _keys(t, KEY_COLUMNS) for s, t in dialogues.items()}
     judged: dict[Shard, list[JudgmentKey]] = {s: _keys(t, JUDGMENT_KEY) for s, t in judgments.items()}
-    wanted_judgments = {(*key, dim, speaker, -1): shard for key, shard in expected_shard.items()
-                        for dim in dimensions for speaker in SPEAKERS.get(dim, ("",))}
+    wanted_judgments = {
+        (*key, dim, speaker, -1): shard
+        for key, shard in expected_shard.items()
+        for dim in dimensions
+        for speaker in SPEAKERS.get(dim, ("",))
+    }
 
     problems: dict[Shard, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for name, by_shard, wanted, in_selection in (
@@ -116,20 +133,32 @@ def merge(out_dir: Path, expected: Mapping[DialogueKey, int], dimensions: Sequen
             problems[shard][f"unexpected_{name}"].extend(k for k in dict.fromkeys(keys) if not in_selection(k))
 
     report = tuple(
-        ShardProblems(index=shard[0], count=shard[1],
-                      no_dialogue_files=shard not in dialogues,
-                      **{kind: tuple(items) for kind, items in kinds.items()})
+        ShardProblems(
+            index=shard[0],
+            count=shard[1],
+            no_dialogue_files=shard not in dialogues,
+            **{kind: tuple(items) for kind, items in kinds.items()},
+        )
         for shard, kinds in sorted(problems.items(), key=lambda item: item[0][::-1])
-        if any(kinds.values()))
-    result = MergeResult(out_dir=out_dir, shard_count=shard_count, expected_dialogues=len(expected),
-                         dialogues=sum(map(len, found.values())),
-                         judgments=sum(map(len, judged.values())), problems=report)
+        if any(kinds.values())
+    )
+    result = MergeResult(
+        out_dir=out_dir,
+        shard_count=shard_count,
+        expected_dialogues=len(expected),
+        dialogues=sum(map(len, found.values())),
+        judgments=sum(map(len, judged.values())),
+        problems=report,
+    )
     if not result.ok:
         return result
-    written = _write_atomically(out_dir / "merged", {
-        "dialogues": _concat(dialogues.values(), ["user_index", *KEY_COLUMNS]),
-        "judgments": _concat(judgments.values(), ["user_index", *JUDGMENT_KEY]),
-    })
+    written = _write_atomically(
+        out_dir / "merged",
+        {
+            "dialogues": _concat(dialogues.values(), ["user_index", *KEY_COLUMNS]),
+            "judgments": _concat(judgments.values(), ["user_index", *JUDGMENT_KEY]),
+        },
+    )
     return replace(result, written=written)
 
 

@@ -14,5 +14,6 @@ def project_path(relative: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(
             f"{path} is missing: personalens reads conf/, prompts/ and data/ from its source tree; "
-            "install it from a clone with `pip install -e .`")
+            "install it from a clone with `pip install -e .`"
+        )
     return path

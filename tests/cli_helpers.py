@@ -7,8 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pyarrow.dataset as ds
 
@@ -17,19 +17,21 @@ PERSONALENS = [sys.executable, "-m", "personalens.cli"]
 
 
 def run_cli(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*PERSONALENS, *args], cwd=REPO, text=True,
-                          capture_output=True, timeout=timeout)
+    proc = subprocess.run([*PERSONALENS, *args], cwd=REPO, text=True, capture_output=True, timeout=timeout)
     if check and proc.returncode != 0:
-        raise AssertionError(f"personalens {' '.join(args)} exited {proc.returncode}\n"
-                             f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-8000:]}")
+        raise AssertionError(
+            f"personalens {' '.join(args)} exited {proc.returncode}\n"
+            f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-8000:]}"
+        )
     return proc
 
 
 def start_cli(*args: str, log: Path) -> subprocess.Popen:
     """Start the CLI in its own process group, so a test can kill it with every vLLM worker."""
     with open(log, "w") as out:
-        return subprocess.Popen([*PERSONALENS, *args], cwd=REPO, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [*PERSONALENS, *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def kill_once(proc: subprocess.Popen, ready: Callable[[], bool], log: Path, timeout: float = 600) -> None:

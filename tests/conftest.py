@@ -32,6 +32,7 @@ def engine():
     needs a real model (starting one costs ~45 s on a 2-core CPU)."""
     pytest.importorskip("vllm")
     from engine_fixtures import TINY_MODEL
+
     from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir
     from personalens.engines.vllm_local import VllmEngine
 

@@ -43,8 +43,8 @@ def assert_prefix_cache_serves_a_repeat(engine, topic: str) -> None:
     """A long prompt sent twice: the second time most of it comes from the prefix cache. `topic`
     should be new to the engine, so that the first call starts cold."""
     prompt = f"Describe the {topic} in detail. " + " ".join(f"Fact {i} about the {topic}." for i in range(80))
-    first, = engine.generate([chat(prompt, max_tokens=2)])
-    second, = engine.generate([chat(prompt, max_tokens=2)])
+    (first,) = engine.generate([chat(prompt, max_tokens=2)])
+    (second,) = engine.generate([chat(prompt, max_tokens=2)])
     assert first.prompt_tokens == second.prompt_tokens > 200
     assert first.cached_tokens < first.prompt_tokens // 2 < second.cached_tokens < second.prompt_tokens
 

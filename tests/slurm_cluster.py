@@ -22,10 +22,19 @@ from pathlib import Path
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "sinfo", "squeue", "scancel")
 # states after which a job never runs again (scontrol spells them this way)
-FINISHED_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-    "BOOT_FAIL", "DEADLINE",
-})
+FINISHED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
 
 
 def unavailable_reason() -> str | None:
@@ -34,8 +43,10 @@ def unavailable_reason() -> str | None:
         return "starting SLURM daemons needs root (slurmd runs jobs as their submitting user)"
     missing = [name for name in (*DAEMONS, *CLIENTS) if shutil.which(name) is None]
     if missing:
-        return (f"SLURM/munge binaries missing: {', '.join(missing)} "
-                "(apt-get install -y slurmctld slurmd slurm-client munge)")
+        return (
+            f"SLURM/munge binaries missing: {', '.join(missing)} "
+            "(apt-get install -y slurmctld slurmd slurm-client munge)"
+        )
     return None
 
 
@@ -57,14 +68,15 @@ class SlurmCluster:
                 return done.stdout
             if attempt + 1 < attempts:
                 time.sleep(2.0)
-        raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}) {attempts} time(s): "
-                           f"{done.stderr.strip()}\n{self.daemon_logs()}")
+        raise RuntimeError(
+            f"{' '.join(args)} failed ({done.returncode}) {attempts} time(s): "
+            f"{done.stderr.strip()}\n{self.daemon_logs()}"
+        )
 
     def job_states(self, job_id: str) -> dict[str, str]:
         """State of each record of a job: one per array task ('12_0'), or one for a plain job."""
         states = {}
-        for line in self.run("scontrol", "show", "job", "--oneliner", job_id,
-                             attempts=5).splitlines():
+        for line in self.run("scontrol", "show", "job", "--oneliner", job_id, attempts=5).splitlines():
             fields = dict(re.findall(r"(\w+)=(\S*)", line))
             if "ArrayJobId" in fields:
                 name = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}"
@@ -88,14 +100,17 @@ class SlurmCluster:
             time.sleep(1.0)
 
     def daemon_logs(self) -> str:
-        return "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}"
-                         for path in sorted((self.root / "log").glob("*.log")))
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}"
+            for path in sorted((self.root / "log").glob("*.log"))
+        )
 
     def job_logs(self, *folders: Path) -> str:
         """The tail of every *.log in `folders`, then the daemons' logs: what an assertion shows."""
         logs = [path for folder in folders for path in sorted(folder.glob("*.log"))]
-        return "\n".join([*(f"===== {p.name}\n{p.read_text(errors='replace')[-6000:]}" for p in logs),
-                          self.daemon_logs()])
+        return "\n".join(
+            [*(f"===== {p.name}\n{p.read_text(errors='replace')[-6000:]}" for p in logs), self.daemon_logs()]
+        )
 
     def stop(self) -> None:
         # slurmd first so that it does not try to reach a stopped controller
@@ -120,8 +135,13 @@ def _free_port() -> int:
 def _node_hardware() -> str:
     """`CPUs=... RealMemory=...` of this machine, as slurmd detects it."""
     line = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout
-    return " ".join(re.findall(r"\b(?:CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore|"
-                               r"RealMemory)=\d+", line))
+    return " ".join(
+        re.findall(
+            r"\b(?:CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore|"
+            r"RealMemory)=\d+",
+            line,
+        )
+    )
 
 
 def _slurm_conf(root: Path, node: str, munge_socket: Path) -> str:
@@ -179,9 +199,16 @@ def start(root: Path, timeout: float = 30.0) -> SlurmCluster:
     cluster = SlurmCluster(root=root, env={**os.environ, "SLURM_CONF": str(conf)})
     commands = {
         # --force: munged as root (the test runs as root; no munge user needed)
-        "munged": ["munged", "--foreground", "--force", f"--socket={munge_socket}",
-                   f"--key-file={key}", f"--pid-file={root}/run/munged.pid",
-                   f"--seed-file={root}/munge/munged.seed", f"--log-file={root}/log/munged.log"],
+        "munged": [
+            "munged",
+            "--foreground",
+            "--force",
+            f"--socket={munge_socket}",
+            f"--key-file={key}",
+            f"--pid-file={root}/run/munged.pid",
+            f"--seed-file={root}/munge/munged.seed",
+            f"--log-file={root}/log/munged.log",
+        ],
         "slurmctld": ["slurmctld", "-D", "-c", "-f", str(conf)],  # -c: cold start, no saved state
         "slurmd": ["slurmd", "-D", "-f", str(conf)],
     }
@@ -189,11 +216,16 @@ def start(root: Path, timeout: float = 30.0) -> SlurmCluster:
         for name in DAEMONS:
             with open(root / "log" / f"{name}.stdout.log", "w") as out:
                 cluster.processes[name] = subprocess.Popen(
-                    commands[name], env=cluster.env, stdout=out, stderr=subprocess.STDOUT)
+                    commands[name], env=cluster.env, stdout=out, stderr=subprocess.STDOUT
+                )
             if name == "munged":
                 _wait_for(lambda: munge_socket.exists(), timeout, "munged socket", cluster)
-        _wait_for(lambda: cluster.run("sinfo", "--noheader", "--format=%T", check=False).strip()
-                  == "idle", timeout, "an idle node", cluster)
+        _wait_for(
+            lambda: cluster.run("sinfo", "--noheader", "--format=%T", check=False).strip() == "idle",
+            timeout,
+            "an idle node",
+            cluster,
+        )
     except BaseException:
         cluster.stop()
         raise
@@ -205,8 +237,9 @@ def _wait_for(ready, timeout: float, what: str, cluster: SlurmCluster) -> None:
     while not ready():
         for name, process in cluster.processes.items():
             if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {process.returncode} while waiting for "
-                                   f"{what}\n{cluster.daemon_logs()}")
+                raise RuntimeError(
+                    f"{name} exited with {process.returncode} while waiting for {what}\n{cluster.daemon_logs()}"
+                )
         if time.monotonic() > deadline:
             raise RuntimeError(f"no {what} after {timeout:.0f} s\n{cluster.daemon_logs()}")
         time.sleep(0.2)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from markupsafe import escape
-
 from agreement_helpers import JUDGED, SECRET, write_sample_run
 from cli_helpers import run_cli
+from markupsafe import escape
+
 from personalens.agreement import METRICS, AgreementError, export, score_sheets
 from personalens.agreement.export import SHEET_COLUMNS
 from personalens.data import load_scenarios
@@ -58,8 +58,10 @@ def write_sheet(path: Path, rows: list[dict]) -> Path:
 def judge_of(dialogues: list[dict]) -> dict[tuple[str, str], dict[str, int]]:
     """The judge's score per (user, task) and sheet column, as the helper wrote them."""
     columns = {(m.dimension, m.speaker): m.column for m in METRICS}
-    return {(d["user_id"], d["task_id"]): {columns[(dim, spk)]: int(judge_score(i, dim, spk)) for dim, spk in JUDGED}
-            for i, d in enumerate(dialogues)}
+    return {
+        (d["user_id"], d["task_id"]): {columns[(dim, spk)]: int(judge_score(i, dim, spk)) for dim, spk in JUDGED}
+        for i, d in enumerate(dialogues)
+    }
 
 
 def filled(sheet: list[dict], scores) -> list[dict]:
@@ -68,6 +70,7 @@ def filled(sheet: list[dict], scores) -> list[dict]:
 
 
 # ---- export -------------------------------------------------------------------------------------
+
 
 def test_export_is_a_seeded_stratified_sample_without_judge_scores(run, scenarios, tmp_path):
     run_dir, dialogues = run
@@ -116,6 +119,7 @@ def test_small_exports_still_hold_both_kinds(run, scenarios, tmp_path):
 
 # ---- score: kappas ------------------------------------------------------------------------------
 
+
 def test_bootstrap_statistic_of_the_mean_is_the_report_s_mean_interval():
     values = np.random.default_rng(1).normal(size=40)
     assert bootstrap_statistic(lambda idx: values[idx].mean(), 40, 300, 5) == bootstrap_ci(values, 300, 5)
@@ -129,8 +133,10 @@ def test_annotators_who_agree_with_the_judge_get_kappa_one(run, scenarios, tmp_p
     export(run_dir, scenarios, tmp_path / "x", dialogues=12, seed=0)
     sheet = read_sheet(tmp_path / "x" / "sheet.csv")
     judge = judge_of(dialogues)
-    paths = [write_sheet(tmp_path / f"{name}.csv", filled(sheet, lambda r: judge[(r["user_id"], r["task_id"])]))
-             for name in ("ann1", "ann2", "ann3")]
+    paths = [
+        write_sheet(tmp_path / f"{name}.csv", filled(sheet, lambda r: judge[(r["user_id"], r["task_id"])]))
+        for name in ("ann1", "ann2", "ann3")
+    ]
     table = score_sheets(tmp_path / "x", paths, run_dir, BOOT)
     for m in METRICS:
         for column in ("cohen", "fleiss"):
@@ -163,12 +169,14 @@ def test_constructed_sheets_match_the_kappa_formulas(run, scenarios, tmp_path):
 
     def annotator(shift: int):
         """Agrees with the judge except on items whose number is divisible by 3 + shift."""
+
         def scores(row):
             item, own = int(row["item"]), dict(judge[(row["user_id"], row["task_id"])])
             if item % (3 + shift) == 0:
                 for m in METRICS:
                     own[m.column] = m.scores[(m.scores.index(own[m.column]) + 1) % len(m.scores)]
             return own
+
         return scores
 
     shifts = (0, 1, 2)
@@ -186,15 +194,19 @@ def test_constructed_sheets_match_the_kappa_formulas(run, scenarios, tmp_path):
 
 
 def test_unparsed_judgments_are_left_out_of_cohen(tmp_path, sample_root, scenarios):
-    dialogues = write_sample_run(tmp_path / "run", sample_root,
-                                 lambda i, dim, spk: None if dim == "personalization" and i % 2 else
-                                 judge_score(i, dim, spk))
+    dialogues = write_sample_run(
+        tmp_path / "run",
+        sample_root,
+        lambda i, dim, spk: None if dim == "personalization" and i % 2 else judge_score(i, dim, spk),
+    )
     export(tmp_path / "run", scenarios, tmp_path / "x", dialogues=12, seed=0)
     sheet = read_sheet(tmp_path / "x" / "sheet.csv")
     judge = judge_of(dialogues)
     index = {(d["user_id"], d["task_id"]): i for i, d in enumerate(dialogues)}
-    paths = [write_sheet(tmp_path / f"{n}.csv", filled(sheet, lambda r: judge[(r["user_id"], r["task_id"])]))
-             for n in ("a", "b")]
+    paths = [
+        write_sheet(tmp_path / f"{n}.csv", filled(sheet, lambda r: judge[(r["user_id"], r["task_id"])]))
+        for n in ("a", "b")
+    ]
     table = score_sheets(tmp_path / "x", paths, tmp_path / "run", BOOT)
     parsed = sum(1 for r in sheet if index[(r["user_id"], r["task_id"])] % 2 == 0)
     assert table.cell(("Personalization",), "cohen").n == parsed < 12
@@ -203,6 +215,7 @@ def test_unparsed_judgments_are_left_out_of_cohen(tmp_path, sample_root, scenari
 
 
 # ---- score: bad sheets --------------------------------------------------------------------------
+
 
 def _drop_row(rows):
     return rows[:2] + rows[3:]
@@ -228,14 +241,17 @@ def _edited_dialogue(rows):
     return [*rows[:1], {**rows[1], "task_id": "SD-Alarm-task-99"}, *rows[2:]]
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (_drop_row, r"b\.csv: missing dialogue\(s\): item\(s\) 3 "),
-    (_duplicate_row, r"b\.csv: row 6, field item: duplicate row for item 2 \(first at row 3\)"),
-    (_out_of_range, r"b\.csv: row 3, field personalization: '5' is out of range; .* 1-4"),
-    (_empty_score, r"b\.csv: row 3, field coherence_user: empty is out of range; .* 1-5"),
-    (_other_export, r"b\.csv: row 3, field export_id: '0123456789abcdef' is not this export .* another export"),
-    (_edited_dialogue, r"b\.csv: row 3, field task_id: 'SD-Alarm-task-99' but item 2"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (_drop_row, r"b\.csv: missing dialogue\(s\): item\(s\) 3 "),
+        (_duplicate_row, r"b\.csv: row 6, field item: duplicate row for item 2 \(first at row 3\)"),
+        (_out_of_range, r"b\.csv: row 3, field personalization: '5' is out of range; .* 1-4"),
+        (_empty_score, r"b\.csv: row 3, field coherence_user: empty is out of range; .* 1-5"),
+        (_other_export, r"b\.csv: row 3, field export_id: '0123456789abcdef' is not this export .* another export"),
+        (_edited_dialogue, r"b\.csv: row 3, field task_id: 'SD-Alarm-task-99' but item 2"),
+    ],
+)
 def test_bad_sheets_are_named_by_file_row_and_field(run, scenarios, tmp_path, mutate, message):
     run_dir, dialogues = run
     export(run_dir, scenarios, tmp_path / "x", dialogues=4, seed=0)
@@ -270,21 +286,41 @@ def test_semicolon_sheets_from_spreadsheets_are_read(run, scenarios, tmp_path):
 
 # ---- the command line ---------------------------------------------------------------------------
 
+
 def test_cli_exports_scores_and_writes_table5(run, tmp_path, sample_root):
     run_dir, dialogues = run
     out = tmp_path / "agreement"
-    proc = run_cli("agreement", "export", str(sample_root), f"run.out_dir={run_dir}", f"agreement.out_dir={out}",
-                   "agreement.dialogues=6", "seed=1")
+    proc = run_cli(
+        "agreement",
+        "export",
+        str(sample_root),
+        f"run.out_dir={run_dir}",
+        f"agreement.out_dir={out}",
+        "agreement.dialogues=6",
+        "seed=1",
+    )
     assert "6 dialogues" in proc.stdout and (out / "guide.html").is_file()
     judge = judge_of(dialogues)
     rows = filled(read_sheet(out / "sheet.csv"), lambda r: judge[(r["user_id"], r["task_id"])])
     paths = [write_sheet(tmp_path / f"{n}.csv", rows) for n in ("alice", "bob")]
-    proc = run_cli("agreement", "score", f"run.out_dir={run_dir}", f"agreement.out_dir={out}",
-                   f"agreement.sheets=[{paths[0]},{paths[1]}]", "report.bootstrap=50")
+    proc = run_cli(
+        "agreement",
+        "score",
+        f"run.out_dir={run_dir}",
+        f"agreement.out_dir={out}",
+        f"agreement.sheets=[{paths[0]},{paths[1]}]",
+        "report.bootstrap=50",
+    )
     assert "Table 5" in proc.stdout and "| Task Completion | 1.000 [1.000, 1.000] (n=6)" in proc.stdout
     for ext in ("md", "csv", "tex"):
         assert (out / f"table5.{ext}").stat().st_size > 0
-    bad = run_cli("agreement", "score", f"run.out_dir={run_dir}", f"agreement.out_dir={out}",
-                  f"agreement.sheets=[{paths[0]}]", check=False)
+    bad = run_cli(
+        "agreement",
+        "score",
+        f"run.out_dir={run_dir}",
+        f"agreement.out_dir={out}",
+        f"agreement.sheets=[{paths[0]}]",
+        check=False,
+    )
     assert bad.returncode == 2 and "personalens agreement score: error: agreement.sheets needs" in bad.stderr
     assert run_cli("agreement", check=False).returncode == 2

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import kill_once, start_cli
 from hydra import compose, initialize_config_dir
 
-from cli_helpers import kill_once, start_cli
 from personalens import commands
 from personalens.build.batch import Job, Runner
 from personalens.build.demographics import DemographicsError, load_demographics
@@ -20,8 +20,14 @@ from personalens.errors import PersonalensError
 from personalens.store import read_table
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = ["build=quick", "build.users=2", "build.tasks.sd_per_domain=1", "build.tasks.md_count=1",
-         "build.consistency.max_regenerations=1", "progress=false"]
+SMALL = [
+    "build=quick",
+    "build.users=2",
+    "build.tasks.sd_per_domain=1",
+    "build.tasks.md_count=1",
+    "build.consistency.max_regenerations=1",
+    "progress=false",
+]
 
 
 def config(*overrides: str):
@@ -52,25 +58,60 @@ def test_a_changed_configuration_is_refused_before_any_work(tmp_path):
 
 
 def test_demographics_plain_and_prism_style(tmp_path):
-    people = load_demographics(REPO / "data" / "build" / "demographics.csv",
-                               {f: f for f in ("age", "gender", "employment_status", "education", "marital_status",
-                                               "english_proficiency", "ethnicity", "religion", "birth_country",
-                                               "reside_country")}, users=2)
+    people = load_demographics(
+        REPO / "data" / "build" / "demographics.csv",
+        {
+            f: f
+            for f in (
+                "age",
+                "gender",
+                "employment_status",
+                "education",
+                "marital_status",
+                "english_proficiency",
+                "ethnicity",
+                "religion",
+                "birth_country",
+                "reside_country",
+            )
+        },
+        users=2,
+    )
     assert len(people) == 2 and people[0]["birth_country"] == "South Korea" and "user_id" not in people[0]
     survey = tmp_path / "survey.jsonl"
-    rows = [{"user_id": "p1", "survey_only": False, "age": "25-34 years old", "gender": "Female",
-             "employment_status": "Unemployed", "education": None, "marital_status": "Married",
-             "english_proficiency": "Fluent", "ethnicity": {"simplified": "White"},
-             "religion": {"simplified": "No Affiliation"},
-             "location": {"birth_country": "Chile", "reside_country": "Chile"}},
-            {"user_id": "p2", "survey_only": True}]
+    rows = [
+        {
+            "user_id": "p1",
+            "survey_only": False,
+            "age": "25-34 years old",
+            "gender": "Female",
+            "employment_status": "Unemployed",
+            "education": None,
+            "marital_status": "Married",
+            "english_proficiency": "Fluent",
+            "ethnicity": {"simplified": "White"},
+            "religion": {"simplified": "No Affiliation"},
+            "location": {"birth_country": "Chile", "reside_country": "Chile"},
+        },
+        {"user_id": "p2", "survey_only": True},
+    ]
     survey.write_text("".join(json.dumps(r) + "\n" for r in rows))
     columns = dict(config("build=prism", "build.demographics.path=x").build.demographics.columns)
     people = load_demographics(survey, columns, skip_rows={"survey_only": True})
-    assert people == [{"age": "25-34 years old", "gender": "Female", "employment_status": "Unemployed",
-                       "education": "N/A", "marital_status": "Married", "english_proficiency": "Fluent",
-                       "ethnicity": "White", "religion": "No Affiliation", "birth_country": "Chile",
-                       "reside_country": "Chile"}]
+    assert people == [
+        {
+            "age": "25-34 years old",
+            "gender": "Female",
+            "employment_status": "Unemployed",
+            "education": "N/A",
+            "marital_status": "Married",
+            "english_proficiency": "Fluent",
+            "ethnicity": "White",
+            "religion": "No Affiliation",
+            "birth_country": "Chile",
+            "reside_country": "Chile",
+        }
+    ]
     with pytest.raises(DemographicsError, match="row 2: no column 'age'"):
         load_demographics(survey, columns)  # p2 lacks it; with skip_rows left out it is read
     with pytest.raises(DemographicsError, match="has only 1 usable rows"):
@@ -91,14 +132,28 @@ def test_a_cut_off_output_is_retried_with_a_new_seed_and_counted_once_by_the_pro
         def generate(self, requests):
             self.seeds.append([r.sampling.seed for r in requests])
             first_call = len(self.seeds) == 1
-            return [Generation("cut" if first_call and r.messages[0]["content"] == "a" else "{}", 5, 3)
-                    for r in requests]
+            return [
+                Generation("cut" if first_call and r.messages[0]["content"] == "a" else "{}", 5, 3) for r in requests
+            ]
 
     engine = CutsOffTheFirstTry()
-    runner = Runner(root=tmp_path, shard=(0, 1), engine=lambda: engine, sampling=lambda stage: Sampling(),
-                    seed=7, retries=2, chunk=8, config_hash="h", progress=True)
-    jobs = [Job((name,), 0, [{"role": "user", "content": name}], "root ::= \"{}\"",
-                lambda text: None if text == "cut" else {}) for name in "ab"]
+    runner = Runner(
+        root=tmp_path,
+        shard=(0, 1),
+        engine=lambda: engine,
+        sampling=lambda stage: Sampling(),
+        seed=7,
+        retries=2,
+        chunk=8,
+        config_hash="h",
+        progress=True,
+    )
+    jobs = [
+        Job(
+            (name,), 0, [{"role": "user", "content": name}], 'root ::= "{}"', lambda text: None if text == "cut" else {}
+        )
+        for name in "ab"
+    ]
     assert runner.run("stage", jobs, active=True) == {("a",): {}, ("b",): {}}
     assert [len(call) for call in engine.seeds] == [2, 1]  # only the cut-off job went again
     assert engine.seeds[1][0] != engine.seeds[0][0]  # with another seed
@@ -107,8 +162,17 @@ def test_a_cut_off_output_is_retried_with_a_new_seed_and_counted_once_by_the_pro
     bar = capsys.readouterr().err
     assert "2/2" in bar and "3/2" not in bar
     # a second run finds every job done and calls no engine
-    again = Runner(root=tmp_path, shard=(0, 1), engine=no_engine, sampling=lambda stage: Sampling(),
-                   seed=7, retries=2, chunk=8, config_hash="h", progress=False)
+    again = Runner(
+        root=tmp_path,
+        shard=(0, 1),
+        engine=no_engine,
+        sampling=lambda stage: Sampling(),
+        seed=7,
+        retries=2,
+        chunk=8,
+        config_hash="h",
+        progress=False,
+    )
     assert again.run("stage", jobs, active=True) == {("a",): {}, ("b",): {}}
     assert again.counts["stage"].skipped == 2
 
@@ -144,14 +208,26 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     assert sum(profile["interests"][d] for d in built) >= 2  # build=quick keeps at least 2 domains
     assert all(profile["interests"][d] == 0 and profile["affinities"][d] == {} for d in DOMAINS if d not in built)
     alarm = profile["affinities"]["Alarm"]
-    assert alarm["Wake-up Time"] in ["5:00 AM", "5:30 AM", "6:00 AM", "6:30 AM", "7:00 AM", "7:30 AM", "8:00 AM",
-                                     "9:00 AM"]
+    assert alarm["Wake-up Time"] in [
+        "5:00 AM",
+        "5:30 AM",
+        "6:00 AM",
+        "6:30 AM",
+        "7:00 AM",
+        "7:30 AM",
+        "8:00 AM",
+        "9:00 AM",
+    ]
     assert isinstance(alarm["Alarm Sound"], list) and isinstance(alarm["Snooze Habit"], str)
     lines = [json.loads(x) for x in (out / "task" / "Movies" / "task.jsonl").read_text().splitlines()]
     assert [x["Task Number"] for x in lines] == [1]
     scenarios = load_scenarios(out)
-    assert {s.task.task_id for s in scenarios} <= {"SD-Alarm-task-1", "SD-Movies-task-1", "SD-Restaurants-task-1",
-                                                   "MD-task-1"}
+    assert {s.task.task_id for s in scenarios} <= {
+        "SD-Alarm-task-1",
+        "SD-Movies-task-1",
+        "SD-Restaurants-task-1",
+        "MD-task-1",
+    }
     assert report.sd_scenarios == sum(s.task.kind == "SD" for s in scenarios) >= 4
     assert (stages / "consistency" / "flags.md").read_text().startswith("### Profiles flagged")
     # the summary ends with the new data's Table 1 and Tables 8-9 (the build schema's domains), also written
@@ -174,12 +250,20 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
 
     # the new data runs through generate unchanged
     run = tmp_path / "run"
-    cfg = config(f"data.root={out}", "data.users=[0]", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=1",
-                 f"run.out_dir={run}", "progress=false")
+    cfg = config(
+        f"data.root={out}",
+        "data.users=[0]",
+        "data.kinds=SD",
+        "protocol=quick",
+        "protocol.max_rounds_sd=1",
+        f"run.out_dir={run}",
+        "progress=false",
+    )
     assert commands.generate(cfg, engines=lambda: {"user_agent": engine, "assistant": engine}) == 0
     dialogues = read_table(run / "dialogues").to_pylist()
-    assert sorted(d["task_id"] for d in dialogues) == sorted(s.task.task_id for s in scenarios
-                                                             if s.user.index == 0 and s.task.kind == "SD")
+    assert sorted(d["task_id"] for d in dialogues) == sorted(
+        s.task.task_id for s in scenarios if s.user.index == 0 and s.task.kind == "SD"
+    )
 
     # the consistency command on the new data root: one check per selected user, resumable
     check = tmp_path / "check"
@@ -197,18 +281,37 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
 def test_a_schema_with_an_added_domain_builds_validates_loads_and_generates(tmp_path, engine):
     schema = json.loads((REPO / "data" / "build" / "schema.json").read_text())
     games = ["chess", "go", "catan", "scrabble"]
-    added = {"domain": "Board Games", "description": "Find, buy and learn board games to play with others.",
-             "tasks": [{"name": "FindGame", "description": "Suggest a board game for a group."}],
-             "affinities": [
-                 {"name": "Favourite Game", "description": "The board game the user likes best.",
-                  "is_categorical": True, "has_multiple_values": False, "possible_values": games},
-                 {"name": "Group Size", "description": "How many people the user usually plays with, in words.",
-                  "is_categorical": False, "has_multiple_values": False, "possible_values": []}]}
+    added = {
+        "domain": "Board Games",
+        "description": "Find, buy and learn board games to play with others.",
+        "tasks": [{"name": "FindGame", "description": "Suggest a board game for a group."}],
+        "affinities": [
+            {
+                "name": "Favourite Game",
+                "description": "The board game the user likes best.",
+                "is_categorical": True,
+                "has_multiple_values": False,
+                "possible_values": games,
+            },
+            {
+                "name": "Group Size",
+                "description": "How many people the user usually plays with, in words.",
+                "is_categorical": False,
+                "has_multiple_values": False,
+                "possible_values": [],
+            },
+        ],
+    }
     path = tmp_path / "schema.json"
     path.write_text(json.dumps([*schema, added]))
     out = tmp_path / "data"
-    args = [f"build.out_dir={out}", *SMALL, "build.users=1", f"build.schema={path}",
-            "build.domains=[Alarm,Board Games]"]
+    args = [
+        f"build.out_dir={out}",
+        *SMALL,
+        "build.users=1",
+        f"build.schema={path}",
+        "build.domains=[Alarm,Board Games]",
+    ]
     assert commands.build(config(*args), engine=lambda: engine) == 0
 
     report = validate(out, strict=True)
@@ -223,8 +326,15 @@ def test_a_schema_with_an_added_domain_builds_validates_loads_and_generates(tmp_
     assert "Board Games" in (out / "build" / "stats" / "table9.md").read_text()
 
     run = tmp_path / "run"
-    cfg = config(f"data.root={out}", "data.users=[0]", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=1",
-                 f"run.out_dir={run}", "progress=false")
+    cfg = config(
+        f"data.root={out}",
+        "data.users=[0]",
+        "data.kinds=SD",
+        "protocol=quick",
+        "protocol.max_rounds_sd=1",
+        f"run.out_dir={run}",
+        "progress=false",
+    )
     assert commands.generate(cfg, engines=lambda: {"user_agent": engine, "assistant": engine}) == 0
     dialogues = read_table(run / "dialogues").to_pylist()
     assert sorted(d["task_id"] for d in dialogues) == ["SD-Alarm-task-1", "SD-Board Games-task-1"]

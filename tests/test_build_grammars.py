@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
@@ -19,7 +19,7 @@ OFFICIAL = REPO.parent / "shared" / "official-code" / "res" / "schema.json"
 LIMITS = G.Limits(text_words=6, summary_words=12, list_items=2, word_chars=10)
 
 
-@lru_cache(maxsize=None)
+@cache
 def compiled(grammar: str) -> xg.CompiledGrammar:
     compiler = xg.GrammarCompiler(xg.TokenizerInfo([]), cache_enabled=False)
     return compiler.compile_grammar(xg.Grammar.from_ebnf(grammar))
@@ -36,8 +36,13 @@ def dumps(obj) -> str:
 
 SCHEMAS = [
     pytest.param(BUNDLED, id="bundled"),
-    pytest.param(OFFICIAL, id="official", marks=pytest.mark.skipif(
-        not OFFICIAL.is_file(), reason=f"official schema not found at {OFFICIAL} (not part of the repository)")),
+    pytest.param(
+        OFFICIAL,
+        id="official",
+        marks=pytest.mark.skipif(
+            not OFFICIAL.is_file(), reason=f"official schema not found at {OFFICIAL} (not part of the repository)"
+        ),
+    ),
 ]
 
 
@@ -69,8 +74,12 @@ def test_every_categorical_value_is_allowed_and_nothing_else(path):
 @pytest.mark.parametrize("path", SCHEMAS)
 def test_multi_valued_lists_are_distinct_in_schema_order_and_bounded(path):
     domains = load_schema(path)
-    domain, affinity = next((d, a) for d in domains for a in d.affinities
-                            if a.closed and a.has_multiple_values and len(a.possible_values) >= 3)
+    domain, affinity = next(
+        (d, a)
+        for d in domains
+        for a in d.affinities
+        if a.closed and a.has_multiple_values and len(a.possible_values) >= 3
+    )
     grammar = G.preferences_grammar(domain, LIMITS)
     base = {a.name: simple_value(a) for a in domain.affinities}
     first, second, third = affinity.possible_values[:3]
@@ -109,7 +118,11 @@ def test_interest_mask_keeps_at_least_the_minimum():
     for bits in [(a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)]:
         text = dumps(dict(zip(domains, bits)))
         assert accepts(grammar, text) == (sum(bits) >= 2), bits
-    assert G.parse_interests(dumps({"Alarm": 1, "Movies": 0, "Train": 1}), domains) == {"Alarm": 1, "Movies": 0, "Train": 1}
+    assert G.parse_interests(dumps({"Alarm": 1, "Movies": 0, "Train": 1}), domains) == {
+        "Alarm": 1,
+        "Movies": 0,
+        "Train": 1,
+    }
     assert not accepts(grammar, dumps({"Movies": 1, "Alarm": 1, "Train": 1}))  # the schema's order
 
 
@@ -117,8 +130,12 @@ def test_single_domain_tasks():
     domain = load_schema(BUNDLED, ["Movies"])[0]
     grammar = G.sd_tasks_grammar(domain, 2, LIMITS)
     names = [a.name for a in domain.affinities]
-    task = {"Task Description": "The user wants a film.", "User Intent": "Find a film you will like.",
-            "Task Goal": "A film is chosen.", "Relevant Affinity Types": [names[0], names[2]]}
+    task = {
+        "Task Description": "The user wants a film.",
+        "User Intent": "Find a film you will like.",
+        "Task Goal": "A film is chosen.",
+        "Relevant Affinity Types": [names[0], names[2]],
+    }
     text = dumps([task, {**task, "Relevant Affinity Types": [names[1]]}])
     assert accepts(grammar, text)
     assert G.parse_sd_tasks(text, domain, 2) == json.loads(text)
@@ -130,24 +147,40 @@ def test_single_domain_tasks():
 def md_xml(tasks) -> str:
     body = ""
     for description, by_domain in tasks:
-        domains = "".join(f"<domain name={quoteattr(d)}>" + "".join(f"<affinity_type>{escape(t)}</affinity_type>"
-                                                                    for t in types) + "</domain>"
-                          for d, types in by_domain)
-        body += (f"<task>\n<task_description>{description}</task_description>\n<user_intent>Plan it.</user_intent>\n"
-                 f"<task_goal>It is planned.</task_goal>\n<relevant_domains>{domains}</relevant_domains>\n</task>\n")
+        domains = "".join(
+            f"<domain name={quoteattr(d)}>"
+            + "".join(f"<affinity_type>{escape(t)}</affinity_type>" for t in types)
+            + "</domain>"
+            for d, types in by_domain
+        )
+        body += (
+            f"<task>\n<task_description>{description}</task_description>\n<user_intent>Plan it.</user_intent>\n"
+            f"<task_goal>It is planned.</task_goal>\n<relevant_domains>{domains}</relevant_domains>\n</task>\n"
+        )
     return f"<response>\n{body}</response>"
 
 
 def test_multi_domain_tasks_as_xml():
     domains = load_schema(BUNDLED)
     grammar = G.md_tasks_grammar(domains, 1, (2, 3), LIMITS)
-    good = [("A night out & dinner", [("Movies", ["Preferred Genres"]), ("Restaurants", ["Cuisine Preference", "Price Range"])])]
+    good = [
+        (
+            "A night out & dinner",
+            [("Movies", ["Preferred Genres"]), ("Restaurants", ["Cuisine Preference", "Price Range"])],
+        )
+    ]
     text = md_xml(good).replace("&", "and")
     assert accepts(grammar, text)
     parsed = G.parse_md_tasks(text, domains, 1)
-    assert parsed == [{"Task Description": "A night out and dinner", "User Intent": "Plan it.", "Task Goal": "It is planned.",
-                       "Relevant Domains": ["Movies", "Restaurants"],
-                       "Relevant Affinity Types": ["Preferred Genres", "Cuisine Preference", "Price Range"]}]
+    assert parsed == [
+        {
+            "Task Description": "A night out and dinner",
+            "User Intent": "Plan it.",
+            "Task Goal": "It is planned.",
+            "Relevant Domains": ["Movies", "Restaurants"],
+            "Relevant Affinity Types": ["Preferred Genres", "Cuisine Preference", "Price Range"],
+        }
+    ]
     one_domain = [("Just a film", [("Movies", ["Preferred Genres"])])]
     four = [("Everything", [(d.name, [d.affinities[0].name]) for d in domains])]
     wrong_type = [("Mixed up", [("Movies", ["Cuisine Preference"]), ("Restaurants", ["Price Range"])])]
@@ -160,8 +193,14 @@ def test_multi_domain_tasks_as_xml():
 
 def test_situation_and_consistency_grammars():
     grammar = G.situation_grammar(LIMITS)
-    situation = {"Location": "Home in Leeds", "Device": "Smart speaker", "Time of Day": "Evening",
-                 "Day of the Week": "Sunday", "Environment": "Quiet", "Justification": "Relaxing at home."}
+    situation = {
+        "Location": "Home in Leeds",
+        "Device": "Smart speaker",
+        "Time of Day": "Evening",
+        "Day of the Week": "Sunday",
+        "Environment": "Quiet",
+        "Justification": "Relaxing at home.",
+    }
     assert accepts(grammar, dumps(situation))
     assert G.parse_situation(dumps(situation)) == situation
     assert not accepts(grammar, dumps({**situation, "Device": "Television"}))
@@ -185,8 +224,11 @@ def test_summary_grammar_bounds_plain_text():
 
 def test_schema_errors_name_the_file_and_field(tmp_path):
     bad = tmp_path / "schema.json"
-    bad.write_text(json.dumps([{"domain": "Alarm", "affinities": [{"name": "X", "is_categorical": "yes",
-                                                                     "has_multiple_values": False}]}]))
+    bad.write_text(
+        json.dumps(
+            [{"domain": "Alarm", "affinities": [{"name": "X", "is_categorical": "yes", "has_multiple_values": False}]}]
+        )
+    )
     with pytest.raises(SchemaError, match=r"schema.json: \[0\].affinities\[0\].is_categorical: expected bool"):
         load_schema(bad)
     bad.write_text(json.dumps([{"domain": "Cooking", "affinities": []}]))

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from personalens.data import (
-    DOMAINS, SUBSETS, DataError, list_user_indices, load_scenarios, load_task_definitions, load_user,
+    DOMAINS,
+    SUBSETS,
+    DataError,
+    list_user_indices,
+    load_scenarios,
+    load_task_definitions,
+    load_user,
 )
 
 
@@ -39,7 +45,10 @@ def test_scenarios_match_the_files_in_order(data_root):
         assert task.task_id == entry["task_id"]
         assert task.kind == entry["task_id"][:2]
         assert (task.description, task.user_intent, task.goal) == (
-            entry["Task Description"], entry["User Intent"], entry["Task Goal"])
+            entry["Task Description"],
+            entry["User Intent"],
+            entry["Task Goal"],
+        )
         assert task.domains == tuple(entry["Relevant Domains"])
         assert task.affinity_types == tuple(entry["Relevant Affinity Types"])
         assert dict(scenario.situation.items()) == entry["situations"]
@@ -50,8 +59,7 @@ def test_profile_keeps_release_values_and_order(data_root):
         raw = _raw(data_root, index, "profile.json")
         user = load_user(data_root, index)
         assert user.user_id == raw["demographics"]["user_id"] == f"user{index}"
-        assert list(user.demographics.items()) == [
-            (k, v) for k, v in raw["demographics"].items() if k != "user_id"]
+        assert list(user.demographics.items()) == [(k, v) for k, v in raw["demographics"].items() if k != "user_id"]
         assert dict(user.interests) == raw["interests"]
         assert dict(user.interactions) == raw["interactions"]
         for domain, prefs in raw["affinities"].items():
@@ -198,8 +206,7 @@ def test_selecting_50_of_1500_users_reads_only_those(sample_root, tmp_path, open
 
     assert sorted({s.user.index for s in scenarios}) == sorted(selected)
     profile_dir = str(root / "profile")
-    touched = {Path(p).relative_to(profile_dir).parts[0] for _, p in opens.paths
-               if p.startswith(profile_dir + os.sep)}
+    touched = {Path(p).relative_to(profile_dir).parts[0] for _, p in opens.paths if p.startswith(profile_dir + os.sep)}
     assert touched == {f"user{i}" for i in selected}
     assert not [p for event, p in opens.paths if event != "open" and p.rstrip(os.sep) == profile_dir]
 

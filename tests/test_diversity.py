@@ -12,26 +12,50 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sacrebleu
+from cli_helpers import REPO, read_rows, run_cli
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
-from cli_helpers import REPO, read_rows, run_cli
 from personalens.store import DIALOGUE_SCHEMA, PartWriter
 from personalens.validation.build import build_diversity
-from personalens.validation.diversity import (ALL_TURNS, DiversityError, Protocol, read_dialogues, sample_to_budget,
-                                              self_bleu, table10, tokenize)
+from personalens.validation.diversity import (
+    ALL_TURNS,
+    DiversityError,
+    Protocol,
+    read_dialogues,
+    sample_to_budget,
+    self_bleu,
+    table10,
+    tokenize,
+)
 
 WHOLE = Protocol(token_budget=10**9, repeats=2, hypotheses=10**6)  # every utterance, every hypothesis
 
-SD_TEXT = [("user", "Book a table for Two tonight"), ("assistant", "Sure which restaurant do you like"),
-           ("user", "the Italian place near the park"), ("assistant", "Booked a table for two at eight")]
-MD_TEXT = [("user", "Plan my trip to Rome and book a hotel"), ("assistant", "Which dates do you have in mind"),
-           ("user", "next Friday to Sunday please"), ("assistant", "Done the hotel is booked for two nights")]
+SD_TEXT = [
+    ("user", "Book a table for Two tonight"),
+    ("assistant", "Sure which restaurant do you like"),
+    ("user", "the Italian place near the park"),
+    ("assistant", "Booked a table for two at eight"),
+]
+MD_TEXT = [
+    ("user", "Plan my trip to Rome and book a hotel"),
+    ("assistant", "Which dates do you have in mind"),
+    ("user", "next Friday to Sunday please"),
+    ("assistant", "Done the hotel is booked for two nights"),
+]
 
 
 def _row(kind: str, turns: list[tuple[str, str]], n: int) -> dict:
-    return {"run_id": "r", "user_id": f"user{n}", "user_index": n, "task_id": f"{kind}-task-{n}", "kind": kind,
-            "domains": ["Restaurants"], "setting": "base", "trial": 0, "turns": [
-                {"role": role, "text": text, "prompt_tokens": 1, "completion_tokens": 1} for role, text in turns]}
+    return {
+        "run_id": "r",
+        "user_id": f"user{n}",
+        "user_index": n,
+        "task_id": f"{kind}-task-{n}",
+        "kind": kind,
+        "domains": ["Restaurants"],
+        "setting": "base",
+        "trial": 0,
+        "turns": [{"role": role, "text": text, "prompt_tokens": 1, "completion_tokens": 1} for role, text in turns],
+    }
 
 
 def _dialogues(rows: list[dict]) -> pa.Table:
@@ -42,7 +66,7 @@ def _grams(utterances: list[str], n: int) -> list[tuple[str, ...]]:
     out = []
     for text in utterances:
         tokens = text.lower().split()
-        out += [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+        out += [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
     return out
 
 
@@ -50,8 +74,12 @@ def _expected(utterances: list[str]) -> dict[str, float]:
     dist = {n: len(set(_grams(utterances, n))) / len(_grams(utterances, n)) for n in (1, 2)}
     counts = Counter(_grams(utterances, 4))
     total = sum(counts.values())
-    return {"dist1": dist[1], "dist2": dist[2], "ent4": -sum(c / total * math.log(c / total) for c in counts.values()),
-            "tokens": len(_grams(utterances, 1))}
+    return {
+        "dist1": dist[1],
+        "dist2": dist[2],
+        "ent4": -sum(c / total * math.log(c / total) for c in counts.values()),
+        "tokens": len(_grams(utterances, 1)),
+    }
 
 
 def _by_group(table) -> dict[tuple[str, str], dict]:
@@ -66,8 +94,14 @@ def dialogues() -> pa.Table:
 
 def test_dist_and_ent4_on_hand_made_dialogues_split_by_kind_and_speaker(dialogues):
     groups = _by_group(table10(dialogues, WHOLE, by_speaker=True))
-    assert list(groups) == [("SD", ALL_TURNS), ("SD", "user"), ("SD", "assistant"),
-                            ("MD", ALL_TURNS), ("MD", "user"), ("MD", "assistant")]
+    assert list(groups) == [
+        ("SD", ALL_TURNS),
+        ("SD", "user"),
+        ("SD", "assistant"),
+        ("MD", ALL_TURNS),
+        ("MD", "user"),
+        ("MD", "assistant"),
+    ]
     texts = {"SD": [t for _, t in SD_TEXT + SD_TEXT[:2]], "MD": [t for _, t in MD_TEXT]}
     roles = {"SD": [r for r, _ in SD_TEXT + SD_TEXT[:2]], "MD": [r for r, _ in MD_TEXT]}
     for (kind, speaker), got in groups.items():
@@ -82,16 +116,25 @@ def test_dist_and_ent4_on_hand_made_dialogues_split_by_kind_and_speaker(dialogue
 
 
 def test_self_bleu_matches_nltk_and_sacrebleu_on_a_tiny_case():
-    utterances = ["the cat sat on the mat today", "the dog sat on the mat", "a cat lay on the red mat today",
-                  "nothing in common here at all"]
+    utterances = [
+        "the cat sat on the mat today",
+        "the dog sat on the mat",
+        "a cat lay on the red mat today",
+        "nothing in common here at all",
+    ]
     sample = [u.split() for u in utterances]
     got = self_bleu(sample, hypotheses=10, rng=np.random.default_rng(0))
     smooth = SmoothingFunction().method1
-    by_nltk = [sentence_bleu(sample[:i] + sample[i + 1:], sample[i], smoothing_function=smooth) for i in range(4)]
+    by_nltk = [sentence_bleu(sample[:i] + sample[i + 1 :], sample[i], smoothing_function=smooth) for i in range(4)]
     assert got == pytest.approx(np.mean(by_nltk))
     # an independent implementation agrees: sacrebleu with its equivalent smoothing, untokenized
-    by_sacrebleu = [sacrebleu.sentence_bleu(utterances[i], utterances[:i] + utterances[i + 1:], tokenize="none",
-                                            smooth_method="floor").score / 100 for i in range(4)]
+    by_sacrebleu = [
+        sacrebleu.sentence_bleu(
+            utterances[i], utterances[:i] + utterances[i + 1 :], tokenize="none", smooth_method="floor"
+        ).score
+        / 100
+        for i in range(4)
+    ]
     assert got == pytest.approx(np.mean(by_sacrebleu))
     # fewer hypotheses: a seeded subset, each still against all the others
     rng = np.random.default_rng(3)
@@ -108,8 +151,13 @@ def test_samples_fill_the_token_budget_and_are_reproducible():
     everything = sample_to_budget(texts, 10**6, np.random.default_rng(1))
     assert sorted(map(tuple, everything)) == sorted(tuple(t.split()) for t in texts.to_pylist())
     # a budget below the group's tokens: every sample is scored and averaged
-    table = _by_group(table10(_dialogues([_row("SD", [("user", t)], i) for i, t in enumerate(texts.to_pylist()[:60])]),
-                              Protocol(token_budget=50, repeats=3, hypotheses=5), by_speaker=False))
+    table = _by_group(
+        table10(
+            _dialogues([_row("SD", [("user", t)], i) for i, t in enumerate(texts.to_pylist()[:60])]),
+            Protocol(token_budget=50, repeats=3, hypotheses=5),
+            by_speaker=False,
+        )
+    )
     assert 50 <= table[("SD", ALL_TURNS)]["tokens"] < 57
 
 
@@ -140,8 +188,14 @@ def test_reads_a_run_folder_and_a_parquet_file_and_rejects_others(dialogues, tmp
 
 def test_cli_states_tokenization_and_sampling(dialogues, tmp_path):
     pq.write_table(dialogues, tmp_path / "d.parquet")
-    proc = run_cli("diversity", f"diversity.input={tmp_path / 'd.parquet'}", "diversity.by_speaker=true",
-                   f"diversity.out_dir={tmp_path / 'out'}", "diversity.repeats=2", timeout=120)
+    proc = run_cli(
+        "diversity",
+        f"diversity.input={tmp_path / 'd.parquet'}",
+        "diversity.by_speaker=true",
+        f"diversity.out_dir={tmp_path / 'out'}",
+        "diversity.repeats=2",
+        timeout=120,
+    )
     assert "### Table 10" in proc.stdout and "| MD | assistant | 1 | 2 |" in proc.stdout
     assert "lower-cased text split on whitespace" in proc.stdout and "shuffled with seed 0" in proc.stdout
     assert (tmp_path / "out" / "table10.csv").is_file()
@@ -153,14 +207,24 @@ def test_dialogues_of_the_embedded_model(engine, tmp_path):
     from personalens.engines.base import Sampling
     from personalens.prompts.setting import PromptSetting
     from personalens.prompts.templates import load_templates
-    from personalens.simulate.generate import Protocol as Simulation, generate
+    from personalens.simulate.generate import Protocol as Simulation
+    from personalens.simulate.generate import generate
 
     out = tmp_path / "run"
-    generate(load_scenarios(REPO / "data" / "sample", "0", "both"), setting=PromptSetting(mode="base"),
-             templates=load_templates(), load_engines=lambda: {"user": engine, "assistant": engine},
-             protocol=Simulation(1, 1, {"user": Sampling(0.5, 24), "assistant": Sampling(0.0, 24)}),
-             trials=1, seed=0, writer=PartWriter(out / "dialogues" / "shard-000-of-001", DIALOGUE_SCHEMA),
-             done=set(), run_id="t", config_hash="h", progress=False)
+    generate(
+        load_scenarios(REPO / "data" / "sample", "0", "both"),
+        setting=PromptSetting(mode="base"),
+        templates=load_templates(),
+        load_engines=lambda: {"user": engine, "assistant": engine},
+        protocol=Simulation(1, 1, {"user": Sampling(0.5, 24), "assistant": Sampling(0.0, 24)}),
+        trials=1,
+        seed=0,
+        writer=PartWriter(out / "dialogues" / "shard-000-of-001", DIALOGUE_SCHEMA),
+        done=set(),
+        run_id="t",
+        config_hash="h",
+        progress=False,
+    )
     rows = read_rows(out / "dialogues")
     groups = _by_group(build_diversity(out / "dialogues", WHOLE, True, tmp_path / "div").tables[0])
     for kind in ("SD", "MD"):

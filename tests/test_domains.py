@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_report import judge_all, make_dialogue, write_run
 
 from personalens.data import DOMAINS, domains_of, load_scenarios, load_task_definitions, load_user, validate
 from personalens.data.records import with_domains
@@ -16,16 +17,22 @@ from personalens.data.schema import SchemaError, load_schema
 from personalens.report import ReportError, build_report
 from personalens.validation.build import build_stats, built_data_stats
 
-from test_report import judge_all, make_dialogue, write_run
-
 REPO = Path(__file__).resolve().parents[1]
 ADDED = "Knitting"
-KNITTING_TASK = {"Task Number": 1, "Task Description": "The user wants a pattern for a scarf.",
-                 "User Intent": "Find a scarf pattern in your favourite yarn.",
-                 "Task Goal": "A scarf pattern in the user's yarn is chosen.",
-                 "Relevant Affinity Types": ["Yarn"]}
-SITUATION = {"Location": "Oslo, Norway", "Device": "Tablet", "Time of Day": "Evening",
-             "Day of the Week": "Sunday", "Environment": "Quiet"}
+KNITTING_TASK = {
+    "Task Number": 1,
+    "Task Description": "The user wants a pattern for a scarf.",
+    "User Intent": "Find a scarf pattern in your favourite yarn.",
+    "Task Goal": "A scarf pattern in the user's yarn is chosen.",
+    "Relevant Affinity Types": ["Yarn"],
+}
+SITUATION = {
+    "Location": "Oslo, Norway",
+    "Device": "Tablet",
+    "Time of Day": "Evening",
+    "Day of the Week": "Sunday",
+    "Environment": "Quiet",
+}
 
 
 def _json(path: Path) -> dict:
@@ -51,7 +58,10 @@ def _add_domain(root: Path) -> None:
     tasks = _json(root / "profile" / "user0" / "tasks.json")
     tasks[f"Task {len(tasks) + 1}"] = {
         **{k: KNITTING_TASK[k] for k in ("Task Description", "User Intent", "Task Goal", "Relevant Affinity Types")},
-        "task_id": f"SD-{ADDED}-task-1", "situations": SITUATION, "Relevant Domains": [ADDED]}
+        "task_id": f"SD-{ADDED}-task-1",
+        "situations": SITUATION,
+        "Relevant Domains": [ADDED],
+    }
     _save(root / "profile" / "user0" / "tasks.json", tasks)
 
 
@@ -105,9 +115,9 @@ def test_every_profile_must_hold_an_added_domain_and_stray_punctuation_still_rea
     report = validate(extended_root)
 
     assert [(p.file, p.location, p.message) for p in report.errors] == [
-        ("profile/user2/profile.json", f'"affinities"."{ADDED}"', "missing")]
-    assert [(p.location, p.message) for p in report.warnings] == [
-        (f'"interests"."{ADDED}**"', f"read as {ADDED!r}")]
+        ("profile/user2/profile.json", f'"affinities"."{ADDED}"', "missing")
+    ]
+    assert [(p.location, p.message) for p in report.warnings] == [(f'"interests"."{ADDED}**"', f"read as {ADDED!r}")]
 
 
 def test_schema_accepts_an_added_domain_and_refuses_names_that_cannot_be_a_folder(tmp_path):
@@ -125,9 +135,26 @@ def test_schema_accepts_an_added_domain_and_refuses_names_that_cannot_be_a_folde
 def test_stats_count_and_describe_an_added_domain(extended_root, tmp_path):
     schema = json.loads((REPO / "data" / "build" / "schema.json").read_text())
     path = tmp_path / "schema.json"
-    path.write_text(json.dumps([*schema, {"domain": ADDED, "description": "Knitting patterns and yarn.", "affinities": [
-        {"name": "Yarn", "description": "", "is_categorical": True, "has_multiple_values": True,
-         "possible_values": ["merino", "cotton"]}]}]))
+    path.write_text(
+        json.dumps(
+            [
+                *schema,
+                {
+                    "domain": ADDED,
+                    "description": "Knitting patterns and yarn.",
+                    "affinities": [
+                        {
+                            "name": "Yarn",
+                            "description": "",
+                            "is_categorical": True,
+                            "has_multiple_values": True,
+                            "possible_values": ["merino", "cotton"],
+                        }
+                    ],
+                },
+            ]
+        )
+    )
 
     result = build_stats(extended_root, "all", path, tmp_path / "stats")
 
@@ -144,8 +171,9 @@ def test_built_data_stats_are_table1_and_tables_8_9_with_the_build_schema(sample
     schema = load_schema(REPO / "data" / "build" / "schema.json")
     result = built_data_stats(sample_root, schema, tmp_path / "stats")
     assert [t.name for t in result.tables] == ["table1", "table8", "table9"]
-    assert {p.name for p in result.files} == {f"{t}.{ext}" for t in ("table1", "table8", "table9")
-                                              for ext in ("md", "csv", "tex")}
+    assert {p.name for p in result.files} == {
+        f"{t}.{ext}" for t in ("table1", "table8", "table9") for ext in ("md", "csv", "tex")
+    }
     # Tables 8-9 hold the schema's domains, each where the paper splits the release's
     shown = [labels[0] for t in result.tables[1:] for labels, _ in t.rows]
     assert sorted(set(shown)) == sorted(d.name for d in schema)

@@ -13,14 +13,17 @@ ZEN4 = AVX512_NO_BF16 | {"avx512_bf16"}
 SAPPHIRE_RAPIDS = AVX512_NO_BF16 | {"avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"}
 
 
-@pytest.mark.parametrize("flags, dtype", [
-    (AVX2_EPYC_ZEN3, "float32"),
-    (AVX512_NO_BF16, "float32"),
-    (set(), "float32"),
-    (ZEN4, "bfloat16"),
-    (SAPPHIRE_RAPIDS, "bfloat16"),
-    ({"amx_bf16"}, "bfloat16"),
-])
+@pytest.mark.parametrize(
+    "flags, dtype",
+    [
+        (AVX2_EPYC_ZEN3, "float32"),
+        (AVX512_NO_BF16, "float32"),
+        (set(), "float32"),
+        (ZEN4, "bfloat16"),
+        (SAPPHIRE_RAPIDS, "bfloat16"),
+        ({"amx_bf16"}, "bfloat16"),
+    ],
+)
 def test_auto_on_cpu_follows_native_bf16(flags, dtype):
     choice = choose_dtype("auto", on_cpu=True, cpu_flags=flags)
     assert (choice.configured, choice.dtype) == ("auto", dtype)
@@ -44,7 +47,8 @@ def test_accelerators_keep_vllms_own_auto():
 
 def test_cpu_flags_are_read_from_the_first_processor(tmp_path: Path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16\n\n"
-                       "processor\t: 1\nflags\t\t: fpu\n")
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n"
+    )
     assert read_cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16"}
     assert read_cpu_flags(tmp_path / "absent") == frozenset()

@@ -7,12 +7,17 @@ import os
 from pathlib import Path
 
 import pytest
+from engine_fixtures import (
+    SCORE_GRAMMAR,
+    SCORE_PATTERN,
+    TINY_MODEL,
+    assert_prefix_cache_serves_a_repeat,
+    chat,
+    tagged_grammar,
+)
 from jinja2 import TemplateError
 from omegaconf import OmegaConf
 
-from engine_fixtures import (SCORE_GRAMMAR, SCORE_PATTERN, TINY_MODEL,
-                             assert_prefix_cache_serves_a_repeat,
-                             chat, tagged_grammar)
 from personalens.engines.build import build_engines, model_configs, plan_engines
 from personalens.engines.chat import (
     ChatTemplateError,
@@ -47,9 +52,7 @@ MISTRAL_LIKE = (
 DROPS_SYSTEM = "{% for m in messages if m['role'] != 'system' %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
 
 
-@pytest.mark.parametrize(
-    ("template", "supported"), [(CHATML, True), (MISTRAL_LIKE, False), (DROPS_SYSTEM, False)]
-)
+@pytest.mark.parametrize(("template", "supported"), [(CHATML, True), (MISTRAL_LIKE, False), (DROPS_SYSTEM, False)])
 def test_template_system_role_detection(template, supported):
     assert template_supports_system_role(template) is supported
 
@@ -204,9 +207,7 @@ def test_missing_local_weights_are_reported_before_any_model_loads(tmp_path):
 
 @pytest.mark.vllm
 def test_batch_comes_back_in_request_order_with_token_counts(engine):
-    requests = [
-        chat(f"List some fruits, number {i}.", grammar=tagged_grammar(i), max_tokens=12) for i in range(4)
-    ]
+    requests = [chat(f"List some fruits, number {i}.", grammar=tagged_grammar(i), max_tokens=12) for i in range(4)]
     requests.append(chat("Write a long essay about the history of the ocean.", max_tokens=7))
     requests.append(chat("Hi", max_tokens=7))
     requests.append(chat("Say yes.", min_tokens=9, max_tokens=9))
@@ -265,8 +266,8 @@ def test_prefix_cache_hits_at_the_configured_block_size(engine):
     # the shared part are served from the cache, so vLLM's CPU default of 128 tokens per block would
     # serve none of it
     shared = "List the wombat facts. " + " ".join(f"Wombat fact {i}." for i in range(10))
-    first, = engine.generate([chat(shared + " Start with the first.", max_tokens=2)])
-    second, = engine.generate([chat(shared + " Now pick the funniest.", max_tokens=2)])
+    (first,) = engine.generate([chat(shared + " Start with the first.", max_tokens=2)])
+    (second,) = engine.generate([chat(shared + " Now pick the funniest.", max_tokens=2)])
     block = TINY_MODEL.block_size
     assert first.prompt_tokens < 128
     assert second.cached_tokens >= 2 * block and second.cached_tokens % block == 0
@@ -274,15 +275,13 @@ def test_prefix_cache_hits_at_the_configured_block_size(engine):
 
 
 def _physical_cores(cpus: set[int]) -> int:
-    siblings = {Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
-                for cpu in cpus}
+    siblings = {Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text() for cpu in cpus}
     return len(siblings)
 
 
 @pytest.mark.vllm
 def test_cpu_engine_computes_on_every_core(engine):
     import psutil
-
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
@@ -307,8 +306,9 @@ def test_system_prompt_reaches_the_model(engine):
 
 @pytest.mark.vllm
 def test_engine_runs_in_the_dtype_the_cpu_rule_chose(engine):
-    from personalens.engines.dtype import choose_dtype, read_cpu_flags
     from vllm.platforms import current_platform
+
+    from personalens.engines.dtype import choose_dtype, read_cpu_flags
 
     expected = choose_dtype("auto", on_cpu=current_platform.is_cpu(), cpu_flags=read_cpu_flags())
     assert engine.dtype == expected

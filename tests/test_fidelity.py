@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 import xgrammar as xg
+from cli_helpers import read_rows
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from test_lockstep import SAMPLING, ScriptedEngine, render, scenario
+from test_report import judge_all, make_dialogue, write_run
 
 from personalens import commands
 from personalens.config import register_resolvers
@@ -23,9 +26,6 @@ from personalens.paths import PROJECT_ROOT
 from personalens.report import ReportError, build_report
 from personalens.simulate.dialogue import Dialogue, EndRules
 from personalens.simulate.lockstep import run_lockstep
-from cli_helpers import read_rows
-from test_lockstep import SAMPLING, ScriptedEngine, render, scenario
-from test_report import judge_all, make_dialogue, write_run
 
 OFFICIAL = EndRules(terminate="substring", reply_after_cap=True)
 PAPER = EndRules()
@@ -35,8 +35,14 @@ def run_one(rules: EndRules, max_rounds: int, user_script: list[str]) -> Dialogu
     dialogue = Dialogue(scenario("user1"), setting="base", trial=0, seed=0, max_rounds=max_rounds, rules=rules)
     engine = ScriptedEngine("m", {"user1:user": user_script, "user1:assistant": []}, default="reply")
     clock = itertools.count()
-    run_lockstep([dialogue], {"user": engine, "assistant": engine}, render, SAMPLING, lambda done: None,
-                 clock=lambda: float(next(clock)))
+    run_lockstep(
+        [dialogue],
+        {"user": engine, "assistant": engine},
+        render,
+        SAMPLING,
+        lambda done: None,
+        clock=lambda: float(next(clock)),
+    )
     return dialogue
 
 
@@ -45,6 +51,7 @@ def roles(dialogue: Dialogue) -> str:
 
 
 # ---- rule 10: the round cap ---------------------------------------------------------------------
+
 
 def test_official_cap_still_asks_the_user_agent_after_the_last_assistant_reply():
     d = run_one(OFFICIAL, 2, ["open", "more", "still more"])
@@ -70,14 +77,18 @@ def test_terminate_before_the_cap_ends_after_one_more_reply_under_both(rules):
 
 # ---- rule 11: TERMINATE as a substring -----------------------------------------------------------
 
-@pytest.mark.parametrize("text,official,paper", [
-    ("All set. TERMINATE", "All set.", "All set."),
-    ("All set.TERMINATE", "All set.", "All set."),
-    ("All setTERMINATE", "All set", None),  # no word boundary: the paper's rule reads no TERMINATE
-    ("Great, TERMINATED then", "Great, D then", None),
-    ("TERMINATE thanks TERMINATE", "thanks", "thanks"),
-    ("'TERMINATE'", "''", ""),
-])
+
+@pytest.mark.parametrize(
+    "text,official,paper",
+    [
+        ("All set. TERMINATE", "All set.", "All set."),
+        ("All set.TERMINATE", "All set.", "All set."),
+        ("All setTERMINATE", "All set", None),  # no word boundary: the paper's rule reads no TERMINATE
+        ("Great, TERMINATED then", "Great, D then", None),
+        ("TERMINATE thanks TERMINATE", "thanks", "thanks"),
+        ("'TERMINATE'", "''", ""),
+    ],
+)
 def test_terminate_is_a_substring_under_official_and_a_word_under_paper(text, official, paper):
     for rules, expected in ((OFFICIAL, official), (PAPER, paper)):
         d = run_one(rules, 5, ["open", text, "later"])
@@ -99,20 +110,27 @@ def test_end_rules_reject_an_unknown_terminate_mode():
 # (text before the score, scores, separators before each free-text field, closing text)
 LAYOUTS = {
     "task_completion": ("VERDICT: ", ["True", "False"], ["\nEXPLANATION: "], ""),
-    "personalization": ("<response>\nPersonalization Score: ", ["1", "2", "3", "4"],
-                        ["\nKey Observations:\n", "\n\nJustification: ", "\n\nImprovement Suggestions:\n"],
-                        "\n</response>"),
-    "naturalness": ("<response>\nNaturalness Score: ", ["1", "2", "3", "4", "5"], ["\nJustification: "],
-                    "\n</response>"),
-    "coherence": ("<response>\nCoherence Score: ", ["1", "2", "3", "4", "5"], ["\nJustification: "],
-                  "\n</response>"),
+    "personalization": (
+        "<response>\nPersonalization Score: ",
+        ["1", "2", "3", "4"],
+        ["\nKey Observations:\n", "\n\nJustification: ", "\n\nImprovement Suggestions:\n"],
+        "\n</response>",
+    ),
+    "naturalness": (
+        "<response>\nNaturalness Score: ",
+        ["1", "2", "3", "4", "5"],
+        ["\nJustification: "],
+        "\n</response>",
+    ),
+    "coherence": ("<response>\nCoherence Score: ", ["1", "2", "3", "4", "5"], ["\nJustification: "], "\n</response>"),
 }
 
 
 def accepts(grammar: str, text: str) -> bool:
     compiler = xg.GrammarCompiler(xg.TokenizerInfo([]), cache_enabled=False)
-    matcher = xg.GrammarMatcher(compiler.compile_grammar(xg.Grammar.from_ebnf(grammar)),
-                                terminate_without_stop_token=True)
+    matcher = xg.GrammarMatcher(
+        compiler.compile_grammar(xg.Grammar.from_ebnf(grammar)), terminate_without_stop_token=True
+    )
     return matcher.accept_string(text) and matcher.is_terminated()
 
 
@@ -148,8 +166,10 @@ def test_official_grammar_refuses_a_budget_too_small_for_the_layout():
 RELEASED = PROJECT_ROOT.parent / "shared" / "official-code"
 
 
-@pytest.mark.skipif(not (RELEASED / "util" / "gather_evaluation.py").is_file(),
-                    reason=f"the released PersonaLens code is not at {RELEASED}")
+@pytest.mark.skipif(
+    not (RELEASED / "util" / "gather_evaluation.py").is_file(),
+    reason=f"the released PersonaLens code is not at {RELEASED}",
+)
 def test_every_official_output_is_read_alike_by_the_released_gathering_code(tmp_path, monkeypatch):
     """Outputs of the official grammars, read by the release's own util/gather_evaluation.py from its
     file layout, and by our parser: the same scores; a TC output without a verdict is False for both."""
@@ -159,12 +179,16 @@ def test_every_official_output_is_read_alike_by_the_released_gathering_code(tmp_
     from util import gather_evaluation as released  # the released module (no client imports)
 
     formats = official_formats(800)
-    cases = {"task_completion": [layout("task_completion", "True", ["fine"]),
-                                 layout("task_completion", "False", ["VERDICT: True was not earned"]),
-                                 "EXPLANATION: the judge forgot its verdict"],
-             "personalization": [layout("personalization", s, ["k", "Personalization Score: 9", "i"]) for s in "1234"],
-             "naturalness": [layout("naturalness", s, ["j"]) for s in "15"],
-             "coherence": [layout("coherence", s, ["j"]) for s in "24"]}
+    cases = {
+        "task_completion": [
+            layout("task_completion", "True", ["fine"]),
+            layout("task_completion", "False", ["VERDICT: True was not earned"]),
+            "EXPLANATION: the judge forgot its verdict",
+        ],
+        "personalization": [layout("personalization", s, ["k", "Personalization Score: 9", "i"]) for s in "1234"],
+        "naturalness": [layout("naturalness", s, ["j"]) for s in "15"],
+        "coherence": [layout("coherence", s, ["j"]) for s in "24"],
+    }
     base = tmp_path / "evaluation"
     for dimension, outputs in cases.items():
         for k, text in enumerate(outputs):
@@ -172,8 +196,9 @@ def test_every_official_output_is_read_alike_by_the_released_gathering_code(tmp_
                 assert accepts(formats[dimension].grammar, text)
             folder = base / f"user{k}" / "asst" / dimension / "judge"
             folder.mkdir(parents=True)
-            (folder / f"SD-Alarm-task-1{'' if dimension in ('task_completion', 'personalization') else '_asst'}.txt"
-             ).write_text(text)
+            (
+                folder / f"SD-Alarm-task-1{'' if dimension in ('task_completion', 'personalization') else '_asst'}.txt"
+            ).write_text(text)
         ours = [formats[dimension].parse(t) for t in outputs]
         assert all(v.parsed for v in ours)
         users = list(range(len(outputs)))
@@ -182,10 +207,20 @@ def test_every_official_output_is_read_alike_by_the_released_gathering_code(tmp_
             assert result["total_files"] == len(outputs)  # the verdict-less output stays in the denominator
             assert result["tc_rate"] == sum(v.score for v in ours) / len(ours) == 1 / 3
         else:
-            label = {"personalization": "Personalization Score", "naturalness": "Naturalness Score",
-                     "coherence": "Coherence Score"}[dimension]
-            result = released.analyze_quality_ratings(users, str(base), "asst", "judge", label, dimension=dimension,
-                                                      file_ext="" if dimension == "personalization" else "_asst")
+            label = {
+                "personalization": "Personalization Score",
+                "naturalness": "Naturalness Score",
+                "coherence": "Coherence Score",
+            }[dimension]
+            result = released.analyze_quality_ratings(
+                users,
+                str(base),
+                "asst",
+                "judge",
+                label,
+                dimension=dimension,
+                file_ext="" if dimension == "personalization" else "_asst",
+            )
             assert result["raw_data"]["coherence_ratings"] == [v.score for v in ours]
 
 
@@ -196,6 +231,7 @@ def test_formats_named_rejects_an_unknown_format():
 
 
 # ---- the options end to end through the commands, with scripted engines --------------------------
+
 
 def config(*overrides: str):
     register_resolvers()
@@ -208,9 +244,12 @@ class PromptRecorder:
     and keeps the messages it was sent."""
 
     name = "scripted"
-    JUDGE = {"VERDICT": "VERDICT: True\nEXPLANATION: done", "Personalization": layout(
-        "personalization", "3", ["- a", "b", "- c"]), "Naturalness": layout("naturalness", "4", ["fine"]),
-        "Coherence": layout("coherence", "5", ["fine"])}
+    JUDGE = {
+        "VERDICT": "VERDICT: True\nEXPLANATION: done",
+        "Personalization": layout("personalization", "3", ["- a", "b", "- c"]),
+        "Naturalness": layout("naturalness", "4", ["fine"]),
+        "Coherence": layout("coherence", "5", ["fine"]),
+    }
 
     def __init__(self):
         self.requests = []
@@ -224,8 +263,11 @@ class PromptRecorder:
                 assert accepts(r.grammar, text)
             else:
                 user_turn = r.messages[-1]["content"].startswith("<user_profile>")
-                text = "Thanks, that works. TERMINATE" if user_turn and "[ASSISTANT]" in r.messages[-1]["content"] \
+                text = (
+                    "Thanks, that works. TERMINATE"
+                    if user_turn and "[ASSISTANT]" in r.messages[-1]["content"]
                     else "Sure."
+                )
             out.append(Generation(text, prompt_tokens=10, completion_tokens=2))
         return out
 
@@ -242,8 +284,10 @@ def test_official_default_runs_generate_judge_and_report_with_the_released_shape
     assistant_prompts = [r.messages for r in dialogue_requests if r.messages not in user_prompts]
     assert user_prompts and assistant_prompts
     assert all(len(m) == 2 and m[0]["role"] == "system" for m in user_prompts)
-    assert all(len(m) == 2 and m[1]["role"] == "user" and "\nConversation History:\nUser: " in m[1]["content"]
-               for m in assistant_prompts)
+    assert all(
+        len(m) == 2 and m[1]["role"] == "user" and "\nConversation History:\nUser: " in m[1]["content"]
+        for m in assistant_prompts
+    )
     for row in read_rows(out / "dialogues"):
         assert [t["role"] for t in row["turns"]] == ["user", "assistant", "user", "assistant"]
         assert row["turns"][2]["text"] == "Thanks, that works."
@@ -254,10 +298,12 @@ def test_official_default_runs_generate_judge_and_report_with_the_released_shape
     assert judgments and all(j["parsed"] for j in judgments)
     assert {j["score"] for j in judgments if j["dimension"] == "personalization"} == {3.0}
     speakers = {r.messages[0]["content"].split("\n")[0] for r in engine.requests if "Naturalness" in r.grammar}
-    assert speakers == {"Task: Evaluate the naturalness of a User's requests in a dialogue by assessing how closely "
-                        "they resemble natural human communication.",
-                        "Task: Evaluate the naturalness of an AI assistant's responses in a dialogue by assessing "
-                        "how closely they resemble human communication."}
+    assert speakers == {
+        "Task: Evaluate the naturalness of a User's requests in a dialogue by assessing how closely "
+        "they resemble natural human communication.",
+        "Task: Evaluate the naturalness of an AI assistant's responses in a dialogue by assessing "
+        "how closely they resemble human communication.",
+    }
     err = capsys.readouterr().err
     assert "generate: fidelity option official" in err and "judge: fidelity option official" in err
 
@@ -275,16 +321,18 @@ def test_official_default_runs_generate_judge_and_report_with_the_released_shape
 
 
 def test_paper_option_renders_the_figures_and_chat_turns(tmp_path):
-    cfg = config(f"run.out_dir={tmp_path / 'run'}", "fidelity=paper", "protocol.max_rounds_sd=1",
-                 "protocol.max_rounds_md=1")
+    cfg = config(
+        f"run.out_dir={tmp_path / 'run'}", "fidelity=paper", "protocol.max_rounds_sd=1", "protocol.max_rounds_md=1"
+    )
     engine = PromptRecorder()
     assert commands.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
     user_agent = [r.messages for r in engine.requests if len(r.messages) == 1]
     assistant = [r.messages for r in engine.requests if len(r.messages) > 1]
     assert user_agent and all(m[0]["content"].startswith("You are tasked") for m in user_agent)
     # the assistant: the system prompt, then the dialogue as chat turns
-    assert assistant and all(m[0]["role"] == "system" and m[1:] == [{"role": "user", "content": "Sure."}]
-                             for m in assistant)
+    assert assistant and all(
+        m[0]["role"] == "system" and m[1:] == [{"role": "user", "content": "Sure."}] for m in assistant
+    )
     assert all(len(row["turns"]) == 2 for row in read_rows(tmp_path / "run" / "dialogues"))
 
 
@@ -296,13 +344,19 @@ def test_unknown_prompt_family_is_refused_before_anything_runs(tmp_path):
 
 # ---- rows 13 and 14 and the published Table 3 in the report ---------------------------------------
 
+
 def run_with_config(run_dir: Path, fidelity: str, model: str) -> Path:
-    dialogues = [make_dialogue(0, "SD", ["Alarm"], model=model), make_dialogue(1, "MD", ["Books", "Hotels"], model=model)]
+    dialogues = [
+        make_dialogue(0, "SD", ["Alarm"], model=model),
+        make_dialogue(1, "MD", ["Books", "Hotels"], model=model),
+    ]
     judgments = judge_all(dialogues[0], 1.0, 3.0) + judge_all(dialogues[1], 0.0, 2.0)
     write_run(run_dir, dialogues, judgments, shards=1)
     cfg = config(f"fidelity={fidelity}", "model@assistant=llama31_8b", "assistant.path=null")
-    OmegaConf.save(OmegaConf.create({"fingerprint": "f", "config": OmegaConf.to_container(cfg, resolve=True)}),
-                   run_dir / "generate.yaml")
+    OmegaConf.save(
+        OmegaConf.create({"fingerprint": "f", "config": OmegaConf.to_container(cfg, resolve=True)}),
+        run_dir / "generate.yaml",
+    )
     return run_dir
 
 
@@ -317,8 +371,9 @@ def test_official_report_shows_the_published_row_figure4_sd_only_and_tcr_with_tw
     assert "Fidelity option: official" in md and "User agent: SmolLM2-135M-Instruct" in md
     assert {labels[-1] for labels, _ in report.by_domain.rows} == {"Alarm"}  # SD dialogues only
 
-    paper = build_report([run_with_config(tmp_path / "paper", "paper", "Llama-3.1-8B-Instruct")],
-                         tmp_path / "out2", bootstrap=50)
+    paper = build_report(
+        [run_with_config(tmp_path / "paper", "paper", "Llama-3.1-8B-Instruct")], tmp_path / "out2", bootstrap=50
+    )
     assert [labels for labels, _ in paper.table3.rows] == [("Llama-3.1-8B-Instruct",)]
     assert {labels[-1] for labels, _ in paper.by_domain.rows} == {"Alarm", "Books", "Hotels"}
 

@@ -21,23 +21,29 @@ import pytest
 
 from personalens.data import load_scenarios
 from personalens.data.records import Turn
-from personalens.prompts import PromptSetting, assistant_messages, judge_messages, load_templates, user_agent_messages
 from personalens.paths import PROJECT_ROOT
+from personalens.prompts import PromptSetting, assistant_messages, judge_messages, load_templates, user_agent_messages
 
 OFFICIAL = PROJECT_ROOT.parent / "shared" / "official-code"
 USERS = (0, 1, 2)
 # the released code's assistant model ids -> our prompt families
 FAMILIES = {"claude-3-sonnet-v1": "default", "llama-3-1-8b-instruct-v1": "llama", "mistral-7b-instruct-v2": "mistral"}
 # the released code's flags (demographic, past interaction summary, situation) -> our settings
-FLAGS = {(False, False, False): "base", (True, False, False): "base+D", (False, True, False): "base+I",
-         (False, False, True): "base+S", (True, True, True): "base+D+I+S"}
+FLAGS = {
+    (False, False, False): "base",
+    (True, False, False): "base+D",
+    (False, True, False): "base+I",
+    (False, False, True): "base+S",
+    (True, True, True): "base+D+I+S",
+}
 USER_SYSTEM_START = "<instruction>\nYou are tasked"
 OPENING, CLOSING = "Hi, can you give me a hand with something?", "Perfect, that's all. TERMINATE"
 ASSISTANT_REPLY = "  Sure thing, done.\n"  # the released code keeps Claude's text as is, lstrips Llama's/Mistral's
 
 pytestmark = pytest.mark.skipif(
     not (OFFICIAL / "src" / "generate_dialogue.py").is_file(),
-    reason=f"the released PersonaLens code is not at {OFFICIAL} (it is reference material outside the repository)")
+    reason=f"the released PersonaLens code is not at {OFFICIAL} (it is reference material outside the repository)",
+)
 
 
 class Recorder:
@@ -83,8 +89,10 @@ def released(tmp_path_factory, shared_data_root):
     mp.chdir(work)
     from src import generate_dialogue, generate_dialogue_md  # noqa: E402  (the released modules)
     from util import assistant_prompts
-    yield types.SimpleNamespace(recorder=recorder, sd=generate_dialogue, md=generate_dialogue_md,
-                                prompts=assistant_prompts, work=work)
+
+    yield types.SimpleNamespace(
+        recorder=recorder, sd=generate_dialogue, md=generate_dialogue_md, prompts=assistant_prompts, work=work
+    )
     mp.undo()
     for name in [n for n in sys.modules if n in ("src", "util") or n.startswith(("src.", "util."))]:
         del sys.modules[name]
@@ -105,15 +113,24 @@ def simulate(released, model: str, flags: tuple[bool, bool, bool], kind: str) ->
     request) per model call, in call order (the tasks file's order, four calls per task)."""
     released.recorder.calls.clear()
     module = released.sd if kind == "SD" else released.md
-    args = argparse.Namespace(demographic=flags[0], past_interaction_summary=flags[1], situation=flags[2],
-                              model_id_asst=model, model_id_user="claude-3-sonnet-v1", bedrock_region="us-east-1")
+    args = argparse.Namespace(
+        demographic=flags[0],
+        past_interaction_summary=flags[1],
+        situation=flags[2],
+        model_id_asst=model,
+        model_id_user="claude-3-sonnet-v1",
+        bedrock_region="us-east-1",
+    )
     for user in USERS:
         module.main(user, args)
     calls = iter(released.recorder.calls)
     out = []
     for user in USERS:
-        tasks = json.loads((released.work / "data" / "profile" / f"user{user}" /
-                            ("tasks.json" if kind == "SD" else "tasks_md.json")).read_text())
+        tasks = json.loads(
+            (
+                released.work / "data" / "profile" / f"user{user}" / ("tasks.json" if kind == "SD" else "tasks_md.json")
+            ).read_text()
+        )
         for task in tasks.values():
             out += [(f"user{user}", task["task_id"], next(calls)) for _ in range(4)]
     assert next(calls, None) is None
@@ -131,24 +148,29 @@ def sent_messages(request: dict, model: str, system: str) -> list[dict]:
     Mistral, whose format has no system role, the one [INST] block's text."""
     if "messages" in request:
         assert len(request["messages"]) == 1 and request["messages"][0]["role"] == "user"
-        return [{"role": "system", "content": request["system"]},
-                {"role": "user", "content": request["messages"][0]["content"][0]["text"]}]
+        return [
+            {"role": "system", "content": request["system"]},
+            {"role": "user", "content": request["messages"][0]["content"][0]["text"]},
+        ]
     raw = request["prompt"]
     if "llama" in model:
-        head = f"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>\n" \
-               "<|start_header_id|>user<|end_header_id|>\n\n"
+        head = (
+            f"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>\n"
+            "<|start_header_id|>user<|end_header_id|>\n\n"
+        )
         tail = "<|eot_id|>\n<|start_header_id|>assistant<|end_header_id|>"
         assert raw.startswith(head) and raw.endswith(tail), raw[:200]
-        return [{"role": "system", "content": system}, {"role": "user", "content": raw[len(head):-len(tail)]}]
+        return [{"role": "system", "content": system}, {"role": "user", "content": raw[len(head) : -len(tail)]}]
     assert raw.startswith("<s>[INST]") and raw.endswith("[/INST]"), raw[:200]
-    return [{"role": "user", "content": raw[len("<s>[INST]"):-len("[/INST]")]}]
+    return [{"role": "user", "content": raw[len("<s>[INST]") : -len("[/INST]")]}]
 
 
 @pytest.mark.parametrize("kind", ["SD", "MD"])
 @pytest.mark.parametrize("model", list(FAMILIES))
 @pytest.mark.parametrize("flags", list(FLAGS), ids=list(FLAGS.values()))
 def test_user_agent_and_assistant_prompts_match_the_released_simulation(
-        released, scenarios, templates, model, flags, kind):
+    released, scenarios, templates, model, flags, kind
+):
     family, setting = FAMILIES[model], PromptSetting.from_label(FLAGS[flags])
     tag = "".join(t for t, on in zip(("_d", "_p", "_s"), flags) if on)
     calls = simulate(released, model, flags, kind)
@@ -170,8 +192,10 @@ def test_vanilla_assistant_prompt_matches_the_released_vanilla_prompts(released,
     """The release's only vanilla prompts (CLAUDE_*_VANILLA), which its simulation never selects by
     itself: assembled here with its own prompt template class, for every family."""
     module = released.sd if kind == "SD" else released.md
-    template = module.AssistantPromptTemplate(system_prompt=released.prompts.CLAUDE_SYSTEM_PROMPT_VANILLA,
-                                              task_prompt=released.prompts.CLAUDE_TASK_PROMPT_VANILLA)
+    template = module.AssistantPromptTemplate(
+        system_prompt=released.prompts.CLAUDE_SYSTEM_PROMPT_VANILLA,
+        task_prompt=released.prompts.CLAUDE_TASK_PROMPT_VANILLA,
+    )
     simulate(released, "claude-3-sonnet-v1", (False, False, False), kind)
     checked = 0
     for (user_id, task_id), scenario in scenarios.items():
@@ -180,16 +204,23 @@ def test_vanilla_assistant_prompt_matches_the_released_vanilla_prompts(released,
         dialogue = saved_dialogue(released, user_id, task_id, "claude-3-sonnet-v1")
         for cut in (1, 3):
             history = [{"role": t.role, "content": t.text} for t in dialogue[:cut]]
-            expected = [{"role": "system", "content": template.system_prompt},
-                        {"role": "user", "content": template.format_prompt({}, {}, {}, [False] * 3, history)}]
+            expected = [
+                {"role": "system", "content": template.system_prompt},
+                {"role": "user", "content": template.format_prompt({}, {}, {}, [False] * 3, history)},
+            ]
             assert assistant_messages(templates, scenario, dialogue[:cut], PromptSetting("vanilla"), family) == expected
             checked += 1
     assert checked
 
 
-JUDGE_RUNS = [("task_completion", "", None), ("personalization", "", None),
-              ("naturalness", "", "user"), ("naturalness", "-a", "assistant"),
-              ("coherence", "", "user"), ("coherence", "-a", "assistant")]
+JUDGE_RUNS = [
+    ("task_completion", "", None),
+    ("personalization", "", None),
+    ("naturalness", "", "user"),
+    ("naturalness", "-a", "assistant"),
+    ("coherence", "", "user"),
+    ("coherence", "-a", "assistant"),
+]
 
 
 @pytest.mark.parametrize("kind", ["SD", "MD"])
@@ -198,8 +229,19 @@ def test_judge_prompts_match_the_released_evaluation(released, scenarios, templa
     """The released judge script run on the dialogues its simulation wrote (base setting)."""
     simulate(released, "claude-3-sonnet-v1", (False, False, False), kind)
     released.recorder.calls.clear()
-    argv = ["evaluate_dialogue.py", "-s", str(USERS[0]), "-e", str(USERS[-1]), "-m", "claude-3-sonnet-v1",
-            "-d", dimension, *([flag] if flag else []), *(["-md"] if kind == "MD" else [])]
+    argv = [
+        "evaluate_dialogue.py",
+        "-s",
+        str(USERS[0]),
+        "-e",
+        str(USERS[-1]),
+        "-m",
+        "claude-3-sonnet-v1",
+        "-d",
+        dimension,
+        *([flag] if flag else []),
+        *(["-md"] if kind == "MD" else []),
+    ]
     mp = pytest.MonkeyPatch()
     mp.setattr(sys, "argv", argv)
     try:

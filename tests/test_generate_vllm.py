@@ -7,9 +7,9 @@ import re
 from collections import Counter
 
 import pytest
+from cli_helpers import REPO, kill_once, read_rows, run_cli, start_cli
 from omegaconf import OmegaConf
 
-from cli_helpers import REPO, kill_once, read_rows, run_cli, start_cli
 from personalens.data import load_scenarios
 from personalens.engines.dtype import choose_dtype, read_cpu_flags
 
@@ -75,8 +75,15 @@ def test_a_killed_run_resumes_with_no_dialogue_lost_or_duplicated(tmp_path):
     out = tmp_path / "run"
     # single-domain dialogues end after 1 round, multi-domain ones after 4: the kill lands after
     # the first part file (the SD dialogues) and before the MD dialogues finish
-    args = ["generate", "data.users=0", "protocol=quick", "protocol.max_rounds_sd=1",
-            "protocol.max_rounds_md=4", f"run.out_dir={out}", "progress=false"]
+    args = [
+        "generate",
+        "data.users=0",
+        "protocol=quick",
+        "protocol.max_rounds_sd=1",
+        "protocol.max_rounds_md=4",
+        f"run.out_dir={out}",
+        "progress=false",
+    ]
     proc = start_cli(*args, log=tmp_path / "first.log")
     kill_once(proc, lambda: any((out / "dialogues").rglob("part-*.parquet")), tmp_path / "first.log")
     before = read_rows(out / "dialogues")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import pytest
 import xgrammar as xg
@@ -37,7 +37,7 @@ def render(dimension: str, score: str, texts: list[str], sep: str = "\n\n") -> s
     return f"<response>{score_label} {score}{body}</response>"
 
 
-@lru_cache(maxsize=None)
+@cache
 def compiled(grammar: str) -> xg.CompiledGrammar:
     # An empty vocabulary: the matcher then checks strings, which is all these tests need.
     compiler = xg.GrammarCompiler(xg.TokenizerInfo([]), cache_enabled=False)
@@ -57,7 +57,7 @@ WELL_FORMED = [
     ("task_completion", " False EXPLANATION:", 0.0),
     (
         "personalization",
-        "<response>Personalization Score: 3\nKey Observations: - Recalled the \"quiet\" "
+        '<response>Personalization Score: 3\nKey Observations: - Recalled the "quiet" '
         "preference\n- Missed the vegan diet (see turn 2).\n\nJustification: Proactive, "
         "but asked for the time again: 07:30 was known.\n\nImprovement Suggestions: "
         "Use past <bookings> & defaults; avoid re-asking.</response>",
@@ -145,24 +145,24 @@ REJECTED = [
     ("naturalness", "<response>Justification: Fine.</response>"),
     ("naturalness", "<response>Naturalness Score:\n\nJustification: Fine.</response>"),
     ("coherence", "<response>Justification: Fine.\nCoherence Score: 4</response>"),
-    ("personalization", "<response>Key Observations: a\nJustification: b\n"
-     "Improvement Suggestions: c</response>"),
+    ("personalization", "<response>Key Observations: a\nJustification: b\nImprovement Suggestions: c</response>"),
     ("task_completion", "EXPLANATION: The goals were met."),
     ("task_completion", "VERDICT: True\nEXPLANATION: restated label"),
     # fields missing, out of order, or glued to the score
-    ("personalization", "<response>Personalization Score: 2\nJustification: b\n"
-     "Improvement Suggestions: c</response>"),
+    ("personalization", "<response>Personalization Score: 2\nJustification: b\nImprovement Suggestions: c</response>"),
     ("naturalness", "<response>Naturalness Score: 4Justification: x</response>"),
     ("task_completion", " True"),
     # text after the closing tag, or the closing tag inside a field
     ("naturalness", "<response>Naturalness Score: 4\nJustification: x</response> more"),
     ("coherence", "<response>Coherence Score: 4\nJustification: x</response>y</response>"),
     # a later label inside an earlier field
-    ("personalization", "<response>Personalization Score: 2\nKey Observations: a "
-     "Improvement Suggestions: z\nJustification: b\nImprovement Suggestions: c</response>"),
+    (
+        "personalization",
+        "<response>Personalization Score: 2\nKey Observations: a "
+        "Improvement Suggestions: z\nJustification: b\nImprovement Suggestions: c</response>",
+    ),
     # preamble before the response
-    ("naturalness", "Here is my evaluation:\n<response>Naturalness Score: 4\n"
-     "Justification: x</response>"),
+    ("naturalness", "Here is my evaluation:\n<response>Naturalness Score: 4\nJustification: x</response>"),
 ]
 
 

@@ -14,10 +14,14 @@ from personalens.simulate.lockstep import run_lockstep
 
 
 def scenario(user: str, task: str = "SD-Alarm-task-1", kind: str = "SD") -> Scenario:
-    profile = UserProfile(index=int(user[4:]), user_id=user, demographics={}, interests={},
-                          affinities={}, interactions={})
-    return Scenario(profile, Task(task, kind, "d", "i", "g", ("Alarm",), ()),
-                    Situation("Paris", "Phone", "Morning", "Monday", "Quiet"))
+    profile = UserProfile(
+        index=int(user[4:]), user_id=user, demographics={}, interests={}, affinities={}, interactions={}
+    )
+    return Scenario(
+        profile,
+        Task(task, kind, "d", "i", "g", ("Alarm",), ()),
+        Situation("Paris", "Phone", "Morning", "Monday", "Quiet"),
+    )
 
 
 class ScriptedEngine:
@@ -36,8 +40,14 @@ class ScriptedEngine:
             dialogue_id, role = r.messages[0]["content"].split("|")
             batch.append((dialogue_id, role))
             text = next(self.scripts.get(f"{dialogue_id}:{role}", iter(())), self.default)
-            out.append(Generation(text, prompt_tokens=10, completion_tokens=len(text.split()),
-                                  cached_tokens=4 if role == "assistant" else 0))
+            out.append(
+                Generation(
+                    text,
+                    prompt_tokens=10,
+                    completion_tokens=len(text.split()),
+                    cached_tokens=4 if role == "assistant" else 0,
+                )
+            )
         self.calls.append(batch)
         return out
 
@@ -50,15 +60,13 @@ SAMPLING = {"user": Sampling(temperature=0.5, max_tokens=8), "assistant": Sampli
 
 
 def dialogues(*specs: tuple[str, int]) -> list[Dialogue]:
-    return [Dialogue(scenario(u), setting="base", trial=0, seed=i, max_rounds=m)
-            for i, (u, m) in enumerate(specs)]
+    return [Dialogue(scenario(u), setting="base", trial=0, seed=i, max_rounds=m) for i, (u, m) in enumerate(specs)]
 
 
 def simulate(ds, engines):
     finished_batches = []
     clock = itertools.count()
-    run_lockstep(ds, engines, render, SAMPLING, finished_batches.append,
-                 clock=lambda: float(next(clock)))
+    run_lockstep(ds, engines, render, SAMPLING, finished_batches.append, clock=lambda: float(next(clock)))
     return finished_batches
 
 
@@ -91,13 +99,21 @@ def test_each_step_sends_exactly_the_waiting_dialogues_and_finished_ones_drop_ou
 
 
 def test_terminate_is_removed_and_the_assistant_answers_once_more():
-    engine = ScriptedEngine("m", {"user1:user": ["book a table", "perfect, thanks! TERMINATE"],
-                                  "user1:assistant": ["which time?", "booked", "goodbye!"]})
+    engine = ScriptedEngine(
+        "m",
+        {
+            "user1:user": ["book a table", "perfect, thanks! TERMINATE"],
+            "user1:assistant": ["which time?", "booked", "goodbye!"],
+        },
+    )
     (d,) = dialogues(("user1", 20))
     simulate([d], {"user": engine, "assistant": engine})
     assert [(t.role, t.text) for t in d.turns] == [
-        ("user", "book a table"), ("assistant", "which time?"),
-        ("user", "perfect, thanks!"), ("assistant", "booked")]
+        ("user", "book a table"),
+        ("assistant", "which time?"),
+        ("user", "perfect, thanks!"),
+        ("assistant", "booked"),
+    ]
     assert d.ended == "terminated"
 
 
@@ -155,10 +171,13 @@ def test_a_reply_for_the_wrong_role_is_refused():
         d.add("assistant", "hi", 1, 1, 0.0)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Great, thanks! TERMINATE", "Great, thanks!"),
-    ("TERMINATE", ""),
-    ("All set. 'TERMINATE'", "All set."),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Great, thanks! TERMINATE", "Great, thanks!"),
+        ("TERMINATE", ""),
+        ("All set. 'TERMINATE'", "All set."),
+    ],
+)
 def test_strip_terminate(text, expected):
     assert strip_terminate(text) == expected

@@ -8,9 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from personalens.store import JUDGMENT_SCHEMA
 from personalens.merge import merge
-from personalens.store import DIALOGUE_SCHEMA
+from personalens.store import DIALOGUE_SCHEMA, JUDGMENT_SCHEMA
 
 DIMENSIONS = ["task_completion", "personalization", "naturalness", "coherence"]
 # naturalness and coherence are scored once per speaker
@@ -19,18 +18,30 @@ JUDGMENTS_PER_DIALOGUE = 6
 USERS = {"user0": 0, "user1": 0, "user2": 1}
 TASKS = ["SD-Alarm-task-1", "MD-task-3"]
 TRIALS = 2
-EXPECTED = {(user, task, "base", trial): shard
-            for user, shard in USERS.items() for task in TASKS for trial in range(TRIALS)}
+EXPECTED = {
+    (user, task, "base", trial): shard for user, shard in USERS.items() for task in TASKS for trial in range(TRIALS)
+}
 
 
 def dialogue_row(key: tuple) -> dict:
     user, task, setting, trial = key
     return {
-        "run_id": "test", "user_id": user, "user_index": int(user[4:]), "task_id": task,
-        "kind": task[:2], "domains": ["Alarm"], "setting": setting, "trial": trial, "seed": trial,
-        "assistant_model": "a", "user_model": "u",
+        "run_id": "test",
+        "user_id": user,
+        "user_index": int(user[4:]),
+        "task_id": task,
+        "kind": task[:2],
+        "domains": ["Alarm"],
+        "setting": setting,
+        "trial": trial,
+        "seed": trial,
+        "assistant_model": "a",
+        "user_model": "u",
         "turns": [{"role": "user", "text": "hi", "prompt_tokens": 3, "completion_tokens": 1}],
-        "rounds": 1, "ended": "terminated", "opening_terminate": False, "seconds": 0.5,
+        "rounds": 1,
+        "ended": "terminated",
+        "opening_terminate": False,
+        "seconds": 0.5,
         "config_hash": "abc",
     }
 
@@ -38,13 +49,24 @@ def dialogue_row(key: tuple) -> dict:
 def judgment_rows(key: tuple) -> list[dict]:
     ids = {k: v for k, v in dialogue_row(key).items() if k in JUDGMENT_SCHEMA.names}
     speakers = {"naturalness": ["assistant", "user"], "coherence": ["assistant", "user"]}
-    return [{**ids, "dimension": dim, "speaker": speaker, "turn": -1, "score": 1.0, "parsed": True,
-             "judge_text": "1", "judge_model": "j", "prompt_hash": "h"}
-            for dim in DIMENSIONS for speaker in speakers.get(dim, [""])]
+    return [
+        {
+            **ids,
+            "dimension": dim,
+            "speaker": speaker,
+            "turn": -1,
+            "score": 1.0,
+            "parsed": True,
+            "judge_text": "1",
+            "judge_model": "j",
+            "prompt_hash": "h",
+        }
+        for dim in DIMENSIONS
+        for speaker in speakers.get(dim, [""])
+    ]
 
 
-def write_part(out_dir: Path, table: str, shard: int, rows: list[dict], part: int = 0,
-               count: int = 2) -> None:
+def write_part(out_dir: Path, table: str, shard: int, rows: list[dict], part: int = 0, count: int = 2) -> None:
     schema = DIALOGUE_SCHEMA if table == "dialogues" else JUDGMENT_SCHEMA
     folder = out_dir / table / f"shard-{shard:03d}-of-{count:03d}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -55,7 +77,7 @@ def write_run(out_dir: Path, keys=EXPECTED) -> None:
     """Every shard's dialogues and judgments, each shard split over two part files."""
     for shard in (0, 1):
         mine = [key for key in keys if keys[key] == shard]
-        for part, half in enumerate((mine[: len(mine) // 2], mine[len(mine) // 2:])):
+        for part, half in enumerate((mine[: len(mine) // 2], mine[len(mine) // 2 :])):
             write_part(out_dir, "dialogues", shard, [dialogue_row(k) for k in half], part)
             write_part(out_dir, "judgments", shard, [r for k in half for r in judgment_rows(k)], part)
 
@@ -75,11 +97,11 @@ def test_complete_run_merges_every_row_once(tmp_path):
     assert sorted(keys) == sorted(EXPECTED)
     judgments = pq.read_table(tmp_path / "merged" / "judgments.parquet")
     assert judgments.num_rows == len(EXPECTED) * JUDGMENTS_PER_DIALOGUE
-    judged = set(zip(*(judgments.column(c).to_pylist()
-                       for c in ("user_id", "task_id", "trial", "dimension", "speaker"))))
+    judged = set(
+        zip(*(judgments.column(c).to_pylist() for c in ("user_id", "task_id", "trial", "dimension", "speaker")))
+    )
     assert len(judged) == judgments.num_rows
-    assert set(result.written) == {tmp_path / "merged" / "dialogues.parquet",
-                                   tmp_path / "merged" / "judgments.parquet"}
+    assert set(result.written) == {tmp_path / "merged" / "dialogues.parquet", tmp_path / "merged" / "judgments.parquet"}
     # only the two tables: no temporary files left behind
     assert [p.name for p in merged_files(tmp_path)] == ["dialogues.parquet", "judgments.parquet"]
 
@@ -143,8 +165,9 @@ def test_missing_judgments_are_refused(tmp_path):
     assert not result.ok
     [shard] = result.problems
     assert (shard.index, shard.missing_dialogues) == (0, ())
-    assert shard.missing_judgments == ((dropped["user_id"], dropped["task_id"], dropped["setting"],
-                                        dropped["trial"], "naturalness", "user", -1),)
+    assert shard.missing_judgments == (
+        (dropped["user_id"], dropped["task_id"], dropped["setting"], dropped["trial"], "naturalness", "user", -1),
+    )
     assert "1 judgments missing" in result.format()
     assert merged_files(tmp_path) == []
 
@@ -170,8 +193,9 @@ def test_only_the_requested_dimensions_are_required(tmp_path, dimensions, per_di
     for shard in (0, 1):
         keys = [k for k, s in EXPECTED.items() if s == shard]
         write_part(tmp_path, "dialogues", shard, [dialogue_row(k) for k in keys])
-        write_part(tmp_path, "judgments", shard,
-                   [r for k in keys for r in judgment_rows(k) if r["dimension"] in dimensions])
+        write_part(
+            tmp_path, "judgments", shard, [r for k in keys for r in judgment_rows(k) if r["dimension"] in dimensions]
+        )
     result = merge(tmp_path, EXPECTED, dimensions, shard_count=2)
     assert result.ok, result.format()
     assert result.judgments == len(EXPECTED) * per_dialogue

@@ -43,8 +43,9 @@ def test_embedding_selections_scored_against_the_human_majority():
     assert chosen == [True, True, True, False, False, False]
     humans = {"a": [1, 0, 0, 1, 0, 0], "b": [1, 0, 0, 1, 0, 1], "c": [1, 1, 0, 0, 0, 0]}
     gold = [1, 0, 0, 1, 0, 0]  # two of three
-    out = M.relevance({k: dict(enumerate(map(bool, v))) for k, v in humans.items()},
-                      {"embedding": dict(enumerate(chosen))}, BOOT)["embedding"]
+    out = M.relevance(
+        {k: dict(enumerate(map(bool, v))) for k, v in humans.items()}, {"embedding": dict(enumerate(chosen))}, BOOT
+    )["embedding"]
     tp = sum(c and g for c, g in zip(chosen, gold))  # 1: only the first
     precision, recall = tp / sum(chosen), tp / sum(gold)
     assert out["precision"].mean == pytest.approx(1 / 3) == pytest.approx(precision)
@@ -54,9 +55,13 @@ def test_embedding_selections_scored_against_the_human_majority():
     assert out["selection rate"].mean == pytest.approx(1 / 2)
 
 
-TEXTS = ["I love hiking in the mountains on weekends.", "Suggest a trail for a weekend walk.",
-         "My cat has been sick all week.", "What is a good recipe for vegetarian lasagna?",
-         "word " * 600]  # longer than the model's window: cut to it, not refused
+TEXTS = [
+    "I love hiking in the mountains on weekends.",
+    "Suggest a trail for a weekend walk.",
+    "My cat has been sick all week.",
+    "What is a good recipe for vegetarian lasagna?",
+    "word " * 600,
+]  # longer than the model's window: cut to it, not refused
 
 
 def reference(texts: list[str]) -> np.ndarray:

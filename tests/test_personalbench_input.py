@@ -30,8 +30,14 @@ def test_sample_is_read_in_batches_and_every_record_is_accounted_for():
     conversations, stats = _read(paths, batch_size=3)
     assert stats.files == 2 and stats.rows == rows
     assert stats.conversations == len(conversations) == rows - sum(stats.bad.values())
-    assert stats.bad == Counter({"empty conversation": 1, "missing field: hashed_ip": 1,
-                                 "missing field: conversation.content": 1, "wrong type: turn": 1})
+    assert stats.bad == Counter(
+        {
+            "empty conversation": 1,
+            "missing field: hashed_ip": 1,
+            "missing field: conversation.content": 1,
+            "wrong type: turn": 1,
+        }
+    )
     assert set(_read(paths, batch_size=1000)[0]) == set(conversations)  # batching changes nothing
     flagged = [c for c in conversations if c.toxic or c.flagged]
     assert {cat for c in flagged for cat in c.flagged_categories} == {"harassment", "self-harm"}
@@ -49,19 +55,30 @@ def _message(role="user", content="hello", turn_identifier=1):
 
 
 def _record(**changes):
-    record = {"conversation_hash": "h", "timestamp": None, "turn": 1, "language": "English",
-              "conversation": [_message(), _message("assistant", "hi")], "openai_moderation": [],
-              "toxic": False, "hashed_ip": "ip", "header": {"accept-language": "en", "user-agent": "ua"}}
+    record = {
+        "conversation_hash": "h",
+        "timestamp": None,
+        "turn": 1,
+        "language": "English",
+        "conversation": [_message(), _message("assistant", "hi")],
+        "openai_moderation": [],
+        "toxic": False,
+        "hashed_ip": "ip",
+        "header": {"accept-language": "en", "user-agent": "ua"},
+    }
     return {**record, **changes}
 
 
-@pytest.mark.parametrize("record, reason", [
-    (_record(conversation=[]), "empty conversation"),
-    (_record(hashed_ip=None), "missing field: hashed_ip"),
-    (_record(header={"accept-language": "en", "user-agent": None}), "missing field: header.user-agent"),
-    (_record(conversation=[_message(role="system")]), "unknown role in conversation"),
-    (_record(conversation=[_message("assistant", "only the assistant")]), "no user message"),
-])
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        (_record(conversation=[]), "empty conversation"),
+        (_record(hashed_ip=None), "missing field: hashed_ip"),
+        (_record(header={"accept-language": "en", "user-agent": None}), "missing field: header.user-agent"),
+        (_record(conversation=[_message(role="system")]), "unknown role in conversation"),
+        (_record(conversation=[_message("assistant", "only the assistant")]), "no user message"),
+    ],
+)
 def test_malformed_records_are_counted_not_fatal(tmp_path, record, reason):
     path = _write(tmp_path, "train-0.parquet", [_record(conversation_hash="good"), record])
     conversations, stats = _read([path])
@@ -91,8 +108,9 @@ def test_grouping_and_filters_on_the_sample():
     by_key = Counter(c.user for c in conversations)
     assert {k: len(v) for k, v in users.items()} == dict(by_key)
     kept, dropped = histories(users, Filters())
-    assert dropped == Counter({"near-identical prompts (scripted or bulk user)": 1, "too few conversations": 1,
-                               "language": 1})
+    assert dropped == Counter(
+        {"near-identical prompts (scripted or bulk user)": 1, "too few conversations": 1, "language": 1}
+    )
     assert len(kept) == len(users) - 3 == 3
     for h in kept:
         assert h.user_id == user_id(h.user)
@@ -107,8 +125,12 @@ def test_grouping_and_filters_on_the_sample():
 
 
 def test_duplicate_share_counts_prompts_that_nearly_repeat_another():
-    prompts = ["Write an SEO article about air fryers", "write an SEO article about air fryer",
-               "Plan my trip to Rome", "What is 2+2?"]
+    prompts = [
+        "Write an SEO article about air fryers",
+        "write an SEO article about air fryer",
+        "Plan my trip to Rome",
+        "What is 2+2?",
+    ]
     assert duplicate_share(prompts, 0.8) == pytest.approx(2 / 4)
     assert duplicate_share(prompts, 1.0) == 0.0
 
@@ -126,6 +148,7 @@ def test_evidence_check_requires_the_quote_in_the_cited_user_turn():
 
     def attribute(quote, turn_id):
         return Attribute("The user teaches chemistry.", "background", 0.9, turn_id, quote)
+
     assert evidence_ok(history, attribute("teach  HIGH-SCHOOL chemistry", turn.turn_identifier))  # case, spacing
     assert not evidence_ok(history, attribute("teach high-school chemistry", other.turn_identifier))
     assert not evidence_ok(history, attribute("teaches biology", turn.turn_identifier))
@@ -136,12 +159,18 @@ def test_evidence_check_requires_the_quote_in_the_cited_user_turn():
 def test_review_drops_low_confidence_and_near_duplicates_and_marks_sensitive():
     history = _history()
     turn = history.user_turns[0]
-    rules = Rules(categories=("background", "relationships"), min_confidence=0.5, duplicate_similarity=0.85,
-                  sensitive_categories=("relationships",))
-    attrs = [Attribute("The user is a chemistry teacher.", "background", 0.9, turn.turn_identifier, "chemistry"),
-             Attribute("The user is a chemistry teacher", "background", 0.8, turn.turn_identifier, "chemistry"),
-             Attribute("The user has a dog.", "relationships", 0.3, turn.turn_identifier, "dog"),
-             Attribute("The user lives in Portland.", "background", 0.7, turn.turn_identifier, "in Portland")]
+    rules = Rules(
+        categories=("background", "relationships"),
+        min_confidence=0.5,
+        duplicate_similarity=0.85,
+        sensitive_categories=("relationships",),
+    )
+    attrs = [
+        Attribute("The user is a chemistry teacher.", "background", 0.9, turn.turn_identifier, "chemistry"),
+        Attribute("The user is a chemistry teacher", "background", 0.8, turn.turn_identifier, "chemistry"),
+        Attribute("The user has a dog.", "relationships", 0.3, turn.turn_identifier, "dog"),
+        Attribute("The user lives in Portland.", "background", 0.7, turn.turn_identifier, "in Portland"),
+    ]
     rows = review(history, attrs, rules)
     assert [r["drop_reason"] for r in rows] == ["", "near-duplicate", "low confidence", ""]
     assert [r["kept"] for r in rows] == [True, False, False, True]

@@ -32,7 +32,7 @@ def nominal_alpha(*raters):
             o[values.index(unit[i]), values.index(unit[j])] += 1 / (m - 1)
     n_c, n = o.sum(axis=1), o.sum()
     d_o = (o.sum() - np.trace(o)) / n
-    d_e = (n * n - (n_c ** 2).sum()) / (n * (n - 1))
+    d_e = (n * n - (n_c**2).sum()) / (n * (n - 1))
     return 1 - d_o / d_e
 
 
@@ -44,9 +44,11 @@ def test_majority_and_gold_leave_ties_out():
 
 
 def test_extraction_acceptance_reasons_and_evidence():
-    raters = {"a": {"x": "accept", "y": "reject", "z": "accept", "w": "uncertain"},
-              "b": {"x": "accept", "y": "reject", "z": "reject", "w": "uncertain"},
-              "c": {"x": "reject", "y": "reject", "z": "accept", "w": "accept"}}
+    raters = {
+        "a": {"x": "accept", "y": "reject", "z": "accept", "w": "uncertain"},
+        "b": {"x": "accept", "y": "reject", "z": "reject", "w": "uncertain"},
+        "c": {"x": "reject", "y": "reject", "z": "accept", "w": "accept"},
+    }
     reasons = ["overgeneralization", "overgeneralization", "missing evidence", "not standalone", "overgeneralization"]
     out = M.extraction(raters, reasons, [True, False, True, True], BOOT)
     assert out["acceptance rate"].mean == pytest.approx(2 / 4) and out["acceptance rate"].n == 4
@@ -71,8 +73,12 @@ def _labels(values):
 
 def test_relevance_against_the_human_majority():
     gold = [int(sum(col) >= 2) for col in zip(*HUMANS.values())]
-    out = M.relevance({k: _labels(v) for k, v in HUMANS.items()}, {"llm": _labels(MODEL), "bm25": _labels(BM25)},
-                      BOOT, models={"m1": _labels(MODEL), "m2": _labels(BM25)})
+    out = M.relevance(
+        {k: _labels(v) for k, v in HUMANS.items()},
+        {"llm": _labels(MODEL), "bm25": _labels(BM25)},
+        BOOT,
+        models={"m1": _labels(MODEL), "m2": _labels(BM25)},
+    )
     for name, pred in (("llm", MODEL), ("bm25", BM25)):
         tp = sum(p and g for p, g in zip(pred, gold))
         precision, recall = tp / sum(pred), tp / sum(gold)
@@ -88,7 +94,8 @@ def test_relevance_against_the_human_majority():
     humans = out["humans"]
     assert humans["human selection rate"].mean == pytest.approx(sum(gold) / 8)
     assert humans["kappa human-human"].mean == pytest.approx(
-        np.mean([kappa(a, b) for a, b in combinations(HUMANS.values(), 2)]))
+        np.mean([kappa(a, b) for a, b in combinations(HUMANS.values(), 2)])
+    )
     assert humans["alpha humans"].mean == pytest.approx(nominal_alpha(*HUMANS.values()))
     assert out["models"]["kappa model-model"].mean == pytest.approx(kappa(MODEL, BM25))
     # the LLM selects more than the humans do: over-retrieval above 1
@@ -110,14 +117,15 @@ def test_preference_metrics():
     out = M.preference(humans, judge, mentions, BOOT)
     human_mean = {p: (humans["a"][p] + humans["b"][p]) / 2 for p in judge}
     assert out["human preference (1-5)"].mean == pytest.approx(np.mean(list(human_mean.values())))
-    assert out["share no better than generic"].mean == pytest.approx(
-        sum(v <= 3 for v in human_mean.values()) / 4)
+    assert out["share no better than generic"].mean == pytest.approx(sum(v <= 3 for v in human_mean.values()) / 4)
     assert out["judge preference (1-5)"].mean == pytest.approx(4.0)
     assert out["judge inflation"].mean == pytest.approx(4.0 - np.mean(list(human_mean.values())))
+
     # Spearman: the Pearson correlation of the ranks (average ranks for ties)
     def ranks(v):
         v = np.asarray(v, float)
         return np.array([np.mean(np.flatnonzero(np.sort(v) == x)) for x in v])
+
     keys = sorted(judge)
     h, j = ranks([human_mean[k] for k in keys]), ranks([judge[k] for k in keys])
     assert out["judge-human Spearman"].mean == pytest.approx(np.corrcoef(h, j)[0, 1])

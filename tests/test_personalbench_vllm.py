@@ -43,8 +43,13 @@ def rows(out, table):
 @pytest.fixture(scope="module")
 def bench(engine, embedder, tmp_path_factory):
     out = tmp_path_factory.mktemp("personalbench")
-    cfg = config("personalbench=quick", f"run.out_dir={out}", f"personalbench.annotations={ANNOTATIONS}",
-                 "personalbench.bootstrap=50", "personalbench.embedding.path=bundled")
+    cfg = config(
+        "personalbench=quick",
+        f"run.out_dir={out}",
+        f"personalbench.annotations={ANNOTATIONS}",
+        "personalbench.bootstrap=50",
+        "personalbench.embedding.path=bundled",
+    )
     spy = Counting(engine)
     assert command.run(cfg, lambda: {"assistant": spy, "judge": spy}, lambda: embedder) == 0
     return out, cfg, spy, engine
@@ -61,17 +66,26 @@ def test_every_stage_writes_one_row_per_item_with_parsed_grammar_outputs(bench):
         assert 1 <= len(e["attributes"]) <= int(cfg.personalbench.extraction.max_attributes)
         assert all(a["category"] in cfg.personalbench.extraction.categories for a in e["attributes"])
     relevance = rows(out, "relevance")
-    expected = {(p["user_id"], p["prompt_id"], a["attribute_id"], m) for p in pairs
-                for a in kept[p["user_id"]] for m in ("llm", "bm25", "embedding")}
-    assert Counter((r["user_id"], r["prompt_id"], r["attribute_id"], r["method"]) for r in relevance) == \
-        Counter(expected)
+    expected = {
+        (p["user_id"], p["prompt_id"], a["attribute_id"], m)
+        for p in pairs
+        for a in kept[p["user_id"]]
+        for m in ("llm", "bm25", "embedding")
+    }
+    assert Counter((r["user_id"], r["prompt_id"], r["attribute_id"], r["method"]) for r in relevance) == Counter(
+        expected
+    )
     for r in relevance:
         if r["method"] == "llm":
             assert r["parsed"] and re.fullmatch(r"Relevant: (yes|no)\nReason: [^\n]+", r["text"])
             assert r["selected"] == r["text"].startswith("Relevant: yes")
     responses = rows(out, "responses")
-    assert Counter((r["user_id"], r["prompt_id"]) for r in responses) == {(p["user_id"], p["prompt_id"]): 2 for p in pairs}
-    selected = {(r["user_id"], r["prompt_id"], r["attribute_id"]) for r in relevance if r["method"] == "llm" and r["selected"]}
+    assert Counter((r["user_id"], r["prompt_id"]) for r in responses) == {
+        (p["user_id"], p["prompt_id"]): 2 for p in pairs
+    }
+    selected = {
+        (r["user_id"], r["prompt_id"], r["attribute_id"]) for r in relevance if r["method"] == "llm" and r["selected"]
+    }
     for r in responses:
         assert r["text"] and (r["variant"] == "personalized" or r["attribute_ids"] == [])
         assert all((r["user_id"], r["prompt_id"], a) in selected for a in r["attribute_ids"])
@@ -87,7 +101,11 @@ def test_embedding_baseline_scores_the_sample_by_cosine_and_selects_by_the_rule(
     out, cfg, _, _ = bench
     pairs = {(p["user_id"], p["prompt_id"]): p["prompt"] for p in rows(out, "pairs")}
     kept = {e["user_id"]: [a for a in e["attributes"] if a["kept"]] for e in rows(out, "extractions")}
-    found = {(r["user_id"], r["prompt_id"], r["attribute_id"]): r for r in rows(out, "relevance") if r["method"] == "embedding"}
+    found = {
+        (r["user_id"], r["prompt_id"], r["attribute_id"]): r
+        for r in rows(out, "relevance")
+        if r["method"] == "embedding"
+    }
     e = cfg.personalbench.embedding
     rule = Rule(int(e.top_k), float(e.min_similarity))
     for (user, prompt_id), prompt in pairs.items():
@@ -114,6 +132,7 @@ def test_a_rerun_resumes_and_regenerates_only_what_is_missing(bench, embedder):
 
         def embed(self, texts):
             raise AssertionError("every embedding row is written: nothing to embed")
+
     assert command.run(cfg, lambda: {"assistant": spy, "judge": spy}, lambda: NoEmbedding()) == 0
     assert spy.requests == 0
     before = {(p["user_id"], p["prompt_id"]): p["rating"] for p in rows(out, "preferences")}
@@ -135,8 +154,15 @@ def test_sheets_and_report_from_model_outputs_and_bundled_annotations(bench, cap
 
     assert command.score(cfg) == 0
     report = out / "personalbench" / "report"
-    assert {p.name for p in report.iterdir()} >= {"report.md", "extraction.csv", "relevance.tex", "preference.csv",
-                                                  "counts.csv", "selection.png", "report.html"}
+    assert {p.name for p in report.iterdir()} >= {
+        "report.md",
+        "extraction.csv",
+        "relevance.tex",
+        "preference.csv",
+        "counts.csv",
+        "selection.png",
+        "report.html",
+    }
     with open(report / "relevance.csv", newline="") as f:
         relevance = {(r["method"], r["metric"]): r for r in csv.DictReader(f)}
     for method in ("llm", "bm25", "embedding"):

@@ -9,21 +9,26 @@ import struct
 from collections import Counter
 
 import pytest
-
 from cli_helpers import REPO, read_rows, run_cli
+
 from personalens.data import load_scenarios
 
 pytestmark = pytest.mark.vllm
 
-RANGES = {"task_completion": (0.0, 1.0), "personalization": (1.0, 4.0),
-          "naturalness": (1.0, 5.0), "coherence": (1.0, 5.0)}
+RANGES = {
+    "task_completion": (0.0, 1.0),
+    "personalization": (1.0, 4.0),
+    "naturalness": (1.0, 5.0),
+    "coherence": (1.0, 5.0),
+}
 
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     out = tmp_path_factory.mktemp("pipeline") / "run"
-    proc = run_cli("run", "data.users=0", "protocol=quick", "judging.turn_level=true",
-                   f"run.out_dir={out}", "report.bootstrap=200")
+    proc = run_cli(
+        "run", "data.users=0", "protocol=quick", "judging.turn_level=true", f"run.out_dir={out}", "report.bootstrap=200"
+    )
     return out, proc
 
 
@@ -72,8 +77,9 @@ def test_the_terminal_shows_results_on_stdout_and_a_few_lines_on_stderr(pipeline
     out, proc = pipeline
     # stdout carries the Table 3 layout alone, so `personalens run > table.md` captures just it
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert lines[0].startswith("### Table 3") and all(
-        line.startswith(("|", "### ", "_")) for line in lines), proc.stdout
+    assert lines[0].startswith("### Table 3") and all(line.startswith(("|", "### ", "_")) for line in lines), (
+        proc.stdout
+    )
     # stderr: where the logs are, one line per model load, progress bars, summaries
     terminal = proc.stderr.splitlines()  # each progress-bar refresh counts as a line
     assert len(terminal) <= 40, proc.stderr
@@ -84,8 +90,11 @@ def test_the_terminal_shows_results_on_stdout_and_a_few_lines_on_stderr(pipeline
     assert not any("INFO" in line or "WARNING" in line for line in terminal), proc.stderr
     # the judge's summary says how much of its prompts the prefix cache served, as generate's does
     # (personalization prompts share their long instructions across dialogues and turns)
-    judged = re.search(r"judge: \d+ judgments in [\d.]+ s, 0 outputs without a valid score; "
-                       r"prompts (\d+) tokens, (\d+)% from the prefix cache", proc.stderr)
+    judged = re.search(
+        r"judge: \d+ judgments in [\d.]+ s, 0 outputs without a valid score; "
+        r"prompts (\d+) tokens, (\d+)% from the prefix cache",
+        proc.stderr,
+    )
     assert judged and int(judged[1]) > 0 and int(judged[2]) > 0, proc.stderr
     # the libraries' logs, worker processes included, are in the log file
     log = log_file.read_text()
@@ -96,8 +105,9 @@ def test_the_terminal_shows_results_on_stdout_and_a_few_lines_on_stderr(pipeline
 def test_rerunning_the_pipeline_judges_nothing_twice(pipeline):
     out, _ = pipeline
     before = read_rows(out / "judgments")
-    proc = run_cli("judge", "data.users=0", "protocol=quick", "judging.turn_level=true",
-                   f"run.out_dir={out}", "progress=false")
+    proc = run_cli(
+        "judge", "data.users=0", "protocol=quick", "judging.turn_level=true", f"run.out_dir={out}", "progress=false"
+    )
     assert "judge: 0 judgments" in proc.stderr
     assert len(read_rows(out / "judgments")) == len(before)
 
@@ -109,8 +119,9 @@ def test_the_run_writes_report_html_and_exports_an_annotation_sheet(pipeline, tm
     assert f"All {len(dialogues)} dialogues of the runs." in html
     assert all(d["task_id"] in html for d in dialogues)
     # Table 5's sheet from this real run: 3 dialogues, SD and MD both drawn, no judge output
-    proc = run_cli("agreement", "export", f"run.out_dir={out}", f"agreement.out_dir={tmp_path}",
-                   "agreement.dialogues=3")
+    proc = run_cli(
+        "agreement", "export", f"run.out_dir={out}", f"agreement.out_dir={tmp_path}", "agreement.dialogues=3"
+    )
     assert "3 dialogues" in proc.stdout
     with open(tmp_path / "sheet.csv", newline="", encoding="utf-8-sig") as f:
         rows = list(csv.DictReader(f))

@@ -29,11 +29,14 @@ class Reporting:
         return [Generation("ok", prompt_tokens=5, completion_tokens=3) for _ in requests]
 
 
-@pytest.mark.parametrize("report, seen", [
-    ([1, 1, 1, 1], [1, 2, 3, 4]),  # every request as it finishes
-    ([2, 1], [2, 3]),  # some: the last one is counted when the call returns
-    ([], []),  # none (an engine that cannot tell): all when the call returns
-])
+@pytest.mark.parametrize(
+    "report, seen",
+    [
+        ([1, 1, 1, 1], [1, 2, 3, 4]),  # every request as it finishes
+        ([2, 1], [2, 3]),  # some: the last one is counted when the call returns
+        ([], []),  # none (an engine that cannot tell): all when the call returns
+    ],
+)
 def test_the_bar_follows_what_the_engine_reports_and_counts_the_rest_at_the_end(report, seen):
     bar = Progress(total=10, label="judge", unit="judgment", enabled=False)
     bar.update(6, active=4, tokens=0)  # six items were done in earlier calls

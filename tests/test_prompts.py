@@ -10,7 +10,12 @@ import pytest
 
 from personalens.data.records import Scenario, Situation, Task, Turn, UserProfile
 from personalens.prompts import (
-    PromptError, PromptSetting, assistant_messages, conversation_text, judge_messages, load_templates,
+    PromptError,
+    PromptSetting,
+    assistant_messages,
+    conversation_text,
+    judge_messages,
+    load_templates,
     user_agent_messages,
 )
 
@@ -30,21 +35,49 @@ INTERACTIONS = {
 }
 SITUATION = Situation("sit-loc-harbour", "sit-dev-tablet", "sit-time-dusk", "sit-day-tuesday", "sit-env-rainy")
 USER = UserProfile(
-    index=42, user_id="user42", demographics=DEMOGRAPHICS,
+    index=42,
+    user_id="user42",
+    demographics=DEMOGRAPHICS,
     interests={"Movies": 1, "Restaurants": 1, "Hotels": 1},
-    affinities=AFFINITIES, interactions=INTERACTIONS,
+    affinities=AFFINITIES,
+    interactions=INTERACTIONS,
 )
-SD = Scenario(USER, Task("SD-Movies-task-1", "SD", "desc-sd: the user wants a film.", "intent-sd: find a film",
-                         "goal-sd: a film is booked", ("Movies",), ("Preferred Genres",)), SITUATION)
-MD = Scenario(USER, Task("MD-task-1", "MD", "desc-md: film and dinner.", "intent-md: plan a night out",
-                         "goal-md: both booked", ("Restaurants", "Movies"), ("Cuisine Preference",)), SITUATION)
+SD = Scenario(
+    USER,
+    Task(
+        "SD-Movies-task-1",
+        "SD",
+        "desc-sd: the user wants a film.",
+        "intent-sd: find a film",
+        "goal-sd: a film is booked",
+        ("Movies",),
+        ("Preferred Genres",),
+    ),
+    SITUATION,
+)
+MD = Scenario(
+    USER,
+    Task(
+        "MD-task-1",
+        "MD",
+        "desc-md: film and dinner.",
+        "intent-md: plan a night out",
+        "goal-md: both booked",
+        ("Restaurants", "Movies"),
+        ("Cuisine Preference",),
+    ),
+    SITUATION,
+)
 TURNS = [
-    Turn("user", "utt-u1: evening plans?"), Turn("assistant", "utt-a1: sure, which day?"),
-    Turn("user", "utt-u2: Friday."), Turn("assistant", "utt-a2: booked {for} you."),
+    Turn("user", "utt-u1: evening plans?"),
+    Turn("assistant", "utt-a1: sure, which day?"),
+    Turn("user", "utt-u2: Friday."),
+    Turn("assistant", "utt-a2: booked {for} you."),
 ]
 
-ALL_SETTINGS = [PromptSetting(mode, d, i, s)
-                for mode, d, i, s in itertools.product(("vanilla", "base"), *[(False, True)] * 3)]
+ALL_SETTINGS = [
+    PromptSetting(mode, d, i, s) for mode, d, i, s in itertools.product(("vanilla", "base"), *[(False, True)] * 3)
+]
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +108,7 @@ def assert_profile(text: str, scenario: Scenario, present: bool) -> None:
 
 # ---------------------------------------------------------------- settings
 
+
 def test_setting_labels_are_unique_and_round_trip():
     labels = [s.label for s in ALL_SETTINGS]
     assert len(set(labels)) == len(ALL_SETTINGS)
@@ -96,6 +130,7 @@ def test_setting_rejects_unknown_mode():
 
 
 # ---------------------------------------------------------------- template files
+
 
 def test_missing_template_file_is_named(tmp_path, templates):
     folder = tmp_path / "prompts"
@@ -137,6 +172,7 @@ def test_custom_folder_text_is_used(tmp_path, templates):
 
 # ---------------------------------------------------------------- conversation text
 
+
 def test_conversation_text_labels_speakers_and_extends_as_prefix():
     full = conversation_text(TURNS)
     assert full.splitlines()[0] == "USER: utt-u1: evening plans?"
@@ -146,6 +182,7 @@ def test_conversation_text_labels_speakers_and_extends_as_prefix():
 
 
 # ---------------------------------------------------------------- user agent
+
 
 @pytest.mark.parametrize("scenario", [SD, MD], ids=["SD", "MD"])
 @pytest.mark.parametrize("k", [0, 2, 4])
@@ -194,6 +231,7 @@ def test_user_agent_needs_the_assistant_to_have_spoken_last(templates):
 
 # ---------------------------------------------------------------- assistant
 
+
 @pytest.mark.parametrize("scenario", [SD, MD], ids=["SD", "MD"])
 @pytest.mark.parametrize("setting", ALL_SETTINGS, ids=lambda s: s.label)
 def test_assistant_sees_exactly_the_blocks_its_setting_enables(templates, scenario, setting):
@@ -221,20 +259,24 @@ def test_assistant_sees_exactly_the_blocks_its_setting_enables(templates, scenar
 
 def test_assistant_context_blocks_sit_before_the_response_guidelines(templates):
     system = assistant_messages(templates, SD, TURNS[:1], PromptSetting.from_label("base+D+I+S"))[0]["content"]
-    positions = [system.index(s) for s in ("Problem Solving", "demo-age-25-34", "int-movies", "sit-loc-harbour",
-                                            "Response Guidelines")]
+    positions = [
+        system.index(s)
+        for s in ("Problem Solving", "demo-age-25-34", "int-movies", "sit-loc-harbour", "Response Guidelines")
+    ]
     assert positions == sorted(positions)
     assert system.endswith("Provide your response immediately without any preamble.")
 
 
-@pytest.mark.parametrize("turns", [[], TURNS[:2], [Turn("assistant", "hi")], [Turn("user", "a"), Turn("user", "b"),
-                                                                               Turn("user", "c")]])
+@pytest.mark.parametrize(
+    "turns", [[], TURNS[:2], [Turn("assistant", "hi")], [Turn("user", "a"), Turn("user", "b"), Turn("user", "c")]]
+)
 def test_assistant_needs_alternating_turns_ending_with_the_user(templates, turns):
     with pytest.raises(ValueError, match="turn|assistant cannot speak next"):
         assistant_messages(templates, SD, turns, PromptSetting())
 
 
 # ---------------------------------------------------------------- judge
+
 
 def test_task_completion_judge_sees_goal_and_conversation_and_ends_with_verdict(templates):
     text = only_content(judge_messages(templates, "task_completion", MD, TURNS))
@@ -255,12 +297,19 @@ def test_personalization_judge_sees_profile_task_and_conversation(templates, sce
     assert text.index("Current Context:") < text.index("Conversation:\nUSER: utt-u1")
 
 
-@pytest.mark.parametrize("dimension,score_line", [("naturalness", "Naturalness Score: [1-5]"),
-                                                  ("coherence", "Coherence Score: [1-5]")])
-@pytest.mark.parametrize("speaker,rated,other", [("user", "overall user utterances", "overall assistant responses"),
-                                                 ("assistant", "overall assistant responses", "overall user utterances")])
+@pytest.mark.parametrize(
+    "dimension,score_line", [("naturalness", "Naturalness Score: [1-5]"), ("coherence", "Coherence Score: [1-5]")]
+)
+@pytest.mark.parametrize(
+    "speaker,rated,other",
+    [
+        ("user", "overall user utterances", "overall assistant responses"),
+        ("assistant", "overall assistant responses", "overall user utterances"),
+    ],
+)
 def test_per_speaker_judges_see_only_the_conversation_and_name_the_rated_speaker(
-        templates, dimension, score_line, speaker, rated, other):
+    templates, dimension, score_line, speaker, rated, other
+):
     text = only_content(judge_messages(templates, dimension, MD, TURNS, speaker=speaker))
     assert conversation_text(TURNS) in text and score_line in text
     assert rated in text and other not in text
@@ -269,8 +318,9 @@ def test_per_speaker_judges_see_only_the_conversation_and_name_the_rated_speaker
         assert hidden not in text
 
 
-@pytest.mark.parametrize("dimension,speaker", [("naturalness", None), ("coherence", "judge"),
-                                               ("task_completion", "user"), ("fluency", None)])
+@pytest.mark.parametrize(
+    "dimension,speaker", [("naturalness", None), ("coherence", "judge"), ("task_completion", "user"), ("fluency", None)]
+)
 def test_judge_rejects_bad_dimension_or_speaker(templates, dimension, speaker):
     with pytest.raises(ValueError, match="dimension"):
         judge_messages(templates, dimension, SD, TURNS, speaker=speaker)
@@ -283,13 +333,19 @@ def test_judge_rejects_empty_conversation(templates):
 
 # ---------------------------------------------------------------- determinism and real data
 
+
 def render_all(templates, scenario: Scenario, turns) -> list:
-    out = [user_agent_messages(templates, scenario, turns[:2]),
-           *(assistant_messages(templates, scenario, turns[:3], s) for s in ALL_SETTINGS),
-           judge_messages(templates, "task_completion", scenario, turns),
-           judge_messages(templates, "personalization", scenario, turns)]
-    out += [judge_messages(templates, d, scenario, turns, speaker=s)
-            for d in ("naturalness", "coherence") for s in ("user", "assistant")]
+    out = [
+        user_agent_messages(templates, scenario, turns[:2]),
+        *(assistant_messages(templates, scenario, turns[:3], s) for s in ALL_SETTINGS),
+        judge_messages(templates, "task_completion", scenario, turns),
+        judge_messages(templates, "personalization", scenario, turns),
+    ]
+    out += [
+        judge_messages(templates, d, scenario, turns, speaker=s)
+        for d in ("naturalness", "coherence")
+        for s in ("user", "assistant")
+    ]
     return out
 
 
@@ -301,6 +357,7 @@ def test_real_scenarios_render_with_every_domain_labelled(templates):
     if not DATA.is_dir():
         pytest.skip(f"official data excerpt not found at {DATA.resolve()}")
     from personalens.data.loading import load_scenarios
+
     scenarios = load_scenarios(DATA, users=[0], kinds="both")
     md = next(s for s in scenarios if s.task.kind == "MD")
     for scenario in (scenarios[0], md):
@@ -308,6 +365,6 @@ def test_real_scenarios_render_with_every_domain_labelled(templates):
         ua = only_content(rendered[0])
         assert all(f"[{d}]\n" in ua for d in scenario.task.domains)
         assert scenario.user.user_id not in ua and scenario.task.user_intent in ua
-        for messages in rendered[1:1 + len(ALL_SETTINGS)]:
+        for messages in rendered[1 : 1 + len(ALL_SETTINGS)]:
             assert "User preferences" not in messages[0]["content"]
             assert scenario.task.goal not in messages[0]["content"]

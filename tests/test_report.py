@@ -16,48 +16,135 @@ import pytest
 from personalens.errors import PersonalensError
 from personalens.report import Estimate, ReportError, bootstrap_ci, build_report
 
-TURN = pa.struct([("role", pa.string()), ("text", pa.string()),
-                  ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32())])
-COPIED = [("run_id", pa.string()), ("user_id", pa.string()), ("user_index", pa.int32()),
-          ("task_id", pa.string()), ("kind", pa.string()), ("domains", pa.list_(pa.string())),
-          ("setting", pa.string()), ("trial", pa.int32())]
-DIALOGUE_SCHEMA = pa.schema(COPIED + [
-    ("seed", pa.int64()), ("assistant_model", pa.string()), ("user_model", pa.string()),
-    ("turns", pa.list_(TURN)), ("rounds", pa.int32()), ("ended", pa.string()),
-    ("opening_terminate", pa.bool_()), ("seconds", pa.float64()), ("config_hash", pa.string())])
-JUDGMENT_SCHEMA = pa.schema(COPIED + [
-    ("assistant_model", pa.string()), ("user_model", pa.string()), ("dimension", pa.string()),
-    ("speaker", pa.string()), ("turn", pa.int32()), ("score", pa.float64()), ("parsed", pa.bool_()),
-    ("judge_text", pa.string()), ("judge_model", pa.string()), ("prompt_hash", pa.string())])
+TURN = pa.struct(
+    [("role", pa.string()), ("text", pa.string()), ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32())]
+)
+COPIED = [
+    ("run_id", pa.string()),
+    ("user_id", pa.string()),
+    ("user_index", pa.int32()),
+    ("task_id", pa.string()),
+    ("kind", pa.string()),
+    ("domains", pa.list_(pa.string())),
+    ("setting", pa.string()),
+    ("trial", pa.int32()),
+]
+DIALOGUE_SCHEMA = pa.schema(
+    COPIED
+    + [
+        ("seed", pa.int64()),
+        ("assistant_model", pa.string()),
+        ("user_model", pa.string()),
+        ("turns", pa.list_(TURN)),
+        ("rounds", pa.int32()),
+        ("ended", pa.string()),
+        ("opening_terminate", pa.bool_()),
+        ("seconds", pa.float64()),
+        ("config_hash", pa.string()),
+    ]
+)
+JUDGMENT_SCHEMA = pa.schema(
+    COPIED
+    + [
+        ("assistant_model", pa.string()),
+        ("user_model", pa.string()),
+        ("dimension", pa.string()),
+        ("speaker", pa.string()),
+        ("turn", pa.int32()),
+        ("score", pa.float64()),
+        ("parsed", pa.bool_()),
+        ("judge_text", pa.string()),
+        ("judge_model", pa.string()),
+        ("prompt_hash", pa.string()),
+    ]
+)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def make_dialogue(i: int, kind: str, domains: list[str], *, model: str = "m1", setting: str = "base",
-                  tokens: list[int] = (10, 20, 30, 40), run_id: str = "run") -> dict:
-    turns = [{"role": "user" if k % 2 == 0 else "assistant", "text": f"t{k}", "prompt_tokens": 5,
-              "completion_tokens": t} for k, t in enumerate(tokens)]
+def make_dialogue(
+    i: int,
+    kind: str,
+    domains: list[str],
+    *,
+    model: str = "m1",
+    setting: str = "base",
+    tokens: list[int] = (10, 20, 30, 40),
+    run_id: str = "run",
+) -> dict:
+    turns = [
+        {"role": "user" if k % 2 == 0 else "assistant", "text": f"t{k}", "prompt_tokens": 5, "completion_tokens": t}
+        for k, t in enumerate(tokens)
+    ]
     task = f"SD-{domains[0]}-task-{i}" if kind == "SD" else f"MD-task-{i}"
-    return {"run_id": run_id, "user_id": f"user{i}", "user_index": i, "task_id": task, "kind": kind,
-            "domains": domains, "setting": setting, "trial": 0, "seed": i, "assistant_model": model,
-            "user_model": "u", "turns": turns, "rounds": len(tokens) // 2, "ended": "terminated",
-            "opening_terminate": False, "seconds": 1.0, "config_hash": "h"}
+    return {
+        "run_id": run_id,
+        "user_id": f"user{i}",
+        "user_index": i,
+        "task_id": task,
+        "kind": kind,
+        "domains": domains,
+        "setting": setting,
+        "trial": 0,
+        "seed": i,
+        "assistant_model": model,
+        "user_model": "u",
+        "turns": turns,
+        "rounds": len(tokens) // 2,
+        "ended": "terminated",
+        "opening_terminate": False,
+        "seconds": 1.0,
+        "config_hash": "h",
+    }
 
 
 def make_judgment(d: dict, dimension: str, score: float | None, *, speaker: str = "", turn: int = -1) -> dict:
-    copied = {k: d[k] for k in ("run_id", "user_id", "user_index", "task_id", "kind", "domains", "setting",
-                                "trial", "assistant_model", "user_model")}
-    return {**copied, "dimension": dimension, "speaker": speaker, "turn": turn, "score": score,
-            "parsed": score is not None, "judge_text": "...", "judge_model": "j", "prompt_hash": "p"}
+    copied = {
+        k: d[k]
+        for k in (
+            "run_id",
+            "user_id",
+            "user_index",
+            "task_id",
+            "kind",
+            "domains",
+            "setting",
+            "trial",
+            "assistant_model",
+            "user_model",
+        )
+    }
+    return {
+        **copied,
+        "dimension": dimension,
+        "speaker": speaker,
+        "turn": turn,
+        "score": score,
+        "parsed": score is not None,
+        "judge_text": "...",
+        "judge_model": "j",
+        "prompt_hash": "p",
+    }
 
 
-def judge_all(d: dict, tc: float | None, p: float | None, nat: float = 4.0, coh: float = 5.0,
-              user_nat: float = 3.0, user_coh: float = 4.0, turn_p: list[float] = ()) -> list[dict]:
-    return [make_judgment(d, "task_completion", tc), make_judgment(d, "personalization", p),
-            make_judgment(d, "naturalness", nat, speaker="assistant"),
-            make_judgment(d, "coherence", coh, speaker="assistant"),
-            make_judgment(d, "naturalness", user_nat, speaker="user"),
-            make_judgment(d, "coherence", user_coh, speaker="user"),
-            *(make_judgment(d, "personalization", s, turn=k + 1) for k, s in enumerate(turn_p))]
+def judge_all(
+    d: dict,
+    tc: float | None,
+    p: float | None,
+    nat: float = 4.0,
+    coh: float = 5.0,
+    user_nat: float = 3.0,
+    user_coh: float = 4.0,
+    turn_p: list[float] = (),
+) -> list[dict]:
+    return [
+        make_judgment(d, "task_completion", tc),
+        make_judgment(d, "personalization", p),
+        make_judgment(d, "naturalness", nat, speaker="assistant"),
+        make_judgment(d, "coherence", coh, speaker="assistant"),
+        make_judgment(d, "naturalness", user_nat, speaker="user"),
+        make_judgment(d, "coherence", user_coh, speaker="user"),
+        *(make_judgment(d, "personalization", s, turn=k + 1) for k, s in enumerate(turn_p)),
+    ]
 
 
 def write_run(run_dir: Path, dialogues: list[dict], judgments: list[dict], shards: int = 2) -> Path:
@@ -79,9 +166,15 @@ def ci_contains(cell: Estimate, expected: float) -> bool:
 # ---- a two-model run with known answers ---------------------------------------------------------
 
 # (kind, domains, TC, P) per dialogue of each model; None is an unparsed judgment.
-M1 = [("SD", ["Movies"], 1.0, 3.0), ("SD", ["Movies"], 0.0, 2.0), ("SD", ["Books"], 1.0, 4.0),
-      ("SD", ["Books"], 1.0, None), ("MD", ["Movies", "Hotels"], 0.0, 1.0), ("MD", ["Books", "Hotels"], 1.0, 2.0),
-      ("MD", ["Movies", "Books"], None, 3.0)]
+M1 = [
+    ("SD", ["Movies"], 1.0, 3.0),
+    ("SD", ["Movies"], 0.0, 2.0),
+    ("SD", ["Books"], 1.0, 4.0),
+    ("SD", ["Books"], 1.0, None),
+    ("MD", ["Movies", "Hotels"], 0.0, 1.0),
+    ("MD", ["Books", "Hotels"], 1.0, 2.0),
+    ("MD", ["Movies", "Books"], None, 3.0),
+]
 M2 = [("SD", ["Alarm"], 1.0, 2.0), ("SD", ["Alarm"], 1.0, 2.0), ("MD", ["Alarm", "Music"], 0.0, 4.0)]
 
 
@@ -189,16 +282,21 @@ def test_figure4_always_and_figure5_skipped_without_turn_level_rows(two_models, 
 
 
 def test_figure5_averages_turn_level_personalization_of_sd_tasks(tmp_path):
-    spec = [("SD", ["Movies"], [1.0, 2.0, 4.0]), ("SD", ["Movies"], [2.0, 3.0]), ("SD", ["Music"], [3.0, None]),
-            ("MD", ["Movies", "Music"], [4.0, 4.0])]
+    spec = [
+        ("SD", ["Movies"], [1.0, 2.0, 4.0]),
+        ("SD", ["Movies"], [2.0, 3.0]),
+        ("SD", ["Music"], [3.0, None]),
+        ("MD", ["Movies", "Music"], [4.0, 4.0]),
+    ]
     dialogues, judgments = [], []
     for i, (kind, domains, turn_p) in enumerate(spec):
         d = make_dialogue(i, kind, domains)
         dialogues.append(d)
         judgments += judge_all(d, 1.0, 2.0, turn_p=turn_p)
     out = tmp_path / "out"
-    report = build_report([write_run(tmp_path / "run", dialogues, judgments)], out, bootstrap=200,
-                          figure5_domains=["Movies", "Alarm"])
+    report = build_report(
+        [write_run(tmp_path / "run", dialogues, judgments)], out, bootstrap=200, figure5_domains=["Movies", "Alarm"]
+    )
     assert_png(out / "figure5.png")
     movies = {1: [1.0, 2.0], 2: [2.0, 3.0], 3: [4.0]}  # SD Movies only: the MD dialogue is not an SD task
     for turn, scores in movies.items():
@@ -220,8 +318,9 @@ def test_table4_orders_settings_and_names_the_full_ablation(tmp_path):
     for k, setting in enumerate(settings):
         d = make_dialogue(0, "SD", ["Books"], setting=setting, run_id=f"run-{k}")
         d_md = make_dialogue(1, "MD", ["Books", "Music"], setting=setting, run_id=f"run-{k}")
-        runs.append(write_run(tmp_path / setting, [d, d_md], judge_all(d, 1.0, 1.0 + k) + judge_all(d_md, 0.0, 2.0),
-                              shards=1))
+        runs.append(
+            write_run(tmp_path / setting, [d, d_md], judge_all(d, 1.0, 1.0 + k) + judge_all(d_md, 0.0, 2.0), shards=1)
+        )
     report = build_report(runs, tmp_path / "out", bootstrap=200)
     (table,) = report.table4
     assert [labels for labels, _ in table.rows] == [("vanilla",), ("base",), ("base+I",), ("base+all",), ("base+X",)]
@@ -241,8 +340,10 @@ def test_missing_or_empty_inputs_are_named(two_models, tmp_path):
     with pytest.raises(ReportError, match=r"bare/dialogues holds no Parquet"):
         build_report([tmp_path / "bare"], tmp_path / "out")
     (tmp_path / "half" / "dialogues").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist([make_dialogue(0, "SD", ["Books"])], schema=DIALOGUE_SCHEMA),
-                   tmp_path / "half" / "dialogues" / "part-00000.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([make_dialogue(0, "SD", ["Books"])], schema=DIALOGUE_SCHEMA),
+        tmp_path / "half" / "dialogues" / "part-00000.parquet",
+    )
     with pytest.raises(ReportError, match=r"half/judgments does not exist"):
         build_report([tmp_path / "half"], tmp_path / "out")
     with pytest.raises(ReportError, match="more than once"):
@@ -261,6 +362,7 @@ def test_missing_column_is_named(tmp_path):
 
 
 # ---- bootstrap ----------------------------------------------------------------------------------
+
 
 def test_bootstrap_interval_contains_the_mean_and_is_seeded():
     rng = np.random.default_rng(1)

@@ -10,20 +10,33 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from personalens.report import ReportError, build_report, render
 from test_report import judge_all, make_dialogue, make_judgment, write_run
 
+from personalens.report import ReportError, build_report, render
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 NASTY = "</script><b>bold?</b> & <!-- not a comment"
 
 # (model, setting, kind, domains, TC, P) per dialogue
-SPEC = [("m1", "base", "SD", ["Movies"], 1.0, 3.0), ("m1", "base", "SD", ["Alarm"], 0.0, 2.0),
-        ("m1", "base", "MD", ["Movies", "Hotels"], 1.0, 3.0), ("m1", "base+D", "SD", ["Movies"], 1.0, 4.0),
-        ("m1", "base+D", "MD", ["Books", "Hotels"], 0.0, None), ("m2", "base", "SD", ["Books"], 1.0, 3.0),
-        ("m2", "base", "MD", ["Movies", "Books"], 0.0, 1.0), ("m2", "base", "MD", ["Alarm", "Music"], 1.0, 3.0)]
+SPEC = [
+    ("m1", "base", "SD", ["Movies"], 1.0, 3.0),
+    ("m1", "base", "SD", ["Alarm"], 0.0, 2.0),
+    ("m1", "base", "MD", ["Movies", "Hotels"], 1.0, 3.0),
+    ("m1", "base+D", "SD", ["Movies"], 1.0, 4.0),
+    ("m1", "base+D", "MD", ["Books", "Hotels"], 0.0, None),
+    ("m2", "base", "SD", ["Books"], 1.0, 3.0),
+    ("m2", "base", "MD", ["Movies", "Books"], 0.0, 1.0),
+    ("m2", "base", "MD", ["Alarm", "Music"], 1.0, 3.0),
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +46,12 @@ def browser(tmp_path_factory):
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
     with sync_api.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 1280, "height": 1300})
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1280, "height": 1300},
+        )
         yield context
         context.close()
 
@@ -83,8 +100,10 @@ def test_filters_rows_and_dialogue_view_in_headless_chromium(report, browser, tm
     assert page.text_content("#dialogue-count") == f"{len(SPEC)} of {len(SPEC)}"
     # the page's Table 3 holds the report's cells
     table3 = result.table3
-    first_row = page.eval_on_selector_all('table[data-name="table3"] tbody tr:first-child td',
-                                          "cells => cells.map(c => c.innerText.replace(/\\s+/g, ' ').trim())")
+    first_row = page.eval_on_selector_all(
+        'table[data-name="table3"] tbody tr:first-child td',
+        "cells => cells.map(c => c.innerText.replace(/\\s+/g, ' ').trim())",
+    )
     labels, cells = table3.rows[0]
     assert first_row == [*labels, *(render.cell_text(c, col) for c, col in zip(cells, table3.columns))]
     assert min(page.eval_on_selector_all("#figures img", "imgs => imgs.map(i => i.naturalWidth)")) > 100
@@ -119,8 +138,10 @@ def test_filters_rows_and_dialogue_view_in_headless_chromium(report, browser, tm
     assert all(t["text"] in view for t in d["turns"]) and NASTY in view
     assert f"explanation of personalization/ for {d['user_id']}" in view
     assert "P after this turn: 2" in view
-    judged = page.eval_on_selector_all("#dialogue-view table.judgments tr",
-                                       "rows => rows.slice(1).map(r => [r.cells[0].textContent, r.cells[1].textContent])")
+    judged = page.eval_on_selector_all(
+        "#dialogue-view table.judgments tr",
+        "rows => rows.slice(1).map(r => [r.cells[0].textContent, r.cells[1].textContent])",
+    )
     assert judged[:2] == [["task_completion", "0"], ["personalization", "1"]]
     assert errors == []
     page.eval_on_selector("#dialogues", "el => el.scrollIntoView()")

@@ -11,12 +11,11 @@ import sys
 import threading
 import time
 import urllib.request
-from importlib import metadata
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import metadata
 from pathlib import Path
 
 import pytest
-
 from engine_fixtures import (
     SCORE_GRAMMAR,
     SCORE_PATTERN,
@@ -27,6 +26,7 @@ from engine_fixtures import (
     free_port,
     tagged_grammar,
 )
+
 from personalens.engines.base import Request
 from personalens.engines.config import ModelConfig
 from personalens.engines.server import ServerEngine, ServerError, chat_body

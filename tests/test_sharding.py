@@ -4,7 +4,8 @@ import random
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from personalens.data import DataError, assign_shards, load_scenarios, scenario_counts, shard
 from personalens.data.records import Scenario, Situation, Task, UserProfile
@@ -15,7 +16,9 @@ _SITUATION = Situation("Here", "Phone", "Morning", "Monday", "Quiet")
 def _scenarios(counts: dict[int, int]) -> list[Scenario]:
     """`counts[u]` scenarios for each user u, interleaved so shard() has to keep the input order."""
     users = {u: UserProfile(u, f"user{u}", {}, {}, {}, {}) for u in counts}
-    tasks = [Task(f"SD-Alarm-task-{n}", "SD", "", "", "", ("Alarm",), ()) for n in range(max(counts.values(), default=0))]
+    tasks = [
+        Task(f"SD-Alarm-task-{n}", "SD", "", "", "", ("Alarm",), ()) for n in range(max(counts.values(), default=0))
+    ]
     rows = [(n, u) for u, c in counts.items() for n in range(c)]
     return [Scenario(users[u], tasks[n], _SITUATION) for n, u in sorted(rows)]
 

@@ -14,17 +14,24 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 import slurm_cluster
+
 from personalens.data import load_scenarios
 
 SHARDS = 2
 USERS, KINDS = "0-1", "SD"  # one user per shard, 7 dialogues
 # one round per dialogue and two judge dimensions: the chain is under test here, not the dialogues
-OVERRIDES = [f"data.users={USERS}", f"data.kinds={KINDS}", "protocol=quick", "protocol.max_rounds_sd=1",
-             "judging.dimensions=[task_completion,personalization]", "trials=1", "progress=false",
-             # no torch.compile: vLLM then starts in seconds instead of minutes on a small CPU
-             *(f"{role}.enforce_eager=true" for role in ("assistant", "user_agent", "judge"))]
+OVERRIDES = [
+    f"data.users={USERS}",
+    f"data.kinds={KINDS}",
+    "protocol=quick",
+    "protocol.max_rounds_sd=1",
+    "judging.dimensions=[task_completion,personalization]",
+    "trials=1",
+    "progress=false",
+    # no torch.compile: vLLM then starts in seconds instead of minutes on a small CPU
+    *(f"{role}.enforce_eager=true" for role in ("assistant", "user_agent", "judge")),
+]
 KEY_COLUMNS = ["user_id", "task_id", "setting", "trial"]
 CHAIN_TIMEOUT = 1800  # seconds for one submitted chain: four vLLM jobs of one to two minutes each here
 
@@ -32,22 +39,34 @@ CHAIN_TIMEOUT = 1800  # seconds for one submitted chain: four vLLM jobs of one t
 @pytest.fixture(scope="module")
 def expected_keys(sample_root) -> list[tuple]:
     """The dialogues a single process would run: every selected scenario, default setting, trial 0."""
-    return sorted((s.user.user_id, s.task.task_id, "base", 0)
-                  for s in load_scenarios(sample_root, USERS, KINDS))
+    return sorted((s.user.user_id, s.task.task_id, "base", 0) for s in load_scenarios(sample_root, USERS, KINDS))
 
 
-def submit(cluster: slurm_cluster.SlurmCluster, workdir: Path, out_dir: Path,
-           array: str | None = None) -> dict[str, str]:
+def submit(
+    cluster: slurm_cluster.SlurmCluster, workdir: Path, out_dir: Path, array: str | None = None
+) -> dict[str, str]:
     """Run slurm/submit.sh as a user would on a CPU-only cluster; returns {stage: job id}."""
-    env = {**cluster.env, "PERSONALENS": str(Path(sys.executable).with_name("personalens")),
-           "GPUS": "0", "CPUS": "1", "MEM": "2G", "REPORT_CPUS": "1", "REPORT_MEM": "2G",
-           "LOG_DIR": str(workdir / "logs")}
+    env = {
+        **cluster.env,
+        "PERSONALENS": str(Path(sys.executable).with_name("personalens")),
+        "GPUS": "0",
+        "CPUS": "1",
+        "MEM": "2G",
+        "REPORT_CPUS": "1",
+        "REPORT_MEM": "2G",
+        "LOG_DIR": str(workdir / "logs"),
+    }
     if array is not None:
         env["ARRAY"] = array
     repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run([str(repo / "slurm" / "submit.sh"), str(SHARDS), *OVERRIDES,
-                           f"run.out_dir={out_dir}"],
-                          env=env, cwd=workdir, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(repo / "slurm" / "submit.sh"), str(SHARDS), *OVERRIDES, f"run.out_dir={out_dir}"],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return dict(line.split() for line in done.stdout.splitlines())
 
@@ -59,8 +78,7 @@ def keys(path: Path) -> list[tuple]:
 
 @pytest.mark.slurm
 @pytest.mark.vllm
-def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(
-        cluster, tmp_path, expected_keys):
+def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(cluster, tmp_path, expected_keys):
     out_dir = tmp_path / "run"
     # a file where shard 1's output folder belongs makes its generate job fail (the tests run as
     # root, so taking away write permission would not)
@@ -71,8 +89,10 @@ def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(
     states = cluster.wait(list(jobs.values()), CHAIN_TIMEOUT)
     logs = cluster.job_logs(tmp_path / "logs")
     assert states == {
-        f"{jobs['generate']}_0": "COMPLETED", f"{jobs['generate']}_1": "FAILED",
-        f"{jobs['judge']}_0": "COMPLETED", f"{jobs['judge']}_1": "CANCELLED",
+        f"{jobs['generate']}_0": "COMPLETED",
+        f"{jobs['generate']}_1": "FAILED",
+        f"{jobs['judge']}_0": "COMPLETED",
+        f"{jobs['judge']}_1": "CANCELLED",
         jobs["report"]: "FAILED",
     }, f"{states}\n{logs}"
     merge_log = (tmp_path / "logs" / f"pl-report-{jobs['report']}.log").read_text()
@@ -84,26 +104,38 @@ def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(
     again = submit(cluster, tmp_path, out_dir, array="1")
     states = cluster.wait(list(again.values()), CHAIN_TIMEOUT)
     logs = cluster.job_logs(tmp_path / "logs")
-    assert states == {f"{again['generate']}_1": "COMPLETED", f"{again['judge']}_1": "COMPLETED",
-                      again["report"]: "COMPLETED"}, f"{states}\n{logs}"
+    assert states == {
+        f"{again['generate']}_1": "COMPLETED",
+        f"{again['judge']}_1": "COMPLETED",
+        again["report"]: "COMPLETED",
+    }, f"{states}\n{logs}"
 
     # the shards split the work by user, and together hold each dialogue of the selection once
-    users_by_shard = [{key[0] for key in keys(out_dir / "dialogues" / f"shard-{k:03d}-of-{SHARDS:03d}")}
-                      for k in range(SHARDS)]
+    users_by_shard = [
+        {key[0] for key in keys(out_dir / "dialogues" / f"shard-{k:03d}-of-{SHARDS:03d}")} for k in range(SHARDS)
+    ]
     assert all(users_by_shard) and not set.intersection(*users_by_shard), users_by_shard
     assert keys(out_dir / "merged" / "dialogues.parquet") == expected_keys
     assert sorted(set(keys(out_dir / "merged" / "judgments.parquet"))) == expected_keys
     assert (out_dir / "report" / "report.md").is_file(), logs
 
 
-@pytest.mark.parametrize("args, env, error", [
-    (["0"], {}, "usage"),
-    (["two", "run.name=x"], {}, "usage"),
-    (["2"], {"PERSONALENS": "/nonexistent/personalens"}, "PERSONALENS=/path/to/.venv/bin/personalens"),
-])
+@pytest.mark.parametrize(
+    "args, env, error",
+    [
+        (["0"], {}, "usage"),
+        (["two", "run.name=x"], {}, "usage"),
+        (["2"], {"PERSONALENS": "/nonexistent/personalens"}, "PERSONALENS=/path/to/.venv/bin/personalens"),
+    ],
+)
 def test_submit_refuses_bad_settings_before_submitting(tmp_path, args, env, error):
     repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run([str(repo / "slurm" / "submit.sh"), *args], cwd=tmp_path,
-                          capture_output=True, text=True, env={**os.environ, **env})
+    done = subprocess.run(
+        [str(repo / "slurm" / "submit.sh"), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
     assert done.returncode == 2 and error in done.stderr
     assert not (tmp_path / "slurm-logs").exists()

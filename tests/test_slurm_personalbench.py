@@ -12,9 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import slurm_cluster
 from personalbench_helpers import REPO, config
 
-import slurm_cluster
 from personalens.personalbench.command import settings
 from personalens.personalbench.pipeline import Shard, load_histories
 from personalens.store import read_table
@@ -22,9 +22,14 @@ from personalens.store import read_table
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm]
 
 SHARDS = 2
-OVERRIDES = ["personalbench=quick", "progress=false", "personalbench.bootstrap=20",
-             # no torch.compile: vLLM then starts in seconds instead of minutes on a small CPU
-             "assistant.enforce_eager=true", "judge.enforce_eager=true"]
+OVERRIDES = [
+    "personalbench=quick",
+    "progress=false",
+    "personalbench.bootstrap=20",
+    # no torch.compile: vLLM then starts in seconds instead of minutes on a small CPU
+    "assistant.enforce_eager=true",
+    "judge.enforce_eager=true",
+]
 # the sbatch file asks for a GPU node; a CPU-only cluster overrides that on the command line
 CPU_ONLY = ["--gres=none", "--cpus-per-task=1", "--mem=2G"]
 TIMEOUT = 1200  # seconds: two vLLM jobs of about a minute each here, then export and score
@@ -32,8 +37,9 @@ TIMEOUT = 1200  # seconds: two vLLM jobs of about a minute each here, then expor
 
 def sbatch(cluster: slurm_cluster.SlurmCluster, workdir: Path, *args: str) -> str:
     env = {**cluster.env, "PERSONALENS": str(Path(sys.executable).with_name("personalens"))}
-    done = subprocess.run(["sbatch", "--parsable", *args], env=env, cwd=workdir, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        ["sbatch", "--parsable", *args], env=env, cwd=workdir, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0]
 
@@ -50,14 +56,25 @@ def users_by_shard(out: Path, table: str) -> list[list[str]]:
 def test_array_over_user_shards_then_export_and_score(cluster, tmp_path):
     out = tmp_path / "run"
     overrides = [*OVERRIDES, f"run.out_dir={out}"]
-    array = sbatch(cluster, tmp_path, f"--array=0-{SHARDS - 1}", *CPU_ONLY,
-                   str(REPO / "slurm" / "personalbench.sbatch"), *overrides)
+    array = sbatch(
+        cluster,
+        tmp_path,
+        f"--array=0-{SHARDS - 1}",
+        *CPU_ONLY,
+        str(REPO / "slurm" / "personalbench.sbatch"),
+        *overrides,
+    )
     # export and score read every shard's files: one job once the whole array has succeeded
     quoted = " ".join(f"'{o}'" for o in overrides)
-    after = sbatch(cluster, tmp_path, f"--dependency=afterok:{array}", *CPU_ONLY, "--job-name=pl-pb-score",
-                   "--output=%x-%j.log",
-                   f"--wrap=set -e; \"$PERSONALENS\" personalbench export {quoted}; "
-                   f"\"$PERSONALENS\" personalbench score {quoted}")
+    after = sbatch(
+        cluster,
+        tmp_path,
+        f"--dependency=afterok:{array}",
+        *CPU_ONLY,
+        "--job-name=pl-pb-score",
+        "--output=%x-%j.log",
+        f'--wrap=set -e; "$PERSONALENS" personalbench export {quoted}; "$PERSONALENS" personalbench score {quoted}',
+    )
     states = cluster.wait([array, after], TIMEOUT)
     logs = cluster.job_logs(tmp_path)
     assert states == {f"{array}_0": "COMPLETED", f"{array}_1": "COMPLETED", after: "COMPLETED"}, f"{states}\n{logs}"

@@ -11,17 +11,25 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_cli
+
 from personalens.data.records import DOMAINS
+from personalens.data.schema import SchemaError
 from personalens.report import render
 from personalens.validation.build import build_stats
 from personalens.validation.regions import region_of
-from personalens.data.schema import SchemaError
 
 SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "official-code" / "res" / "schema.json"
-PAPER_ORDER = ["age", "gender", "ethnicity", "religion", "employment_status",
-               "education", "marital_status", "english_proficiency"]
+PAPER_ORDER = [
+    "age",
+    "gender",
+    "ethnicity",
+    "religion",
+    "employment_status",
+    "education",
+    "marital_status",
+    "english_proficiency",
+]
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +86,22 @@ def test_tables6_7_count_demographics_in_order_of_frequency(shared_data_root, ex
     table6, table7 = excerpt_stats.tables[1:3]
     rows = {**_rows(table6), **_rows(table7)}
     assert rows[("Total Participants", "")] == (len(demographics), 100.0)
-    labels = {key: label for key, label in
-              zip(PAPER_ORDER, ["Age", "Gender", "Self-Reported Ethnicity", "Self-Reported Religion",
-                                "Employment Status", "Education", "Marital Status", "English Proficiency"])}
+    labels = {
+        key: label
+        for key, label in zip(
+            PAPER_ORDER,
+            [
+                "Age",
+                "Gender",
+                "Self-Reported Ethnicity",
+                "Self-Reported Religion",
+                "Employment Status",
+                "Education",
+                "Marital Status",
+                "English Proficiency",
+            ],
+        )
+    }
     shown = [labels for labels, _ in table6.rows[1:] + table7.rows[1:]]
     for key, label in labels.items():
         counts = Counter("Prefer not to say" if d[key] == "N/A" else d[key] for d in demographics)
@@ -97,7 +118,7 @@ def test_tables6_7_count_demographics_in_order_of_frequency(shared_data_root, ex
     regions = Counter(region_of(d["birth_country"]) for d in demographics)
     assert {v: rows[("Regions", v)][0] for v in regions} == dict(regions)
     assert rows[("Regions", "Northern America")][0] == sum(d["birth_country"] == "Canada" for d in demographics)
-    assert [v for var, v in shown if var == "Regions"][:len(regions)] == sorted(regions, key=lambda r: -regions[r])
+    assert [v for var, v in shown if var == "Regions"][: len(regions)] == sorted(regions, key=lambda r: -regions[r])
 
 
 def test_tables8_9_count_preferences_of_all_users(shared_data_root, schema_path, excerpt_stats):
@@ -191,8 +212,9 @@ def test_regions_come_from_the_country_of_birth():
 
 
 def test_cli_prints_the_tables(shared_data_root, schema_path, tmp_path):
-    proc = run_cli("stats", str(shared_data_root), f"stats.schema={schema_path}", f"stats.out_dir={tmp_path}",
-                   timeout=120)
+    proc = run_cli(
+        "stats", str(shared_data_root), f"stats.schema={schema_path}", f"stats.out_dir={tmp_path}", timeout=120
+    )
     for title in ("Table 1", "Table 6", "Table 7", "Table 8", "Table 9"):
         assert f"### {title}:" in proc.stdout
     assert "| Total SD | 86 | 206 |" in proc.stdout

@@ -26,17 +26,21 @@ def test_clean_data_has_no_problems_and_right_counts(which, request):
     users, sd, md = _expected_counts(root)
     assert (report.users, report.sd_scenarios, report.md_scenarios) == (users, sd, md)
     assert report.format().splitlines() == [
-        f"{root}: OK; {users} users, {sd} single-domain and {md} multi-domain scenarios"]
+        f"{root}: OK; {users} users, {sd} single-domain and {md} multi-domain scenarios"
+    ]
 
 
 def test_missing_root_is_one_problem(tmp_path):
     report = validate(tmp_path / "nowhere")
     assert not report.ok and len(report.problems) == 1
     assert "does not exist" in str(report.problems[0])
-    assert report.format().splitlines()[-1].endswith(": 1 problem; 0 users, 0 single-domain and 0 multi-domain scenarios")
+    assert (
+        report.format().splitlines()[-1].endswith(": 1 problem; 0 users, 0 single-domain and 0 multi-domain scenarios")
+    )
 
 
 # ------------------------------------------------------------ planted faults
+
 
 def _load(path: Path) -> dict:
     return json.loads(path.read_text())
@@ -88,8 +92,9 @@ def _plant_faults(root: Path) -> list[tuple[str, str, str]]:
     # single- and multi-domain tasks assigned in a domain the interests exclude
     for index, name, only_in in ((2, "tasks.json", "SD"), (4, "tasks_md.json", "MD")):
         sd, md = _load(_user(root, index) / "tasks.json"), _load(_user(root, index) / "tasks_md.json")
-        domains = {kind: [d for e in tasks.values() for d in e["Relevant Domains"]]
-                   for kind, tasks in (("SD", sd), ("MD", md))}
+        domains = {
+            kind: [d for e in tasks.values() for d in e["Relevant Domains"]] for kind, tasks in (("SD", sd), ("MD", md))
+        }
         other = "MD" if only_in == "SD" else "SD"
         domain = next(d for d in domains[only_in] if d not in domains[other])
         assert domains[only_in].count(domain) == 1
@@ -98,8 +103,9 @@ def _plant_faults(root: Path) -> list[tuple[str, str, str]]:
         profile["interests"][domain] = 0
         _save(path, profile)
         key = next(k for k, e in (sd if only_in == "SD" else md).items() if domain in e["Relevant Domains"])
-        expected.append((f"profile/user{index}/{name}", f'"{key}"."task_id"',
-                         f"'{domain}', which the user's interests exclude"))
+        expected.append(
+            (f"profile/user{index}/{name}", f'"{key}"."task_id"', f"'{domain}', which the user's interests exclude")
+        )
 
     # an unknown domain
     path = _user(root, 5) / "tasks.json"
@@ -120,8 +126,13 @@ def _plant_faults(root: Path) -> list[tuple[str, str, str]]:
     tasks = _load(path)
     tasks["Task 1"]["task_id"] = "MD-task-99"
     _save(path, tasks)
-    expected.append(("profile/user3/tasks_md.json", '"Task 1"."task_id"',
-                     "no definition of 'MD-task-99' in task/Multi-Domain/task.jsonl"))
+    expected.append(
+        (
+            "profile/user3/tasks_md.json",
+            '"Task 1"."task_id"',
+            "no definition of 'MD-task-99' in task/Multi-Domain/task.jsonl",
+        )
+    )
 
     return expected
 
@@ -172,7 +183,7 @@ def test_bad_task_definitions_are_reported(sample_root, tmp_path):
     problems = [str(p) for p in validate(root).problems]
 
     assert problems == [  # known domains in the release's order, then unknown folders
-        f'task/Multi-Domain/task.jsonl: line {len(lines) - 1}, "Relevant Domains"[1]: unknown domain \'Knitting\'',
+        f"task/Multi-Domain/task.jsonl: line {len(lines) - 1}, \"Relevant Domains\"[1]: unknown domain 'Knitting'",
         f"task/Multi-Domain/task.jsonl: line {len(lines)} column 2: malformed JSON: "
         "Expecting property name enclosed in double quotes",
         "task/Cooking/: unknown domain 'Cooking'",
@@ -181,17 +192,19 @@ def test_bad_task_definitions_are_reported(sample_root, tmp_path):
 
 # ------------------------------------------------ quirks of the public release: warnings
 
+
 def _plant_quirks(root: Path) -> dict:
     """The release's two tolerated quirks, as they occur there: per-user task copies whose fields
     differ from the definition (5 here, so the grouped summary must shorten), and an interests key
     with stray punctuation. Returns what the loader must make of them."""
     changed = {}
     for index, name, key, field, edit in (
-            (0, "tasks_md.json", "Task 1", "Relevant Affinity Types", lambda v: v[:-1]),
-            (1, "tasks_md.json", "Task 2", "Relevant Affinity Types", lambda v: v + ["Seat Preference"]),
-            (2, "tasks_md.json", "Task 1", "Relevant Affinity Types", lambda v: list(reversed(v))),
-            (2, "tasks.json", "Task 2", "User Intent", lambda v: v + " Quickly."),
-            (1, "tasks.json", "Task 1", "Task Goal", lambda v: v.upper())):
+        (0, "tasks_md.json", "Task 1", "Relevant Affinity Types", lambda v: v[:-1]),
+        (1, "tasks_md.json", "Task 2", "Relevant Affinity Types", lambda v: v + ["Seat Preference"]),
+        (2, "tasks_md.json", "Task 1", "Relevant Affinity Types", lambda v: list(reversed(v))),
+        (2, "tasks.json", "Task 2", "User Intent", lambda v: v + " Quickly."),
+        (1, "tasks.json", "Task 1", "Task Goal", lambda v: v.upper()),
+    ):
         path = _user(root, index) / name
         tasks = _load(path)
         tasks[key][field] = edit(tasks[key][field])

@@ -30,8 +30,7 @@ METRICS: tuple[SheetMetric, ...] = (
     SheetMetric("task_completion", "Task Completion", "task_completion", "", (0, 1), "task_completion"),
     SheetMetric("personalization", "Personalization", "personalization", "", (1, 2, 3, 4), "personalization"),
     SheetMetric("naturalness_user", "Naturalness (U)", "naturalness", "user", (1, 2, 3, 4, 5), "naturalness"),
-    SheetMetric("naturalness_assistant", "Naturalness (A)", "naturalness", "assistant", (1, 2, 3, 4, 5),
-                "naturalness"),
+    SheetMetric("naturalness_assistant", "Naturalness (A)", "naturalness", "assistant", (1, 2, 3, 4, 5), "naturalness"),
     SheetMetric("coherence_user", "Coherence (U)", "coherence", "user", (1, 2, 3, 4, 5), "coherence"),
     SheetMetric("coherence_assistant", "Coherence (A)", "coherence", "assistant", (1, 2, 3, 4, 5), "coherence"),
 )

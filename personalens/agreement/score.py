@@ -7,8 +7,8 @@ from count tables, so a bootstrap resample only re-weights precomputed per-dialo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 from statsmodels.stats.inter_rater import aggregate_raters, cohens_kappa, fleiss_kappa
@@ -19,8 +19,10 @@ from personalens.report.stats import Bootstrap, Estimate, bootstrap_statistic
 from personalens.report.tables import Column, Table
 from personalens.store import KEY_COLUMNS, read_table
 
-COLUMNS = (Column("cohen", "", "Cohen's Kappa", 3, holds="estimate"),
-           Column("fleiss", "", "IAA (Fleiss' Kappa)", 3, holds="estimate"))
+COLUMNS = (
+    Column("cohen", "", "Cohen's Kappa", 3, holds="estimate"),
+    Column("fleiss", "", "IAA (Fleiss' Kappa)", 3, holds="estimate"),
+)
 
 
 def score_sheets(export_dir: Path, sheet_paths: Sequence[Path], run_dir: Path, boot: Bootstrap) -> Table:
@@ -37,23 +39,35 @@ def score_sheets(export_dir: Path, sheet_paths: Sequence[Path], run_dir: Path, b
         k = len(metric.scores)
         rows.append(((metric.label,), (cohen_cell(codes, judged, k, boot), fleiss_cell(codes, k, boot))))
     unjudged = sum(1 for i in items for m in METRICS if (i, m.column) not in judge)
-    notes = (f"Export {manifest.export_id}: {len(items)} dialogues rated by {len(sheets)} annotators "
-             f"({', '.join(s.annotator for s in sheets)}).",
-             "Cohen's Kappa is the mean over annotators of the unweighted kappa between an annotator and the judge; "
-             "IAA is Fleiss' kappa among the annotators. Intervals are percentile bootstrap over dialogues "
-             f"({boot.resamples} resamples, seed {boot.seed}); n counts dialogues.",
-             *((f"{unjudged} (dialogue, metric) pairs have no parsed judge score and are left out of Cohen's Kappa.",)
-               if unjudged else ()))
-    return Table("table5", "Table 5: agreement of human annotators with each other and with the judge",
-                 ("Metric",), COLUMNS, tuple(rows), notes=notes)
+    notes = (
+        f"Export {manifest.export_id}: {len(items)} dialogues rated by {len(sheets)} annotators "
+        f"({', '.join(s.annotator for s in sheets)}).",
+        "Cohen's Kappa is the mean over annotators of the unweighted kappa between an annotator and the judge; "
+        "IAA is Fleiss' kappa among the annotators. Intervals are percentile bootstrap over dialogues "
+        f"({boot.resamples} resamples, seed {boot.seed}); n counts dialogues.",
+        *(
+            (f"{unjudged} (dialogue, metric) pairs have no parsed judge score and are left out of Cohen's Kappa.",)
+            if unjudged
+            else ()
+        ),
+    )
+    return Table(
+        "table5",
+        "Table 5: agreement of human annotators with each other and with the judge",
+        ("Metric",),
+        COLUMNS,
+        tuple(rows),
+        notes=notes,
+    )
 
 
 def judge_scores(run_dir: Path, manifest: Manifest) -> dict[tuple[int, str], int]:
     """(item, metric column) -> the judge's whole-dialogue score, for judgments that parsed."""
     table = read_table(run_dir / "judgments", [*KEY_COLUMNS, "dimension", "speaker", "turn", "score", "parsed"])
     if table is None:
-        raise AgreementError(f"{run_dir / 'judgments'} holds no judgments: run `personalens judge` with this "
-                             "run.out_dir first")
+        raise AgreementError(
+            f"{run_dir / 'judgments'} holds no judgments: run `personalens judge` with this run.out_dir first"
+        )
     item_of = {tuple(item[c] for c in KEY_COLUMNS): int(item["item"]) for item in manifest.items}
     column_of = {(m.dimension, m.speaker): m.column for m in METRICS}
     scores = {}
@@ -63,8 +77,10 @@ def judge_scores(run_dir: Path, manifest: Manifest) -> dict[tuple[int, str], int
         if item is not None and column is not None and row["turn"] == -1 and row["parsed"]:
             scores[(item, column)] = int(row["score"])
     if not any(item in item_of.values() for item, _ in scores):
-        raise AgreementError(f"{run_dir / 'judgments'} holds no judgment of the exported dialogues: "
-                             f"is run.out_dir the run that export {manifest.export_id} was drawn from?")
+        raise AgreementError(
+            f"{run_dir / 'judgments'} holds no judgment of the exported dialogues: "
+            f"is run.out_dir the run that export {manifest.export_id} was drawn from?"
+        )
     return scores
 
 
@@ -97,8 +113,18 @@ def cohen_cell(codes: np.ndarray, judged: np.ndarray, categories: int, boot: Boo
 
     def mean_kappa(idx: np.ndarray) -> float:
         weights = np.bincount(idx, minlength=n)
-        return float(np.mean([cohen(np.bincount(cells[:, a], weights=weights, minlength=categories ** 2)
-                                    .reshape(categories, categories)) for a in range(cells.shape[1])]))
+        return float(
+            np.mean(
+                [
+                    cohen(
+                        np.bincount(cells[:, a], weights=weights, minlength=categories**2).reshape(
+                            categories, categories
+                        )
+                    )
+                    for a in range(cells.shape[1])
+                ]
+            )
+        )
 
     return _estimate(mean_kappa, n, boot)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from personalens.agreement.export import ID_COLUMNS, MANIFEST, SHEET_COLUMNS
 from personalens.agreement.metrics import METRICS, AgreementError
@@ -29,8 +29,9 @@ class Sheet:
 def read_manifest(export_dir: Path) -> Manifest:
     path = Path(export_dir) / MANIFEST
     if not path.is_file():
-        raise AgreementError(f"{path} not found: agreement.out_dir must be the folder that "
-                             "`personalens agreement export` wrote")
+        raise AgreementError(
+            f"{path} not found: agreement.out_dir must be the folder that `personalens agreement export` wrote"
+        )
     data = json.loads(path.read_text(encoding="utf-8"))
     return Manifest(data["export_id"], tuple(data["items"]))
 
@@ -42,8 +43,9 @@ def read_sheets(paths: Sequence[Path], manifest: Manifest) -> list[Sheet]:
     stems = [p.stem for p in paths]
     repeated = sorted({s for s in stems if stems.count(s) > 1})
     if repeated:
-        raise AgreementError(f"agreement.sheets: annotators are named by file name, and {', '.join(repeated)} "
-                             "appears more than once")
+        raise AgreementError(
+            f"agreement.sheets: annotators are named by file name, and {', '.join(repeated)} appears more than once"
+        )
     return [read_sheet(p, manifest) for p in paths]
 
 
@@ -60,7 +62,9 @@ def read_sheet(path: Path, manifest: Manifest) -> Sheet:
     header = rows[0] if rows else []
     missing = [c for c in SHEET_COLUMNS if c not in header]
     if missing:
-        raise AgreementError(f"{path}: missing column(s) {', '.join(missing)}; keep the header row of the exported sheet")
+        raise AgreementError(
+            f"{path}: missing column(s) {', '.join(missing)}; keep the header row of the exported sheet"
+        )
     items = {int(item["item"]): item for item in manifest.items}
     scores: dict[int, dict[str, int]] = {}
     first_row: dict[int, int] = {}
@@ -70,8 +74,10 @@ def read_sheet(path: Path, manifest: Manifest) -> Sheet:
         row = dict(zip(header, values + [""] * (len(header) - len(values))))
         where = f"{path}: row {line}"
         if row["export_id"] != manifest.export_id:
-            raise AgreementError(f"{where}, field export_id: {row['export_id']!r} is not this export "
-                                 f"({manifest.export_id}); the sheet belongs to another export")
+            raise AgreementError(
+                f"{where}, field export_id: {row['export_id']!r} is not this export "
+                f"({manifest.export_id}); the sheet belongs to another export"
+            )
         item = _item(row, items, where)
         if item in scores:
             raise AgreementError(f"{where}, field item: duplicate row for item {item} (first at row {first_row[item]})")
@@ -80,8 +86,10 @@ def read_sheet(path: Path, manifest: Manifest) -> Sheet:
     absent = sorted(set(items) - set(scores))
     if absent:
         first = items[absent[0]]
-        raise AgreementError(f"{path}: missing dialogue(s): item(s) {', '.join(map(str, absent))} "
-                             f"(e.g. item {absent[0]}: {first['user_id']}/{first['task_id']}) have no row")
+        raise AgreementError(
+            f"{path}: missing dialogue(s): item(s) {', '.join(map(str, absent))} "
+            f"(e.g. item {absent[0]}: {first['user_id']}/{first['task_id']}) have no row"
+        )
     return Sheet(path.stem, scores)
 
 
@@ -94,8 +102,10 @@ def _item(row: dict, items: Mapping[int, dict], where: str) -> int:
         raise AgreementError(f"{where}, field item: the export has no item {item} (it has 1-{len(items)})")
     for column in KEY_COLUMNS:  # the row must still describe the exported dialogue
         if str(row[column]).strip() != str(items[item][column]):
-            raise AgreementError(f"{where}, field {column}: {row[column]!r} but item {item} of the export has "
-                                 f"{items[item][column]!r}; leave the columns {', '.join(ID_COLUMNS)} unchanged")
+            raise AgreementError(
+                f"{where}, field {column}: {row[column]!r} but item {item} of the export has "
+                f"{items[item][column]!r}; leave the columns {', '.join(ID_COLUMNS)} unchanged"
+            )
     return item
 
 

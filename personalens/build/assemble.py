@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from personalens.build.tasks import BuiltTask
-from personalens.data.loading import (ASSIGNMENT_FILES, MULTI_DOMAIN, PROFILE_DIR, PROFILE_FILE, TASK_DIR,
-                                      TASK_FILE)
+from personalens.data.loading import ASSIGNMENT_FILES, MULTI_DOMAIN, PROFILE_DIR, PROFILE_FILE, TASK_DIR, TASK_FILE
 
 TEXTS = ("Task Description", "User Intent", "Task Goal")
 
@@ -41,8 +41,13 @@ def definition(task: BuiltTask) -> dict:
 
 def assignment(task: BuiltTask, situation: Mapping[str, str]) -> dict:
     """A user's copy of a task, in the key order of the release's tasks.json."""
-    return {**{k: task.fields[k] for k in TEXTS}, "Relevant Affinity Types": task.fields["Relevant Affinity Types"],
-            "task_id": task.task_id, "situations": dict(situation), "Relevant Domains": task.domains}
+    return {
+        **{k: task.fields[k] for k in TEXTS},
+        "Relevant Affinity Types": task.fields["Relevant Affinity Types"],
+        "task_id": task.task_id,
+        "situations": dict(situation),
+        "Relevant Domains": task.domains,
+    }
 
 
 def write_tasks(root: Path, tasks: Sequence[BuiltTask], domains: Sequence[str]) -> list[Path]:
@@ -58,8 +63,14 @@ def write_tasks(root: Path, tasks: Sequence[BuiltTask], domains: Sequence[str]) 
     return paths
 
 
-def profile(index: int, demographics: Mapping[str, str], domains: Sequence[str], interests: Mapping[str, int],
-            affinities: Mapping[str, dict], interactions: Mapping[str, str]) -> dict:
+def profile(
+    index: int,
+    demographics: Mapping[str, str],
+    domains: Sequence[str],
+    interests: Mapping[str, int],
+    affinities: Mapping[str, dict],
+    interactions: Mapping[str, str],
+) -> dict:
     """A profile.json over the root's `domains` (`with_domains` of the built ones)."""
     return {
         "demographics": {"user_id": f"user{index}", **demographics},
@@ -69,11 +80,14 @@ def profile(index: int, demographics: Mapping[str, str], domains: Sequence[str],
     }
 
 
-def write_user(root: Path, index: int, profile_obj: dict, tasks: Sequence[BuiltTask],
-               situations: Mapping[str, Mapping[str, str]]) -> None:
+def write_user(
+    root: Path, index: int, profile_obj: dict, tasks: Sequence[BuiltTask], situations: Mapping[str, Mapping[str, str]]
+) -> None:
     user_dir = root / PROFILE_DIR / f"user{index}"
     _write(user_dir / PROFILE_FILE, _dump(profile_obj))
     for kind, name in ASSIGNMENT_FILES.items():
         chosen = [t for t in tasks if t.task_id.startswith(f"{kind}-")]
-        _write(user_dir / name, _dump({f"Task {k}": assignment(t, situations[t.task_id])
-                                       for k, t in enumerate(chosen, start=1)}))
+        _write(
+            user_dir / name,
+            _dump({f"Task {k}": assignment(t, situations[t.task_id]) for k, t in enumerate(chosen, start=1)}),
+        )

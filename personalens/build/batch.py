@@ -12,9 +12,10 @@ import hashlib
 import json
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -22,15 +23,20 @@ from personalens.engines.base import Engine, Request, Sampling
 from personalens.errors import PersonalensError
 from personalens.store import PartWriter, Progress, read_table, shard_dir
 
-STAGE_SCHEMA = pa.schema([
-    ("key", pa.string()),  # the job's key as a JSON list, e.g. ["user3", "Movies", 0]
-    ("user_index", pa.int32()),  # -1 for jobs shared by all users (tasks)
-    ("try", pa.int32()), ("seed", pa.int64()),
-    ("text", pa.string()),  # the raw output
-    ("value", pa.string()),  # the parsed output as JSON; null when it did not parse
-    ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32()),
-    ("model", pa.string()), ("config_hash", pa.string()),
-])
+STAGE_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),  # the job's key as a JSON list, e.g. ["user3", "Movies", 0]
+        ("user_index", pa.int32()),  # -1 for jobs shared by all users (tasks)
+        ("try", pa.int32()),
+        ("seed", pa.int64()),
+        ("text", pa.string()),  # the raw output
+        ("value", pa.string()),  # the parsed output as JSON; null when it did not parse
+        ("prompt_tokens", pa.int32()),
+        ("completion_tokens", pa.int32()),
+        ("model", pa.string()),
+        ("config_hash", pa.string()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -90,13 +96,14 @@ class Runner:
             raise PersonalensError(
                 f"build stage {stage!r}: {len(todo)} of {len(jobs)} outputs missing in {self.folder(stage)} "
                 f"(e.g. {list(todo[0].key)}); run `personalens build` with the stage that makes them in "
-                f"build.stages first (the tasks stage without sharding)")
+                f"build.stages first (the tasks stage without sharding)"
+            )
         if todo:
             writer = PartWriter(shard_dir(self.root, stage, *self.shard), STAGE_SCHEMA)
             bar = Progress(total=len(todo), label=f"build {stage}", unit="output", enabled=self.progress)
             while todo:
                 for start in range(0, len(todo), self.chunk):
-                    self._generate(stage, todo[start:start + self.chunk], writer, valid, tries, count, bar)
+                    self._generate(stage, todo[start : start + self.chunk], writer, valid, tries, count, bar)
                 todo = self._todo(jobs, valid, tries)
             bar.close()
         failed = [j.key for j in jobs if encode_key(j.key) not in valid]
@@ -104,7 +111,8 @@ class Runner:
             raise PersonalensError(
                 f"build stage {stage!r}: {len(failed)} outputs unusable after {self.retries + 1} tries "
                 f"(e.g. {list(failed[0])}): they were cut off; raise build.max_tokens.{stage} "
-                "or lower build.limits")
+                "or lower build.limits"
+            )
         return {j.key: valid[encode_key(j.key)] for j in jobs}
 
     def _todo(self, jobs: Sequence[Job], valid: dict, tries: Counter) -> list[Job]:
@@ -122,23 +130,42 @@ class Runner:
                 valid[row["key"]] = json.loads(row["value"])
         return valid, tries
 
-    def _generate(self, stage: str, jobs: Sequence[Job], writer: PartWriter, valid: dict, tries: Counter,
-                  count: StageCount, bar: Progress) -> None:
+    def _generate(
+        self,
+        stage: str,
+        jobs: Sequence[Job],
+        writer: PartWriter,
+        valid: dict,
+        tries: Counter,
+        count: StageCount,
+        bar: Progress,
+    ) -> None:
         engine = self.engine()
         base = self.sampling(stage)
         started = time.monotonic()
         seeds = [derive_seed(self.seed, stage, encode_key(j.key), tries[encode_key(j.key)]) for j in jobs]
-        outputs = engine.generate([Request(j.messages, dataclasses.replace(base, seed=s), j.grammar)
-                                   for j, s in zip(jobs, seeds)])
+        outputs = engine.generate(
+            [Request(j.messages, dataclasses.replace(base, seed=s), j.grammar) for j, s in zip(jobs, seeds)]
+        )
         rows = []
         settled = 0  # jobs that parsed or ran out of tries: they leave the bar, so retries never push it past 100%
         for job, seed, out in zip(jobs, seeds, outputs):
             key = encode_key(job.key)
             value = job.parse(out.text)
-            rows.append({"key": key, "user_index": job.user_index, "try": tries[key], "seed": seed,
-                         "text": out.text, "value": None if value is None else json.dumps(value, ensure_ascii=False),
-                         "prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
-                         "model": engine.name, "config_hash": self.config_hash})
+            rows.append(
+                {
+                    "key": key,
+                    "user_index": job.user_index,
+                    "try": tries[key],
+                    "seed": seed,
+                    "text": out.text,
+                    "value": None if value is None else json.dumps(value, ensure_ascii=False),
+                    "prompt_tokens": out.prompt_tokens,
+                    "completion_tokens": out.completion_tokens,
+                    "model": engine.name,
+                    "config_hash": self.config_hash,
+                }
+            )
             count.retries += tries[key] > 0
             tries[key] += 1
             if value is not None:
@@ -153,11 +180,16 @@ class Runner:
         bar.update(settled, active=0, tokens=tokens)
 
     def summary(self) -> str:
-        parts = [f"{stage} {c.requests}" + (f" (+{c.skipped} done before)" if c.skipped else "")
-                 + (f" ({c.retries} retried)" if c.retries else "")
-                 for stage, c in self.counts.items()]
+        parts = [
+            f"{stage} {c.requests}"
+            + (f" (+{c.skipped} done before)" if c.skipped else "")
+            + (f" ({c.retries} retried)" if c.retries else "")
+            for stage, c in self.counts.items()
+        ]
         tokens = sum(c.completion_tokens for c in self.counts.values())
         seconds = sum(c.seconds for c in self.counts.values())
         rate = tokens / seconds if seconds > 0 else 0.0
-        return (f"generated per stage: {', '.join(parts) or 'nothing'}; {tokens} tokens in {seconds:.1f} s "
-                f"of generation ({rate:.1f} tokens/s)")
+        return (
+            f"generated per stage: {', '.join(parts) or 'nothing'}; {tokens} tokens in {seconds:.1f} s "
+            f"of generation ({rate:.1f} tokens/s)"
+        )

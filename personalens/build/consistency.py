@@ -4,8 +4,8 @@ explanation; shared by `personalens build` (which regenerates flagged preference
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from personalens.build.batch import Job
 from personalens.build.grammars import CROSS_DOMAIN, EXPLANATION, Limits, consistency_grammar, parse_consistency
@@ -26,10 +26,13 @@ class Profile:
 
 def check_job(templates: BuildTemplates, profile: Profile, limits: Limits, key: tuple) -> Job:
     domains = list(profile.affinities)
-    return Job(key=key, user_index=profile.index,
-               messages=templates.messages("consistency", profile.demographics, affinities=profile.affinities),
-               grammar=consistency_grammar(domains, limits),
-               parse=lambda text: parse_consistency(text, domains))
+    return Job(
+        key=key,
+        user_index=profile.index,
+        messages=templates.messages("consistency", profile.demographics, affinities=profile.affinities),
+        grammar=consistency_grammar(domains, limits),
+        parse=lambda text: parse_consistency(text, domains),
+    )
 
 
 def flagged_domains(verdict: Mapping[str, object]) -> list[str]:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -51,8 +52,9 @@ def _lookup(row: Mapping[str, Any], column: str) -> tuple[bool, Any]:
     return True, value
 
 
-def load_demographics(path: str | Path, columns: Mapping[str, str], users: int | str = "all",
-                      skip_rows: Mapping[str, Any] | None = None) -> list[dict[str, str]]:
+def load_demographics(
+    path: str | Path, columns: Mapping[str, str], users: int | str = "all", skip_rows: Mapping[str, Any] | None = None
+) -> list[dict[str, str]]:
     """The first `users` people (all: every row) as demographic dicts in the release's key order,
     without user_id. Rows whose column equals a `skip_rows` value are left out (e.g. PRISM's
     participants who gave no survey answers). Empty cells become "N/A"."""
@@ -72,8 +74,10 @@ def load_demographics(path: str | Path, columns: Mapping[str, str], users: int |
         for field in FIELDS:
             found, value = _lookup(row, columns[field])
             if not found:
-                raise DemographicsError(f"{path}: row {number}: no column {columns[field]!r} "
-                                        f"(mapped to {field} in build.demographics.columns)")
+                raise DemographicsError(
+                    f"{path}: row {number}: no column {columns[field]!r} "
+                    f"(mapped to {field} in build.demographics.columns)"
+                )
             text = "" if value is None else str(value).strip()
             person[field] = text or MISSING
         people.append(person)

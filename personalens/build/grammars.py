@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from personalens.data.schema import AffinityType, Domain
 from personalens.data.records import SITUATION_KEYS
+from personalens.data.schema import AffinityType, Domain
 
 # Figure 11's closed lists; Location is free text and Day of the Week a weekday.
 SITUATION_CHOICES: dict[str, tuple[str, ...]] = {
@@ -107,11 +108,12 @@ def ordered_subset(name: str, items: Sequence[str], lo: int, hi: int, sep: str) 
 
 def _json_object(rule: str, fields: Sequence[tuple[str, str]]) -> str:
     """`rule ::= {"k1": v1, "k2": v2}` with the EBNF value fragments in order."""
-    body = ' ", " '.join(f"{_json(key)} \": \" {value}" for key, value in fields)
+    body = ' ", " '.join(f'{_json(key)} ": " {value}' for key, value in fields)
     return f'{rule} ::= "{{" {body} "}}"'
 
 
 # --------------------------------------------------------------------------- interests (Section 2.1)
+
 
 def interests_grammar(domains: Sequence[str], minimum: int) -> str:
     """`{"Alarm": 0|1, ...}` over `domains` in order, with at least `minimum` ones (so that every user
@@ -119,12 +121,12 @@ def interests_grammar(domains: Sequence[str], minimum: int) -> str:
     n, minimum = len(domains), min(minimum, len(domains))
     rules = []
     for i, domain in enumerate(domains):
+        # the rule that follows domain i once `count` ones have been chosen (none after the last)
+        following = (lambda count, i=i: f'", " m{i + 1}_{count}') if i + 1 < n else (lambda count: "")
         for ones in range(minimum + 1):
-            def then(count: int) -> str:
-                return f'", " m{i + 1}_{count}' if i + 1 < n else ""
-            alternatives = [f'"1" {then(min(ones + 1, minimum))}']
+            alternatives = [f'"1" {following(min(ones + 1, minimum))}']
             if n - i - 1 >= minimum - ones:
-                alternatives.append(f'"0" {then(ones)}')
+                alternatives.append(f'"0" {following(ones)}')
             rules.append(f'm{i}_{ones} ::= {_json(domain)} ": " ' + _choice(alternatives))
     return "\n".join(['root ::= "{" m0_0 "}"', *rules]) + "\n"
 
@@ -137,6 +139,7 @@ def parse_interests(text: str, domains: Sequence[str]) -> dict[str, int] | None:
 
 
 # ------------------------------------------------------------------------- preferences (Figure 6)
+
 
 def preferences_grammar(domain: Domain, limits: Limits) -> str:
     """One JSON object with every affinity type of the domain, in schema order."""
@@ -154,8 +157,10 @@ def _affinity_rules(name: str, affinity: AffinityType, limits: Limits) -> list[s
         values = [_json(v) for v in dict.fromkeys(affinity.possible_values)]  # the schema repeats some
         if not affinity.has_multiple_values:
             return [f"{name} ::= " + " | ".join(values)]
-        return [f'{name} ::= "[" {name}_items "]"',
-                *ordered_subset(f"{name}_items", values, 1, limits.list_items, '", "')]
+        return [
+            f'{name} ::= "[" {name}_items "]"',
+            *ordered_subset(f"{name}_items", values, 1, limits.list_items, '", "'),
+        ]
     string = json_string(limits)
     if not affinity.has_multiple_values:
         return [f"{name} ::= {string}"]
@@ -177,6 +182,7 @@ def parse_preferences(text: str, domain: Domain) -> dict[str, str | list[str]] |
 
 # ---------------------------------------------------------------------- interactions (Figure 7)
 
+
 def summary_grammar(limits: Limits) -> str:
     """Plain text of bounded length: words one space or line break apart."""
     text = _words(_TEXT_CHAR, limits.summary_words, limits, sep='(" " | "\\n")')
@@ -188,6 +194,7 @@ def parse_summary(text: str) -> str | None:
 
 
 # ------------------------------------------------------------------ single-domain tasks (Figure 9)
+
 
 def sd_tasks_grammar(domain: Domain, count: int, limits: Limits) -> str:
     """A JSON list of exactly `count` tasks, each with the three texts and 1..list_items of the
@@ -203,13 +210,17 @@ def parse_sd_tasks(text: str, domain: Domain, count: int) -> list[dict] | None:
     value = _loads(text)
     keys = [*TASK_TEXT_FIELDS, AFFINITY_TYPES]
     names = {a.name for a in domain.affinities}
-    if (not isinstance(value, list) or len(value) != count
-            or any(not isinstance(t, dict) or list(t) != keys or not set(t[AFFINITY_TYPES]) <= names for t in value)):
+    if (
+        not isinstance(value, list)
+        or len(value) != count
+        or any(not isinstance(t, dict) or list(t) != keys or not set(t[AFFINITY_TYPES]) <= names for t in value)
+    ):
         return None
     return value
 
 
 # ------------------------------------------------------------------- multi-domain tasks (Figure 10)
+
 
 def md_tasks_grammar(domains: Sequence[Domain], count: int, span: tuple[int, int], limits: Limits) -> str:
     """`<response>` then exactly `count` <task> elements, then `</response>`. A task spans span[0]..span[1]
@@ -223,9 +234,12 @@ def md_tasks_grammar(domains: Sequence[Domain], count: int, span: tuple[int, int
         </task>
     """
     text = _words(_XML_CHAR, limits.text_words, limits)
-    rules = ['root ::= "<response>\\n" ' + " ".join(["task"] * count) + ' "</response>"',
-             'task ::= "<task>\\n" ' + " ".join(f'"<{tag}>" {text} "</{tag}>\\n"' for tag in MD_TAGS.values())
-             + ' "<relevant_domains>" domains "</relevant_domains>\\n</task>\\n"']
+    rules = [
+        'root ::= "<response>\\n" ' + " ".join(["task"] * count) + ' "</response>"',
+        'task ::= "<task>\\n" '
+        + " ".join(f'"<{tag}>" {text} "</{tag}>\\n"' for tag in MD_TAGS.values())
+        + ' "<relevant_domains>" domains "</relevant_domains>\\n</task>\\n"',
+    ]
     items = []
     for k, domain in enumerate(domains):
         types = [literal(f"<affinity_type>{escape(a.name)}</affinity_type>") for a in domain.affinities]
@@ -248,20 +262,26 @@ def parse_md_tasks(text: str, domains: Sequence[Domain], count: int) -> list[dic
         chosen = element.findall("relevant_domains/domain")
         names = [d.get("name") for d in chosen]
         types = [(d.get("name"), t.text or "") for d in chosen for t in d.findall("affinity_type")]
-        if not all(texts.values()) or len(names) < 2 or any(n not in by_name for n in names) \
-                or any(t not in by_name[n] for n, t in types):
+        if (
+            not all(texts.values())
+            or len(names) < 2
+            or any(n not in by_name for n in names)
+            or any(t not in by_name[n] for n, t in types)
+        ):
             return None
-        tasks.append({**texts, "Relevant Domains": names,
-                      AFFINITY_TYPES: list(dict.fromkeys(t for _, t in types))})
+        tasks.append({**texts, "Relevant Domains": names, AFFINITY_TYPES: list(dict.fromkeys(t for _, t in types))})
     return tasks if len(tasks) == count else None
 
 
 # ------------------------------------------------------------------------- situations (Figure 11)
 
+
 def situation_grammar(limits: Limits) -> str:
     string = json_string(limits)
-    fields = [(key, " | ".join(_json(v) for v in SITUATION_CHOICES[key]) if key in SITUATION_CHOICES else string)
-              for key in SITUATION_KEYS]
+    fields = [
+        (key, " | ".join(_json(v) for v in SITUATION_CHOICES[key]) if key in SITUATION_CHOICES else string)
+        for key in SITUATION_KEYS
+    ]
     fields = [(key, f"({value})") for key, value in fields] + [(JUSTIFICATION, string)]
     return _json_object("root", fields) + "\n"
 
@@ -274,6 +294,7 @@ def parse_situation(text: str) -> dict[str, str] | None:
 
 
 # ------------------------------------------------------------------- profile consistency (Figure 21)
+
 
 def consistency_grammar(domains: Sequence[str], limits: Limits) -> str:
     """A 0/1 conflict label per domain, one across domains, then the explanation (labels first, so an

@@ -3,9 +3,9 @@ paper) and the chat messages they render to."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import jinja2
 
@@ -14,8 +14,16 @@ from personalens.paths import PROJECT_ROOT
 from personalens.prompts.templates import read_template_files, strict_environment
 
 DEFAULT_DIR = PROJECT_ROOT / "prompts" / "build"
-TEMPLATE_FILES = ("demographics.txt", "interests.txt", "preferences.txt", "interactions.txt",
-                  "tasks_sd.txt", "tasks_md.txt", "situations.txt", "consistency.txt")
+TEMPLATE_FILES = (
+    "demographics.txt",
+    "interests.txt",
+    "preferences.txt",
+    "interactions.txt",
+    "tasks_sd.txt",
+    "tasks_md.txt",
+    "situations.txt",
+    "consistency.txt",
+)
 
 
 @dataclass(frozen=True)

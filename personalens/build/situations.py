@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from personalens.build.batch import Job, Runner
 from personalens.build.grammars import JUSTIFICATION, Limits, parse_situation, situation_grammar
@@ -11,16 +11,37 @@ from personalens.build.prompts import BuildTemplates
 from personalens.build.tasks import BuiltTask
 
 
-def situations(runner: Runner, templates: BuildTemplates, people: People,
-               assignments: Mapping[int, Sequence[BuiltTask]], preferences: Mapping[tuple[int, str], dict],
-               limits: Limits, *, active: bool) -> dict[tuple[int, str], dict]:
+def situations(
+    runner: Runner,
+    templates: BuildTemplates,
+    people: People,
+    assignments: Mapping[int, Sequence[BuiltTask]],
+    preferences: Mapping[tuple[int, str], dict],
+    limits: Limits,
+    *,
+    active: bool,
+) -> dict[tuple[int, str], dict]:
     """(user index, task id) -> the situation as tasks.json spells it (without the justification)."""
     grammar = situation_grammar(limits)
-    jobs = [Job((user_id(i), t.task_id), i,
-                templates.messages("situations", people[i], task_description=t.fields["Task Description"],
-                                   affinities={d: preferences[(i, d)] for d in t.domains}),
-                grammar, parse_situation)
-            for i, tasks in assignments.items() for t in tasks]
+    jobs = [
+        Job(
+            (user_id(i), t.task_id),
+            i,
+            templates.messages(
+                "situations",
+                people[i],
+                task_description=t.fields["Task Description"],
+                affinities={d: preferences[(i, d)] for d in t.domains},
+            ),
+            grammar,
+            parse_situation,
+        )
+        for i, tasks in assignments.items()
+        for t in tasks
+    ]
     found = runner.run("situations", jobs, active=active)
-    return {(i, t.task_id): {k: v for k, v in found[(user_id(i), t.task_id)].items() if k != JUSTIFICATION}
-            for i, tasks in assignments.items() for t in tasks}
+    return {
+        (i, t.task_id): {k: v for k, v in found[(user_id(i), t.task_id)].items() if k != JUSTIFICATION}
+        for i, tasks in assignments.items()
+        for t in tasks
+    }

@@ -16,16 +16,24 @@ file (a domain a lab added, `domains_of`); every profile holds every domain of i
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
-import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from personalens.data.errors import DataError, Problems, summarize_warnings
 from personalens.data.records import (
-    DOMAINS, SITUATION_KEYS, Kind, Scenario, Situation, Task, UserProfile, with_domains,
+    DOMAINS,
+    SITUATION_KEYS,
+    Kind,
+    Scenario,
+    Situation,
+    Task,
+    UserProfile,
+    with_domains,
 )
 from personalens.data.selection import task_kinds, user_indices
 
@@ -36,8 +44,17 @@ TASK_FILE = "task.jsonl"
 PROFILE_FILE = "profile.json"
 ASSIGNMENT_FILES: dict[Kind, str] = {"SD": "tasks.json", "MD": "tasks_md.json"}
 DEMOGRAPHIC_KEYS: tuple[str, ...] = (
-    "user_id", "age", "gender", "employment_status", "education", "marital_status",
-    "english_proficiency", "ethnicity", "religion", "birth_country", "reside_country",
+    "user_id",
+    "age",
+    "gender",
+    "employment_status",
+    "education",
+    "marital_status",
+    "english_proficiency",
+    "ethnicity",
+    "religion",
+    "birth_country",
+    "reside_country",
 )
 # Task fields as the release spells them -> Task attribute; a user's copy must equal the definition.
 TEXT_FIELDS: dict[str, str] = {"Task Description": "description", "User Intent": "user_intent", "Task Goal": "goal"}
@@ -58,14 +75,14 @@ log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- public API
 
+
 def list_user_indices(root: str | Path) -> list[int]:
     """Indices of every `profile/userN` directory under root, ascending."""
     profile_dir = _existing_root(root) / PROFILE_DIR
     if not profile_dir.is_dir():
         raise DataError(f"{PROFILE_DIR}/: missing in {root}; point the data root at the release's data/ directory")
     with os.scandir(profile_dir) as entries:
-        return sorted(int(m.group(1)) for e in entries
-                      if e.is_dir() and (m := _USER_DIR.fullmatch(e.name)))
+        return sorted(int(m.group(1)) for e in entries if e.is_dir() and (m := _USER_DIR.fullmatch(e.name)))
 
 
 def domains_of(root: str | Path) -> tuple[str, ...]:
@@ -76,8 +93,14 @@ def domains_of(root: str | Path) -> tuple[str, ...]:
     if not task_dir.is_dir():
         return DOMAINS
     with os.scandir(task_dir) as entries:
-        return with_domains(e.name for e in entries if e.is_dir() and not e.name.startswith(".")
-                            and e.name != MULTI_DOMAIN and (task_dir / e.name / TASK_FILE).is_file())
+        return with_domains(
+            e.name
+            for e in entries
+            if e.is_dir()
+            and not e.name.startswith(".")
+            and e.name != MULTI_DOMAIN
+            and (task_dir / e.name / TASK_FILE).is_file()
+        )
 
 
 def load_task_definitions(root: str | Path) -> dict[str, Task]:
@@ -99,8 +122,9 @@ def load_user(root: str | Path, index: int) -> UserProfile:
     return profile
 
 
-def load_scenarios(root: str | Path, users: object = "all", kinds: object = "both",
-                   strict: bool = False) -> list[Scenario]:
+def load_scenarios(
+    root: str | Path, users: object = "all", kinds: object = "both", strict: bool = False
+) -> list[Scenario]:
     """Every (user, assigned task) scenario of the selected users and task kinds.
 
     Order: by user index, then SD before MD, then the order of the user's tasks file.
@@ -121,8 +145,9 @@ def load_scenarios(root: str | Path, users: object = "all", kinds: object = "bot
     for index in selected:
         profile, assigned = read_user_files(path, index, kind_list, domains, definitions, problems)
         if profile is not None:
-            scenarios.extend(Scenario(profile, task, situation)
-                             for kind in kind_list for task, situation in assigned[kind])
+            scenarios.extend(
+                Scenario(profile, task, situation) for kind in kind_list for task, situation in assigned[kind]
+            )
     problems.raise_if_any(root, strict)
     for line in summarize_warnings(problems.warnings):
         log.warning("%s: %s", root, line)
@@ -130,6 +155,7 @@ def load_scenarios(root: str | Path, users: object = "all", kinds: object = "bot
 
 
 # ------------------------------------------------- readers shared with validate.py
+
 
 def read_task_definitions(root: Path, domains: tuple[str, ...], problems: Problems) -> dict[str, Task]:
     """Parse every task.jsonl under `task/` (the root's `domains`), noting each fault in `problems`."""
@@ -158,7 +184,11 @@ def read_task_definitions(root: Path, domains: tuple[str, ...], problems: Proble
 
 
 def read_user_files(
-    root: Path, index: int, kinds: Iterable[Kind], domains: tuple[str, ...], definitions: dict[str, Task],
+    root: Path,
+    index: int,
+    kinds: Iterable[Kind],
+    domains: tuple[str, ...],
+    definitions: dict[str, Task],
     problems: Problems,
 ) -> tuple[UserProfile | None, dict[Kind, list[tuple[Task, Situation]]]]:
     """Parse one user's profile and the assignment files of `kinds`, checked against the root's
@@ -172,12 +202,16 @@ def read_user_files(
     for kind in kinds:
         rel = f"{user_dir}/{ASSIGNMENT_FILES[kind]}"
         obj = _read_json(root, rel, problems)
-        assigned[kind] = ([] if obj is _UNREADABLE else
-                          _parse_assignments(obj, kind, domains, definitions, profile, seen, _At(problems, rel)))
+        assigned[kind] = (
+            []
+            if obj is _UNREADABLE
+            else _parse_assignments(obj, kind, domains, definitions, profile, seen, _At(problems, rel))
+        )
     return profile, assigned
 
 
 # --------------------------------------------------------------------- file reading
+
 
 @dataclass(frozen=True)
 class _At:
@@ -237,8 +271,15 @@ def _read_jsonl(root: Path, rel: str, problems: Problems) -> Iterator[tuple[_At,
 
 # -------------------------------------------------------------------- field checks
 
-_JSON_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer",
-                    float: "a number", bool: "a boolean", type(None): "null"}
+_JSON_TYPE_NAMES = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def _is(value: Any, kind: type, at: _At) -> bool:
@@ -302,6 +343,7 @@ def _domain_key(name: str, mapping: dict, domains: tuple[str, ...], at: _At) -> 
 
 # ------------------------------------------------------------------------ profiles
 
+
 def _parse_profile(obj: Any, index: int, domains: tuple[str, ...], at: _At) -> UserProfile | None:
     if not _is(obj, dict, at):
         return None
@@ -311,8 +353,14 @@ def _parse_profile(obj: Any, index: int, domains: tuple[str, ...], at: _At) -> U
     interactions = _per_domain(obj, "interactions", domains, at, lambda v, here: v if _is(v, str, here) else None)
     if demographics is None or interests is None or affinities is None or interactions is None:
         return None
-    return UserProfile(index=index, user_id=f"user{index}", demographics=demographics,
-                       interests=interests, affinities=affinities, interactions=interactions)
+    return UserProfile(
+        index=index,
+        user_id=f"user{index}",
+        demographics=demographics,
+        interests=interests,
+        affinities=affinities,
+        interactions=interactions,
+    )
 
 
 def _parse_demographics(obj: dict, index: int, at: _At) -> dict[str, str] | None:
@@ -359,6 +407,7 @@ def _parse_affinities(value: Any, at: _At) -> dict[str, str | tuple[str, ...]] |
 
 # --------------------------------------------------------------------------- tasks
 
+
 def _definition_file(task_id: str) -> str:
     """Where the definition of a (well-formed) task id lives."""
     match = _SD_ID.fullmatch(task_id)
@@ -383,8 +432,15 @@ def _parse_definition(obj: Any, folder: str, domains: tuple[str, ...], at: _At) 
     if number is None or None in texts or affinity_types is None or relevant is None:
         return None
     description, intent, goal = texts
-    return Task(task_id=task_id, kind=kind, description=description, user_intent=intent, goal=goal,
-                domains=relevant, affinity_types=affinity_types)
+    return Task(
+        task_id=task_id,
+        kind=kind,
+        description=description,
+        user_intent=intent,
+        goal=goal,
+        domains=relevant,
+        affinity_types=affinity_types,
+    )
 
 
 def _known_domains(named: tuple[str, ...], domains: tuple[str, ...], at: _At, minimum: int) -> bool:
@@ -401,8 +457,13 @@ def _known_domains(named: tuple[str, ...], domains: tuple[str, ...], at: _At, mi
 
 
 def _parse_assignments(
-    obj: Any, kind: Kind, domains: tuple[str, ...], definitions: dict[str, Task], profile: UserProfile | None,
-    seen: dict[str, str], at: _At,
+    obj: Any,
+    kind: Kind,
+    domains: tuple[str, ...],
+    definitions: dict[str, Task],
+    profile: UserProfile | None,
+    seen: dict[str, str],
+    at: _At,
 ) -> list[tuple[Task, Situation]]:
     """The (task, situation) pairs of one tasks.json / tasks_md.json, in file order."""
     if not _is(obj, dict, at):
@@ -422,14 +483,20 @@ def _parse_assignments(
 
 
 def _parse_assignment(
-    entry: Any, kind: Kind, domains: tuple[str, ...], definitions: dict[str, Task], profile: UserProfile | None,
+    entry: Any,
+    kind: Kind,
+    domains: tuple[str, ...],
+    definitions: dict[str, Task],
+    profile: UserProfile | None,
     at: _At,
 ) -> tuple[Task, Situation] | None:
     if not _is(entry, dict, at):
         return None
     situation = _parse_situation(entry, at)
-    copy = {**{key: _get(entry, key, str, at) for key in TEXT_FIELDS},
-            **{key: _get_strings(entry, key, at) for key in LIST_FIELDS}}
+    copy = {
+        **{key: _get(entry, key, str, at) for key in TEXT_FIELDS},
+        **{key: _get_strings(entry, key, at) for key in LIST_FIELDS},
+    }
     task_id = _get(entry, "task_id", str, at)
     if task_id is None:
         return None
@@ -448,13 +515,17 @@ def _parse_assignment(
         return None
     relevant = copy["Relevant Domains"]
     consistent = relevant is None or _known_domains(relevant, domains, at / "Relevant Domains", minimum=1)
-    differing = {attr: copy[key] for key, attr in {**TEXT_FIELDS, **LIST_FIELDS}.items()
-                 if copy[key] is not None and copy[key] != getattr(task, attr)}
+    differing = {
+        attr: copy[key]
+        for key, attr in {**TEXT_FIELDS, **LIST_FIELDS}.items()
+        if copy[key] is not None and copy[key] != getattr(task, attr)
+    }
     if consistent and differing:
         for key, attr in {**TEXT_FIELDS, **LIST_FIELDS}.items():
             if attr in differing:
-                (at / key).report(f"{task_id} differs from its definition in {_definition_file(task_id)}",
-                                  TASK_COPY_DIFFERS)
+                (at / key).report(
+                    f"{task_id} differs from its definition in {_definition_file(task_id)}", TASK_COPY_DIFFERS
+                )
         task = replace(task, **differing)
     if profile is not None:
         consistent &= _interested(task, profile, at)
@@ -467,8 +538,10 @@ def _interested(task: Task, profile: UserProfile, at: _At) -> bool:
     """A task may only be assigned in domains the user's interests mask includes."""
     excluded = [d for d in task.domains if profile.interests.get(d) == 0]
     for domain in excluded:
-        (at / "task_id").report(f"{task.task_id} is in domain {domain!r}, which the user's "
-                                f"interests exclude ({PROFILE_FILE} \"interests\".\"{domain}\" is 0)")
+        (at / "task_id").report(
+            f"{task.task_id} is in domain {domain!r}, which the user's "
+            f'interests exclude ({PROFILE_FILE} "interests"."{domain}" is 0)'
+        )
     return not excluded
 
 
@@ -481,6 +554,7 @@ def _parse_situation(entry: dict, at: _At) -> Situation | None:
 
 
 # ------------------------------------------------------------------------- helpers
+
 
 def _existing_root(root: str | Path) -> Path:
     path = Path(root)

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Literal, Mapping, Union
+from typing import Literal
 
 # The 20 domains of the release, in the order the paper lists them.
 DOMAINS: tuple[str, ...] = (
-    "Alarm", "Books", "Buses", "Calendar", "Events", "Finance", "Flights", "Games",
-    "Hotels", "Media", "Messaging", "Movies", "Music", "Rental Cars", "Restaurants",
-    "Services", "Shopping", "Sports", "Train", "Travel",
+    "Alarm",
+    "Books",
+    "Buses",
+    "Calendar",
+    "Events",
+    "Finance",
+    "Flights",
+    "Games",
+    "Hotels",
+    "Media",
+    "Messaging",
+    "Movies",
+    "Music",
+    "Rental Cars",
+    "Restaurants",
+    "Services",
+    "Shopping",
+    "Sports",
+    "Train",
+    "Travel",
 )
 
 
@@ -25,7 +43,7 @@ SITUATION_KEYS: tuple[str, ...] = ("Location", "Device", "Time of Day", "Day of 
 
 Kind = Literal["SD", "MD"]
 Role = Literal["user", "assistant"]
-AffinityValue = Union[str, tuple[str, ...]]
+AffinityValue = str | tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -59,8 +77,9 @@ class Situation:
 
     def items(self) -> tuple[tuple[str, str], ...]:
         """(release key, value) pairs in the release's order."""
-        return tuple(zip(SITUATION_KEYS, (self.location, self.device, self.time_of_day,
-                                          self.day_of_week, self.environment)))
+        return tuple(
+            zip(SITUATION_KEYS, (self.location, self.device, self.time_of_day, self.day_of_week, self.environment))
+        )
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ adding it to a copy of the schema: `build` writes it into the data root, where t
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from personalens.data.loading import MULTI_DOMAIN
 from personalens.errors import PersonalensError
@@ -66,8 +67,9 @@ def find_schema(configured: str | None, data_root: str | Path | None) -> Path:
     else:
         raise SchemaError("no domain schema: name a schema.json (build.schema)")
     if not path.is_file():
-        raise SchemaError(f"domain schema not found: {path} (set build.schema to the release's res/schema.json "
-                          "or a copy of it)")
+        raise SchemaError(
+            f"domain schema not found: {path} (set build.schema to the release's res/schema.json or a copy of it)"
+        )
     return path
 
 
@@ -84,10 +86,17 @@ def load_schema(path: str | Path, domains: Sequence[str] | str = "all") -> tuple
     names = [d.name for d in parsed]
     for i, d in enumerate(parsed):
         # a domain becomes the folder task/<Domain>/ of the data and a key of every profile
-        if not d.name or d.name != d.name.strip() or d.name.startswith(".") or d.name == MULTI_DOMAIN \
-                or any(c in d.name for c in "/\\"):
-            raise SchemaError(f"{path}: [{i}].domain: {d.name!r} cannot name a domain folder task/<Domain>/ "
-                              f"(empty, surrounding spaces, a leading dot, a slash, or {MULTI_DOMAIN!r})")
+        if (
+            not d.name
+            or d.name != d.name.strip()
+            or d.name.startswith(".")
+            or d.name == MULTI_DOMAIN
+            or any(c in d.name for c in "/\\")
+        ):
+            raise SchemaError(
+                f"{path}: [{i}].domain: {d.name!r} cannot name a domain folder task/<Domain>/ "
+                f"(empty, surrounding spaces, a leading dot, a slash, or {MULTI_DOMAIN!r})"
+            )
     if len(set(names)) != len(names):
         raise SchemaError(f"{path}: a domain is listed twice")
     if domains == "all":
@@ -117,13 +126,15 @@ def _strings(value: list, where: str) -> tuple[str, ...]:
 def _domain(obj: Any, where: str) -> Domain:
     if not isinstance(obj, dict):
         raise SchemaError(f"{where}: expected an object")
-    affinities = tuple(_affinity(a, f"{where}.affinities[{i}]")
-                       for i, a in enumerate(_field(obj, "affinities", list, where)))
+    affinities = tuple(
+        _affinity(a, f"{where}.affinities[{i}]") for i, a in enumerate(_field(obj, "affinities", list, where))
+    )
     if not affinities:
         raise SchemaError(f"{where}.affinities: empty")
-    tasks = tuple(DomainTask(_field(t, "name", str, f"{where}.tasks[{i}]"),
-                             _field(t, "description", str, f"{where}.tasks[{i}]"))
-                  for i, t in enumerate(obj.get("tasks", [])))
+    tasks = tuple(
+        DomainTask(_field(t, "name", str, f"{where}.tasks[{i}]"), _field(t, "description", str, f"{where}.tasks[{i}]"))
+        for i, t in enumerate(obj.get("tasks", []))
+    )
     return Domain(_field(obj, "domain", str, where), str(obj.get("description", "")), tasks, affinities)
 
 
@@ -134,7 +145,8 @@ def _affinity(obj: Any, where: str) -> AffinityType:
     if not isinstance(values, list):
         raise SchemaError(f"{where}.possible_values: expected a list")
     return AffinityType(
-        name=_field(obj, "name", str, where), description=str(obj.get("description", "")),
+        name=_field(obj, "name", str, where),
+        description=str(obj.get("description", "")),
         is_categorical=_field(obj, "is_categorical", bool, where),
         has_multiple_values=_field(obj, "has_multiple_values", bool, where),
         possible_values=_strings(values, f"{where}.possible_values"),  # as listed, repeats included

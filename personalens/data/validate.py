@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.data.errors import Problem, Problems, summarize_warnings
-from personalens.data.loading import (PROFILE_DIR, domains_of, list_user_indices, read_task_definitions,
-                                      read_user_files)
+from personalens.data.loading import PROFILE_DIR, domains_of, list_user_indices, read_task_definitions, read_user_files
 
 
 @dataclass(frozen=True)
@@ -32,8 +31,7 @@ class Report:
         return not self.errors
 
     def summary(self) -> str:
-        return (f"{self.users} users, {self.sd_scenarios} single-domain and "
-                f"{self.md_scenarios} multi-domain scenarios")
+        return f"{self.users} users, {self.sd_scenarios} single-domain and {self.md_scenarios} multi-domain scenarios"
 
     def format(self) -> str:
         """One problem per line, the warnings grouped by kind, then the summary line."""
@@ -41,8 +39,9 @@ class Report:
         verdict = "OK" if self.ok else f"{count} problem{'s' if count > 1 else ''}"
         if self.warnings:
             verdict += f" with {len(self.warnings)} warning{'s' if len(self.warnings) > 1 else ''}"
-        return "\n".join([*map(str, self.errors), *summarize_warnings(self.warnings),
-                          f"{self.root}: {verdict}; {self.summary()}"])
+        return "\n".join(
+            [*map(str, self.errors), *summarize_warnings(self.warnings), f"{self.root}: {verdict}; {self.summary()}"]
+        )
 
 
 def validate(root: str | Path, strict: bool = False) -> Report:
@@ -52,8 +51,9 @@ def validate(root: str | Path, strict: bool = False) -> Report:
     path = Path(root)
     if not path.is_dir():
         problems.add(str(root), "", "data root does not exist or is not a directory")
-        return Report(root=str(root), problems=tuple(problems.items), users=0, sd_scenarios=0, md_scenarios=0,
-                      strict=strict)
+        return Report(
+            root=str(root), problems=tuple(problems.items), users=0, sd_scenarios=0, md_scenarios=0, strict=strict
+        )
     domains = domains_of(path)
     definitions = read_task_definitions(path, domains, problems)
     if (path / PROFILE_DIR).is_dir():
@@ -66,5 +66,11 @@ def validate(root: str | Path, strict: bool = False) -> Report:
         _, assigned = read_user_files(path, index, ("SD", "MD"), domains, definitions, problems)
         for kind, pairs in assigned.items():
             counts[kind] += len(pairs)
-    return Report(root=str(root), problems=tuple(problems.items), users=len(indices),
-                  sd_scenarios=counts["SD"], md_scenarios=counts["MD"], strict=strict)
+    return Report(
+        root=str(root),
+        problems=tuple(problems.items),
+        users=len(indices),
+        sd_scenarios=counts["SD"],
+        md_scenarios=counts["MD"],
+        strict=strict,
+    )

@@ -6,7 +6,8 @@ this process, so each gets an equal share of its configured gpu_memory_utilizati
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from personalens.engines.base import Engine
 from personalens.engines.config import ModelConfig, ModelConfigError

@@ -3,8 +3,8 @@ prompt into the first user turn for templates that do not (Mistral-7B-Instruct-v
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Sequence
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -28,9 +28,7 @@ def _raise_exception(message: str) -> None:
 def render_chat(chat_template: str, messages: list[Message]) -> str:
     """Renders a conversation the way transformers renders chat templates (with a generation prompt)."""
     # the same Jinja settings transformers uses for chat templates
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)  # used by Llama 3.x templates
     return env.from_string(chat_template).render(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from personalens.errors import PersonalensError
 
@@ -71,8 +72,12 @@ class ModelConfig:
         if config.block_size is not None and config.block_size <= 0:
             raise ModelConfigError(f"{where}.block_size: must be a positive number of tokens, got {config.block_size}")
         # a filesystem path is checked now, before any model loads; a hub id is left to vLLM
-        if (config.engine == "vllm" and config.path and config.path.startswith(("/", ".", "~"))
-                and not Path(config.path).expanduser().is_dir()):
+        if (
+            config.engine == "vllm"
+            and config.path
+            and config.path.startswith(("/", ".", "~"))
+            and not Path(config.path).expanduser().is_dir()
+        ):
             raise ModelConfigError(f"{where}.path: {config.path} is not a directory; set it to local weights")
         return config
 

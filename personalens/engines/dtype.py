@@ -8,9 +8,9 @@ than float32 (docs/performance.md). So on a CPU `auto` is bfloat16 only with nat
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 # x86 CPU flags (/proc/cpuinfo) that mean native bf16 matrix instructions
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -35,9 +35,12 @@ def choose_dtype(configured: str, *, on_cpu: bool, cpu_flags: Iterable[str]) -> 
     native = sorted(NATIVE_BF16_FLAGS.intersection(cpu_flags))
     if native:
         return DtypeChoice(configured, "bfloat16", f"auto on a CPU with native bf16: {', '.join(native)}")
-    return DtypeChoice(configured, "float32",
-                       f"auto on a CPU without native bf16 (no {' or '.join(sorted(NATIVE_BF16_FLAGS))}), "
-                       "where vLLM's bf16 path is several times slower")
+    return DtypeChoice(
+        configured,
+        "float32",
+        f"auto on a CPU without native bf16 (no {' or '.join(sorted(NATIVE_BF16_FLAGS))}), "
+        "where vLLM's bf16 path is several times slower",
+    )
 
 
 def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:

@@ -51,8 +51,7 @@ def find_embedded_gguf() -> EmbeddedGguf:
     ggufs = [f for f in dist.files or () if f.name.endswith(".gguf")]
     if len(ggufs) != 1:
         raise EmbeddedModelError(
-            f"expected one .gguf file in {DISTRIBUTION} {dist.version}, found {len(ggufs)}: "
-            f"{[str(f) for f in ggufs]}"
+            f"expected one .gguf file in {DISTRIBUTION} {dist.version}, found {len(ggufs)}: {[str(f) for f in ggufs]}"
         )
     path = Path(dist.locate_file(ggufs[0])).resolve()
     if not path.is_file():
@@ -99,9 +98,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     if not tokenizer.chat_template:
         raise EmbeddedModelError(f"{gguf_path} carries no chat template; cannot serve it as a chat model")
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.bfloat16
-    )
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.bfloat16)
     # the weights are already dequantized; without dropping the marker, transformers refuses to save
     # and vLLM would look for a GGUF quantizer
     model.hf_quantizer = None

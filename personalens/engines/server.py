@@ -8,8 +8,9 @@ import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any, Sequence
+from typing import Any
 
 from personalens.engines.base import Generation, OnFinished, Request
 from personalens.engines.chat import format_messages
@@ -51,9 +52,7 @@ class ServerEngine:
         if self._model is None:
             served = [m["id"] for m in _call(self._server, "GET", "/models")["data"]]
             if len(served) != 1:
-                raise ServerError(
-                    f"{self._server.base_url} serves {served}; set server.model to one of them"
-                )
+                raise ServerError(f"{self._server.base_url} serves {served}; set server.model to one of them")
             self._model = served[0]
         return self._model
 

@@ -10,9 +10,9 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Sequence
 
 from tqdm import tqdm
 
@@ -55,8 +55,10 @@ class VllmEngine:
             structured_outputs_config={"backend": "xgrammar"},
         )
         self._system_role = resolve_system_role(config.system_role, self._llm.get_tokenizer().chat_template)
-        log.info(f"loaded {self.name}: {self.dtype.describe()}, on {current_platform.device_type}, "
-                 f"in {time.monotonic() - started:.1f} s")
+        log.info(
+            f"loaded {self.name}: {self.dtype.describe()}, on {current_platform.device_type}, "
+            f"in {time.monotonic() - started:.1f} s"
+        )
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         if not requests:

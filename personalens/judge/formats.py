@@ -16,8 +16,8 @@ text bounded so that the whole output always fits in the judge's token budget.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 # Whitespace before the first token and between the score and the first label: bounded, since a
 # constrained model that may write unbounded whitespace sometimes never stops writing it.
@@ -145,9 +145,7 @@ _NUMERIC_SCORE = re.compile(
 )
 # The TC prompt ends with "VERDICT:", so the verdict opens the output; a judge that restates
 # the label first is read too.
-_BOOLEAN_VERDICT = re.compile(
-    rf"(?:^|\bverdict\b{_DECOR}:?){_DECOR}[\[(]?\s*(?P<score>true|false)\b", re.IGNORECASE
-)
+_BOOLEAN_VERDICT = re.compile(rf"(?:^|\bverdict\b{_DECOR}:?){_DECOR}[\[(]?\s*(?P<score>true|false)\b", re.IGNORECASE)
 
 
 def _tagged_format(dimension: str, score_label: str, hi: int, fields: Sequence[str]) -> JudgeFormat:
@@ -185,9 +183,7 @@ def format_for(dimension: str, formats: Mapping[str, JudgeFormat] = FORMATS) -> 
     try:
         return formats[dimension]
     except KeyError:
-        raise ValueError(
-            f"unknown judge dimension {dimension!r}; expected one of {sorted(formats)}"
-        ) from None
+        raise ValueError(f"unknown judge dimension {dimension!r}; expected one of {sorted(formats)}") from None
 
 
 # ---- the released code's formats ---------------------------------------------------------------
@@ -198,8 +194,9 @@ _TEXT = "[\\x20-\\x7e\\n]"
 _TEXT_BEFORE_TAG = "[\\x20-\\x3b\\x3d-\\x7e\\n]"
 
 
-def bounded_grammar(opening: str, scores: Sequence[str], separators: Sequence[str], closing: str,
-                    max_tokens: int) -> str:
+def bounded_grammar(
+    opening: str, scores: Sequence[str], separators: Sequence[str], closing: str, max_tokens: int
+) -> str:
     """EBNF for ``opening score (separator text)... closing`` whose longest output has at most
     `max_tokens` - 1 characters (one token is kept for the end of text): each text field gets an
     equal share of what the fixed parts leave."""
@@ -208,22 +205,30 @@ def bounded_grammar(opening: str, scores: Sequence[str], separators: Sequence[st
     fixed = len(opening) + max(map(len, scores)) + sum(map(len, separators)) + len(closing) + 1
     room = (max_tokens - fixed) // len(separators)
     if room < 1:
-        raise ValueError(f"judge max_tokens {max_tokens} is too small for the released code's output format, "
-                         f"which needs at least {fixed + len(separators)}")
+        raise ValueError(
+            f"judge max_tokens {max_tokens} is too small for the released code's output format, "
+            f"which needs at least {fixed + len(separators)}"
+        )
     body = [_literal(opening), "score", *(f"{_literal(sep)} text" for sep in separators)]
     if closing:
         body.append(_literal(closing))
-    return "\n".join([
-        "root ::= " + " ".join(body),
-        "score ::= " + " | ".join(_literal(s) for s in scores),
-        f"text ::= {_TEXT_BEFORE_TAG if closing else _TEXT}{{0,{room}}}",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "root ::= " + " ".join(body),
+                "score ::= " + " | ".join(_literal(s) for s in scores),
+                f"text ::= {_TEXT_BEFORE_TAG if closing else _TEXT}{{0,{room}}}",
+            ]
+        )
+        + "\n"
+    )
 
 
 def _official_scored(dimension: str, label: str, hi: int, separators: Sequence[str], max_tokens: int) -> JudgeFormat:
     """``<response>`` then ``<label>: <1-hi>`` and the fields, read by the released `<label>: (\\d+)`."""
-    grammar = bounded_grammar(f"<response>\n{label}: ", [str(s) for s in range(1, hi + 1)], separators,
-                              "\n</response>", max_tokens)
+    grammar = bounded_grammar(
+        f"<response>\n{label}: ", [str(s) for s in range(1, hi + 1)], separators, "\n</response>", max_tokens
+    )
     return JudgeFormat(dimension, grammar, (1, hi), re.compile(rf"{label}: (?P<score>\d+)"))
 
 
@@ -240,8 +245,12 @@ def official_formats(max_tokens: int) -> dict[str, JudgeFormat]:
             missing=Verdict(0.0, True),
         ),
         "personalization": _official_scored(
-            "personalization", "Personalization Score", 4,
-            ["\nKey Observations:\n", "\n\nJustification: ", "\n\nImprovement Suggestions:\n"], max_tokens),
+            "personalization",
+            "Personalization Score",
+            4,
+            ["\nKey Observations:\n", "\n\nJustification: ", "\n\nImprovement Suggestions:\n"],
+            max_tokens,
+        ),
         "naturalness": _official_scored("naturalness", "Naturalness Score", 5, ["\nJustification: "], max_tokens),
         "coherence": _official_scored("coherence", "Coherence Score", 5, ["\nJustification: "], max_tokens),
     }

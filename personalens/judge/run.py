@@ -6,17 +6,24 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from personalens.data.records import Scenario, Turn
 from personalens.engines.base import Engine, Request, Sampling
 from personalens.judge.formats import FORMATS, JudgeFormat, format_for
 from personalens.prompts.render import PER_SPEAKER, RATED_SPEAKERS, judge_messages
 from personalens.prompts.templates import Templates
-from personalens.store import (ID_FIELDS, JUDGMENT_KEY, JUDGMENT_SCHEMA, PartWriter, Progress, existing_values,
-                               prompt_usage)
+from personalens.store import (
+    ID_FIELDS,
+    JUDGMENT_KEY,
+    JUDGMENT_SCHEMA,
+    PartWriter,
+    Progress,
+    existing_values,
+    prompt_usage,
+)
 
 log = logging.getLogger(__name__)
 _ID_NAMES = [name for name, _ in ID_FIELDS]
@@ -46,8 +53,13 @@ class Item:
         return turns[: replies[self.turn - 1] + 1]
 
 
-def plan(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenario],
-         dimensions: Sequence[str], turn_level: bool, done: set[tuple]) -> list[Item]:
+def plan(
+    dialogues: Sequence[dict],
+    scenarios: Mapping[tuple[str, str], Scenario],
+    dimensions: Sequence[str],
+    turn_level: bool,
+    done: set[tuple],
+) -> list[Item]:
     items = []
     for d in dialogues:
         scenario = scenarios.get((d["user_id"], d["task_id"]))
@@ -62,14 +74,22 @@ def plan(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenario
 
 
 def render(templates: Templates, item: Item) -> list[dict]:
-    return judge_messages(templates, item.dimension, item.scenario, item.turns(),
-                          speaker=item.speaker or None)
+    return judge_messages(templates, item.dimension, item.scenario, item.turns(), speaker=item.speaker or None)
 
 
-def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenario], *,
-          templates: Templates, load_engine: Callable[[], Engine], sampling: Sampling,
-          dimensions: Sequence[str], turn_level: bool, folder: Path, progress: bool = True,
-          formats: Mapping[str, JudgeFormat] = FORMATS) -> int:
+def judge(
+    dialogues: Sequence[dict],
+    scenarios: Mapping[tuple[str, str], Scenario],
+    *,
+    templates: Templates,
+    load_engine: Callable[[], Engine],
+    sampling: Sampling,
+    dimensions: Sequence[str],
+    turn_level: bool,
+    folder: Path,
+    progress: bool = True,
+    formats: Mapping[str, JudgeFormat] = FORMATS,
+) -> int:
     """Judge what is not judged yet; returns the number of judgments written. `load_engine` is
     called only when there is something to judge; `formats` are the output grammars and parsers."""
     for dim in dimensions:
@@ -77,34 +97,46 @@ def judge(dialogues: Sequence[dict], scenarios: Mapping[tuple[str, str], Scenari
     writer = PartWriter(folder, JUDGMENT_SCHEMA)
     outside = sum((d["user_id"], d["task_id"]) not in scenarios for d in dialogues)
     if outside:
-        log.warning(f"judge: {outside} dialogues in {folder.parent.parent} are outside the data selection "
-                    "and are not judged")
+        log.warning(
+            f"judge: {outside} dialogues in {folder.parent.parent} are outside the data selection and are not judged"
+        )
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
     engine = load_engine() if items else None
     bar = Progress(total=len(items), label="judge", unit="judgment", enabled=progress)
     started, failed, prompt_tokens, cached_tokens = time.monotonic(), 0, 0, 0
     for start in range(0, len(items), CHUNK):
-        chunk = items[start:start + CHUNK]
+        chunk = items[start : start + CHUNK]
         prompts = [render(templates, i) for i in chunk]
-        requests = [Request(messages=p, sampling=sampling, grammar=format_for(i.dimension, formats).grammar)
-                    for i, p in zip(chunk, prompts)]
+        requests = [
+            Request(messages=p, sampling=sampling, grammar=format_for(i.dimension, formats).grammar)
+            for i, p in zip(chunk, prompts)
+        ]
         generations = bar.generate(engine, requests, remaining=len(items) - start)
         rows = []
         for item, prompt, gen in zip(chunk, prompts, generations):
             verdict = format_for(item.dimension, formats).parse(gen.text)
             failed += not verdict.parsed
-            rows.append({
-                **{k: item.dialogue[k] for k in _ID_NAMES},
-                "dimension": item.dimension, "speaker": item.speaker, "turn": item.turn,
-                "score": verdict.score, "parsed": verdict.parsed, "judge_text": gen.text,
-                "judge_model": engine.name, "prompt_hash": prompt_hash(prompt),
-            })
+            rows.append(
+                {
+                    **{k: item.dialogue[k] for k in _ID_NAMES},
+                    "dimension": item.dimension,
+                    "speaker": item.speaker,
+                    "turn": item.turn,
+                    "score": verdict.score,
+                    "parsed": verdict.parsed,
+                    "judge_text": gen.text,
+                    "judge_model": engine.name,
+                    "prompt_hash": prompt_hash(prompt),
+                }
+            )
         writer.write(rows)
         prompt_tokens += sum(g.prompt_tokens for g in generations)
         cached_tokens += sum(g.cached_tokens for g in generations)
     bar.close()
-    log.info(f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "
-             f"{failed} outputs without a valid score; {prompt_usage(prompt_tokens, cached_tokens)}")
+    log.info(
+        f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "
+        f"{failed} outputs without a valid score; {prompt_usage(prompt_tokens, cached_tokens)}"
+    )
     return len(items)
 
 

@@ -4,9 +4,9 @@ confidence and near-duplicate filters over the attributes the model returned."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Sequence
 
 from personalens.personalbench.formats import Attribute
 from personalens.personalbench.histories import History
@@ -68,17 +68,27 @@ def review(history: History, attributes: Sequence[Attribute], rules: Rules) -> l
             reason = "low confidence"
         elif rules.drop_failed_evidence and not ok:
             reason = "evidence not found"
-        elif any(SequenceMatcher(None, _normalize(a.statement), t).ratio() >= rules.duplicate_similarity
-                 for t in kept_texts):
+        elif any(
+            SequenceMatcher(None, _normalize(a.statement), t).ratio() >= rules.duplicate_similarity for t in kept_texts
+        ):
             reason = "near-duplicate"
         if not reason:
             kept_texts.append(_normalize(a.statement))
         conversation, turn = history.conversation_of(a.turn_identifier), history.turn(a.turn_identifier)
-        rows.append({
-            "attribute_id": f"{history.user_id}-a{k}", "statement": a.statement, "category": a.category,
-            "confidence": a.confidence, "turn_identifier": a.turn_identifier, "evidence": a.evidence,
-            "turn_text": turn.content if turn else "", "evidence_ok": ok, "kept": not reason, "drop_reason": reason,
-            "sensitive": a.category in rules.sensitive_categories
-            or sensitive_conversation(conversation, rules.sensitive_moderation),
-        })
+        rows.append(
+            {
+                "attribute_id": f"{history.user_id}-a{k}",
+                "statement": a.statement,
+                "category": a.category,
+                "confidence": a.confidence,
+                "turn_identifier": a.turn_identifier,
+                "evidence": a.evidence,
+                "turn_text": turn.content if turn else "",
+                "evidence_ok": ok,
+                "kept": not reason,
+                "drop_reason": reason,
+                "sensitive": a.category in rules.sensitive_categories
+                or sensitive_conversation(conversation, rules.sensitive_moderation),
+            }
+        )
     return rows

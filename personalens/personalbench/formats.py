@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 # a JSON string without quotes, backslashes or newlines inside: what a statement or quote needs
 _TEXT = r'[^"\\\n]'
@@ -22,23 +22,38 @@ def _literal(text: str) -> str:
     return json.dumps(text)  # a JSON string literal is also a valid EBNF literal
 
 
-def extraction_grammar(turn_ids: Sequence[int], categories: Sequence[str], max_attributes: int,
-                       statement_chars: int = 100, quote_chars: int = 80) -> str:
+def extraction_grammar(
+    turn_ids: Sequence[int],
+    categories: Sequence[str],
+    max_attributes: int,
+    statement_chars: int = 100,
+    quote_chars: int = 80,
+) -> str:
     """`{"attributes": [...]}` with 1..max_attributes attributes, each citing one of `turn_ids`."""
     if not turn_ids or not categories or max_attributes < 1:
         raise ValueError("extraction_grammar needs turn ids, categories and max_attributes >= 1")
-    fields = [("statement", "statement"), ("category", "category"), ("confidence", "confidence"),
-              ("turn_identifier", "turnid"), ("evidence", "quote")]
+    fields = [
+        ("statement", "statement"),
+        ("category", "category"),
+        ("confidence", "confidence"),
+        ("turn_identifier", "turnid"),
+        ("evidence", "quote"),
+    ]
     body = ' ", " '.join(f'"\\"{name}\\": " {rule}' for name, rule in fields)
-    return "\n".join([
-        f'root ::= "{{\\"attributes\\": [" attribute (", " attribute){{0,{max_attributes - 1}}} "]}}"',
-        f'attribute ::= "{{" {body} "}}"',
-        _json_string("statement", statement_chars),
-        _json_string("quote", quote_chars),
-        "category ::= " + " | ".join(_literal(json.dumps(c)) for c in categories),
-        'confidence ::= "0." [0-9] | "1.0"',
-        "turnid ::= " + " | ".join(f'"{int(t)}"' for t in sorted(set(turn_ids))),
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                f'root ::= "{{\\"attributes\\": [" attribute (", " attribute){{0,{max_attributes - 1}}} "]}}"',
+                f'attribute ::= "{{" {body} "}}"',
+                _json_string("statement", statement_chars),
+                _json_string("quote", quote_chars),
+                "category ::= " + " | ".join(_literal(json.dumps(c)) for c in categories),
+                'confidence ::= "0." [0-9] | "1.0"',
+                "turnid ::= " + " | ".join(f'"{int(t)}"' for t in sorted(set(turn_ids))),
+            ]
+        )
+        + "\n"
+    )
 
 
 @dataclass(frozen=True)
@@ -54,8 +69,16 @@ def parse_extraction(text: str) -> list[Attribute] | None:
     """The attributes of a grammar-conforming output; None when it does not parse (cut off)."""
     try:
         items = json.loads(text)["attributes"]
-        return [Attribute(str(a["statement"]).strip(), str(a["category"]), float(a["confidence"]),
-                          int(a["turn_identifier"]), str(a["evidence"])) for a in items]
+        return [
+            Attribute(
+                str(a["statement"]).strip(),
+                str(a["category"]),
+                float(a["confidence"]),
+                int(a["turn_identifier"]),
+                str(a["evidence"]),
+            )
+            for a in items
+        ]
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -70,10 +93,11 @@ def parse_relevance(text: str) -> bool | None:
 
 
 # free text for the responses: not parsed, but never empty
-RESPONSE_GRAMMAR = 'root ::= [^\\x00]+\n'
+RESPONSE_GRAMMAR = "root ::= [^\\x00]+\n"
 
-PREFERENCE_GRAMMAR = ('root ::= "Preference: " [1-5] "\\nExplicit mention: " ("yes" | "no") '
-                      '"\\nReason: " [^\\n]{1,200}\n')
+PREFERENCE_GRAMMAR = (
+    'root ::= "Preference: " [1-5] "\\nExplicit mention: " ("yes" | "no") "\\nReason: " [^\\n]{1,200}\n'
+)
 _PREFERENCE = re.compile(r"^Preference: ([1-5])\nExplicit mention: (yes|no)\n")
 
 

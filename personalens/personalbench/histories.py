@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Iterable, Sequence
 
 from personalens.personalbench.wildchat import Conversation, Turn, UserKey
 
@@ -39,14 +39,17 @@ class History:
         return next((t for t in self.user_turns if t.turn_identifier == turn_identifier), None)
 
     def conversation_of(self, turn_identifier: int) -> Conversation | None:
-        return next((c for c in self.conversations if any(t.turn_identifier == turn_identifier
-                                                           for t in c.user_turns)), None)
+        return next(
+            (c for c in self.conversations if any(t.turn_identifier == turn_identifier for t in c.user_turns)), None
+        )
 
 
 def user_id(key: UserKey) -> str:
     """A short stable id for the key (the hashed IP alone is shared by users behind one address)."""
-    return "u" + hashlib.sha256("\x1f".join((key.hashed_ip, key.user_agent, key.accept_language)).encode()
-                                ).hexdigest()[:12]
+    return (
+        "u"
+        + hashlib.sha256("\x1f".join((key.hashed_ip, key.user_agent, key.accept_language)).encode()).hexdigest()[:12]
+    )
 
 
 def group(conversations: Iterable[Conversation]) -> dict[UserKey, list[Conversation]]:
@@ -63,8 +66,10 @@ def _normalize(text: str) -> str:
 def duplicate_share(prompts: Sequence[str], similarity: float) -> float:
     """The share of `prompts` that are near-identical (difflib ratio >= similarity) to another one."""
     texts = [_normalize(p) for p in prompts]
-    repeated = [any(i != j and SequenceMatcher(None, a, b).ratio() >= similarity for j, b in enumerate(texts))
-                for i, a in enumerate(texts)]
+    repeated = [
+        any(i != j and SequenceMatcher(None, a, b).ratio() >= similarity for j, b in enumerate(texts))
+        for i, a in enumerate(texts)
+    ]
     return sum(repeated) / len(texts) if texts else 0.0
 
 
@@ -75,9 +80,9 @@ def histories(users: dict[UserKey, list[Conversation]], filters: Filters) -> tup
         convs = sorted(conversations, key=lambda c: (c.timestamp, c.conversation_hash))
         if filters.languages:
             convs = [c for c in convs if c.language in filters.languages]
-        convs = convs[-filters.max_conversations:] if filters.max_conversations > 0 else convs
-        held_out = convs[len(convs) - filters.holdout:] if filters.holdout else []
-        convs = convs[:len(convs) - len(held_out)]
+        convs = convs[-filters.max_conversations :] if filters.max_conversations > 0 else convs
+        held_out = convs[len(convs) - filters.holdout :] if filters.holdout else []
+        convs = convs[: len(convs) - len(held_out)]
         reason = _drop_reason(convs, filters)
         if reason:
             dropped[reason] += 1

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import combinations
-from typing import Callable, Hashable, Mapping, Sequence
 
 import krippendorff
 import numpy as np
@@ -51,8 +51,14 @@ def resampled(statistic: Callable[[np.ndarray], float], n: int, boot: Bootstrap)
         return Estimate(point, NAN, NAN, n)
     with warnings.catch_warnings():  # a resample without both classes gives nan, not an error
         warnings.simplefilter("ignore")
-        result = sps.bootstrap((np.arange(n),), statistic, vectorized=False, n_resamples=boot.resamples,
-                               method="percentile", random_state=boot.seed)
+        result = sps.bootstrap(
+            (np.arange(n),),
+            statistic,
+            vectorized=False,
+            n_resamples=boot.resamples,
+            method="percentile",
+            random_state=boot.seed,
+        )
     lo, hi = result.confidence_interval
     return Estimate(point, float(lo), float(hi), n)
 
@@ -65,8 +71,10 @@ def _quiet(fn: Callable[..., float], *args, **kwargs) -> float:
 
 # ---- extraction --------------------------------------------------------------------------------
 
-def extraction(raters: Mapping[str, Labels], reasons: Sequence[str], evidence_ok: Sequence[bool],
-               boot: Bootstrap) -> dict[str, Estimate | None]:
+
+def extraction(
+    raters: Mapping[str, Labels], reasons: Sequence[str], evidence_ok: Sequence[bool], boot: Bootstrap
+) -> dict[str, Estimate | None]:
     """Acceptance rate (items whose human majority is "accept"), the share of each failure reason
     among the rejections, and the share of attributes whose evidence quote is not in the cited turn."""
     labels = gold(raters)
@@ -79,6 +87,7 @@ def extraction(raters: Mapping[str, Labels], reasons: Sequence[str], evidence_ok
 
 # ---- relevance ---------------------------------------------------------------------------------
 
+
 def _vectors(items: Sequence[Item], *raters: Labels) -> list[np.ndarray]:
     return [np.array([bool(r[i]) for i in items]) for r in raters]
 
@@ -89,8 +98,12 @@ def prf(truth: Labels, predicted: Labels, boot: Bootstrap) -> dict[str, Estimate
     t, p = _vectors(items, truth, predicted)
 
     def score(k: int) -> Callable[[np.ndarray], float]:
-        return lambda idx: float(precision_recall_fscore_support(
-            t[idx], p[idx], average="binary", zero_division=0.0)[k]) if len(idx) else NAN
+        return lambda idx: (
+            float(precision_recall_fscore_support(t[idx], p[idx], average="binary", zero_division=0.0)[k])
+            if len(idx)
+            else NAN
+        )
+
     return {name: resampled(score(k), len(items), boot) for k, name in enumerate(("precision", "recall", "F1"))}
 
 
@@ -118,6 +131,7 @@ def mean_pairwise_kappa(raters: Sequence[Labels], boot: Bootstrap, against: Sequ
                 kappas.append(_quiet(cohen_kappa_score, [a[i] for i in common], [b[i] for i in common]))
         kappas = [k for k in kappas if not math.isnan(k)]
         return float(np.mean(kappas)) if kappas else NAN
+
     return resampled(stat, len(items), boot)
 
 
@@ -129,30 +143,39 @@ def alpha(raters: Sequence[Labels], level: str = "nominal", values: Sequence[obj
     codes = {v: k for k, v in enumerate(values or sorted({r[i] for r in raters for i in r if i in r}, key=str))}
     data = np.array([[codes[r[i]] if i in r else np.nan for i in items] for r in raters], dtype=float)
     try:
-        value = _quiet(krippendorff.alpha, reliability_data=data, level_of_measurement=level,
-                       value_domain=list(range(len(codes))))
+        value = _quiet(
+            krippendorff.alpha, reliability_data=data, level_of_measurement=level, value_domain=list(range(len(codes)))
+        )
     except ValueError:  # no pairable labels (each item labelled once) or a single value in the data
         value = NAN
     return Estimate(value, NAN, NAN, len(items))
 
 
-def relevance(humans: Mapping[str, Labels], methods: Mapping[str, Labels], boot: Bootstrap,
-              models: Mapping[str, Labels] | None = None) -> dict[str, dict[str, Estimate | None]]:
+def relevance(
+    humans: Mapping[str, Labels],
+    methods: Mapping[str, Labels],
+    boot: Bootstrap,
+    models: Mapping[str, Labels] | None = None,
+) -> dict[str, dict[str, Estimate | None]]:
     """Per method (the model "llm", baselines "bm25", ...): P/R/F1 against the human majority,
     over-retrieval, kappa with each human and Krippendorff's alpha with the humans; "humans": their
     own kappa and alpha; "models": mean kappa between the LLM selections of several models."""
     truth = gold(humans)
-    out: dict[str, dict[str, Estimate | None]] = {"humans": {
-        "human selection rate": boot.estimate([float(v) for v in truth.values()]),
-        "kappa human-human": mean_pairwise_kappa(list(humans.values()), boot),
-        "alpha humans": alpha(list(humans.values()), values=[False, True]),
-    }}
+    out: dict[str, dict[str, Estimate | None]] = {
+        "humans": {
+            "human selection rate": boot.estimate([float(v) for v in truth.values()]),
+            "kappa human-human": mean_pairwise_kappa(list(humans.values()), boot),
+            "alpha humans": alpha(list(humans.values()), values=[False, True]),
+        }
+    }
     for name, predicted in methods.items():
-        out[name] = {**prf(truth, predicted, boot),
-                     "selection rate": boot.estimate([float(predicted[i]) for i in truth if i in predicted]),
-                     "over-retrieval ratio": over_retrieval(truth, predicted, boot),
-                     "kappa human-model": mean_pairwise_kappa(list(humans.values()), boot, against=[predicted]),
-                     "alpha humans+model": alpha([*humans.values(), predicted], values=[False, True])}
+        out[name] = {
+            **prf(truth, predicted, boot),
+            "selection rate": boot.estimate([float(predicted[i]) for i in truth if i in predicted]),
+            "over-retrieval ratio": over_retrieval(truth, predicted, boot),
+            "kappa human-model": mean_pairwise_kappa(list(humans.values()), boot, against=[predicted]),
+            "alpha humans+model": alpha([*humans.values(), predicted], values=[False, True]),
+        }
     if models and len(models) > 1:
         out["models"] = {"kappa model-model": mean_pairwise_kappa(list(models.values()), boot)}
     return out
@@ -160,7 +183,10 @@ def relevance(humans: Mapping[str, Labels], methods: Mapping[str, Labels], boot:
 
 # ---- generation and judging --------------------------------------------------------------------
 
-def preference(humans: Mapping[str, Labels], judge: Labels, mentions: Labels, boot: Bootstrap) -> dict[str, Estimate | None]:
+
+def preference(
+    humans: Mapping[str, Labels], judge: Labels, mentions: Labels, boot: Bootstrap
+) -> dict[str, Estimate | None]:
     """Ratings of the personalized response against the generic one, 1..5 (3 = about the same):
     the humans' mean (per item, then over items), the share of items the humans rate no better than
     generic (mean <= 3), the judge's mean, judge inflation (judge minus human mean, per item),
@@ -177,8 +203,9 @@ def preference(humans: Mapping[str, Labels], judge: Labels, mentions: Labels, bo
         "share no better than generic": boot.estimate([float(v <= 3) for v in human.values()]),
         "judge preference (1-5)": boot.estimate([float(v) for v in judge.values()]),
         "judge inflation": boot.estimate(list(j - h)),
-        "judge-human Spearman": resampled(lambda idx: _quiet(lambda: sps.spearmanr(j[idx], h[idx]).statistic),
-                                          len(both), boot),
+        "judge-human Spearman": resampled(
+            lambda idx: _quiet(lambda: sps.spearmanr(j[idx], h[idx]).statistic), len(both), boot
+        ),
         "explicit mention rate": boot.estimate([float(bool(v)) for v in mentions.values()]),
         "alpha humans (ordinal)": alpha(list(humans.values()), level="ordinal", values=[1, 2, 3, 4, 5]),
     }

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from personalens import console
 from personalens.data.sharding import assign_shards
@@ -18,7 +18,8 @@ from personalens.errors import PersonalensError
 from personalens.personalbench import formats
 from personalens.personalbench.extraction import Rules, review, sensitive_conversation, shown_turns
 from personalens.personalbench.histories import Filters, History, group, histories
-from personalens.personalbench.relevance import Rule, bm25_scores, cosine_scores, select as chosen_by
+from personalens.personalbench.relevance import Rule, bm25_scores, cosine_scores
+from personalens.personalbench.relevance import select as chosen_by
 from personalens.personalbench.schema import TABLES
 from personalens.personalbench.templates import Prompts
 from personalens.personalbench.wildchat import ReadStats, read_conversations, shard_paths
@@ -91,8 +92,13 @@ def load_prompts(path: str) -> list[dict]:
             continue
         try:
             item = json.loads(line)
-            prompts.append({"prompt_id": str(item["prompt_id"]), "prompt": str(item["text"]),
-                            "sensitive": bool(item.get("sensitive", False))})
+            prompts.append(
+                {
+                    "prompt_id": str(item["prompt_id"]),
+                    "prompt": str(item["text"]),
+                    "sensitive": bool(item.get("sensitive", False)),
+                }
+            )
         except (ValueError, KeyError, TypeError) as err:
             raise PersonalensError(f"{path} line {n}: expected a JSON object with prompt_id and text ({err})") from None
     return prompts
@@ -103,14 +109,25 @@ def pair_rows(history: History, prompts: Sequence[dict], settings: Settings) -> 
     if 0 < settings.prompts_per_user < len(chosen):
         chosen = random.Random(f"{settings.seed}/{history.user_id}").sample(chosen, settings.prompts_per_user)
     for c in history.held_out:  # the user's own later prompt, when conversations are held out
-        chosen.append({"prompt_id": f"heldout-{c.user_turns[0].turn_identifier}", "prompt": c.user_turns[0].content,
-                       "sensitive": sensitive_conversation(c, settings.rules.sensitive_moderation)})
+        chosen.append(
+            {
+                "prompt_id": f"heldout-{c.user_turns[0].turn_identifier}",
+                "prompt": c.user_turns[0].content,
+                "sensitive": sensitive_conversation(c, settings.rules.sensitive_moderation),
+            }
+        )
     stats = {"conversations": len(history.conversations), "user_turns": len(history.user_turns)}
     return [{"user_id": history.user_id, **p, **stats} for p in sorted(chosen, key=lambda p: p["prompt_id"])]
 
 
-def run(settings: Settings, prompts: Prompts, shard: Shard, engines: Callable[[], dict[str, Engine]],
-        until: str = "judge", embedder: Callable[[], Embedder] | None = None) -> dict:
+def run(
+    settings: Settings,
+    prompts: Prompts,
+    shard: Shard,
+    engines: Callable[[], dict[str, Engine]],
+    until: str = "judge",
+    embedder: Callable[[], Embedder] | None = None,
+) -> dict:
     """The stages for this shard up to `until`; returns the input and filter counts (also saved as JSON).
     `embedder` loads the embedding model of the embedding baseline (settings.embedding)."""
     users, stats, counts = load_histories(settings, shard)
@@ -123,25 +140,34 @@ def run(settings: Settings, prompts: Prompts, shard: Shard, engines: Callable[[]
 
     done = shard.done("pairs")
     bundled = load_prompts(settings.prompts_file)
-    shard.writer("pairs").write([r for h in users for r in pair_rows(h, bundled, settings)
-                                 if (r["user_id"], r["prompt_id"]) not in done])
-    stages = {"extract": lambda: extract(users, settings, prompts, shard, lambda: engines()["assistant"]),
-              "relevance": lambda: select(settings, prompts, shard, lambda: engines()["assistant"], embedder),
-              "generate": lambda: generate(settings, prompts, shard, lambda: engines()["assistant"]),
-              "judge": lambda: judge(settings, prompts, shard, lambda: engines()["judge"])}
-    for name in STAGES[:STAGES.index(until) + 1]:
+    shard.writer("pairs").write(
+        [r for h in users for r in pair_rows(h, bundled, settings) if (r["user_id"], r["prompt_id"]) not in done]
+    )
+    stages = {
+        "extract": lambda: extract(users, settings, prompts, shard, lambda: engines()["assistant"]),
+        "relevance": lambda: select(settings, prompts, shard, lambda: engines()["assistant"], embedder),
+        "generate": lambda: generate(settings, prompts, shard, lambda: engines()["assistant"]),
+        "judge": lambda: judge(settings, prompts, shard, lambda: engines()["judge"]),
+    }
+    for name in STAGES[: STAGES.index(until) + 1]:
         stages[name]()
     return summary
 
 
-def _batched(items: list, requests: Callable[[list], list[Request]], load: Callable[[], Engine], label: str,
-             progress: bool, write: Callable[[list, list, Engine], None]) -> None:
+def _batched(
+    items: list,
+    requests: Callable[[list], list[Request]],
+    load: Callable[[], Engine],
+    label: str,
+    progress: bool,
+    write: Callable[[list, list, Engine], None],
+) -> None:
     if not items:
         return
     engine = load()
     bar = Progress(total=len(items), label=label, unit="request", enabled=progress)
     for start in range(0, len(items), CHUNK):
-        chunk = items[start:start + CHUNK]
+        chunk = items[start : start + CHUNK]
         generations = bar.generate(engine, requests(chunk), remaining=len(items) - start)
         write(chunk, generations, engine)
     bar.close()
@@ -152,12 +178,18 @@ def _messages(text: str, system: str | None = None) -> list[dict]:
 
 
 def _seeded(sampling: Sampling, seed: int, *key: object) -> Sampling:
-    return Sampling(sampling.temperature, sampling.max_tokens, sampling.top_p,
-                    seed=random.Random("/".join(map(str, (seed, *key)))).randrange(2**31), min_tokens=sampling.min_tokens)
+    return Sampling(
+        sampling.temperature,
+        sampling.max_tokens,
+        sampling.top_p,
+        seed=random.Random("/".join(map(str, (seed, *key)))).randrange(2**31),
+        min_tokens=sampling.min_tokens,
+    )
 
 
-def extract(users: Sequence[History], settings: Settings, prompts: Prompts, shard: Shard,
-            load: Callable[[], Engine]) -> None:
+def extract(
+    users: Sequence[History], settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[], Engine]
+) -> None:
     rules, done = settings.rules, shard.done("extractions")
     todo = [h for h in users if (h.user_id,) not in done]
     writer = shard.writer("extractions")
@@ -166,8 +198,9 @@ def extract(users: Sequence[History], settings: Settings, prompts: Prompts, shar
         out = []
         for h in chunk:
             turns = shown_turns(h, rules.max_history_chars)
-            text = prompts.render("extract.txt", turns=turns, max_attributes=rules.max_attributes,
-                                  categories=rules.categories)
+            text = prompts.render(
+                "extract.txt", turns=turns, max_attributes=rules.max_attributes, categories=rules.categories
+            )
             grammar = formats.extraction_grammar([t["id"] for t in turns], rules.categories, rules.max_attributes)
             out.append(Request(_messages(text), _seeded(settings.extraction, settings.seed, h.user_id), grammar))
         return out
@@ -176,8 +209,16 @@ def extract(users: Sequence[History], settings: Settings, prompts: Prompts, shar
         rows = []
         for h, g in zip(chunk, generations):
             attributes = formats.parse_extraction(g.text)
-            rows.append({"user_id": h.user_id, "model": engine.name, "text": g.text, "parsed": attributes is not None,
-                         "attributes": review(h, attributes or [], rules), "completion_tokens": g.completion_tokens})
+            rows.append(
+                {
+                    "user_id": h.user_id,
+                    "model": engine.name,
+                    "text": g.text,
+                    "parsed": attributes is not None,
+                    "attributes": review(h, attributes or [], rules),
+                    "completion_tokens": g.completion_tokens,
+                }
+            )
         writer.write(rows)
 
     _batched(todo, requests, load, "extract", settings.progress, write)
@@ -187,84 +228,161 @@ def kept_attributes(shard: Shard) -> dict[str, list[dict]]:
     return {r["user_id"]: [a for a in r["attributes"] if a["kept"]] for r in shard.rows("extractions")}
 
 
-def select(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[], Engine],
-           embedder: Callable[[], Embedder] | None = None) -> None:
+def select(
+    settings: Settings,
+    prompts: Prompts,
+    shard: Shard,
+    load: Callable[[], Engine],
+    embedder: Callable[[], Embedder] | None = None,
+) -> None:
     attributes, done = kept_attributes(shard), shard.done("relevance")
     pairs = [p for p in shard.rows("pairs") if p["user_id"] in attributes]
     writer = shard.writer("relevance")
-    writer.write([r for p in pairs for r in baseline_rows(
-        "bm25", "bm25", p, attributes[p["user_id"]],
-        bm25_scores(p["prompt"], [a["statement"] for a in attributes[p["user_id"]]]), settings.bm25, done)])
+    writer.write(
+        [
+            r
+            for p in pairs
+            for r in baseline_rows(
+                "bm25",
+                "bm25",
+                p,
+                attributes[p["user_id"]],
+                bm25_scores(p["prompt"], [a["statement"] for a in attributes[p["user_id"]]]),
+                settings.bm25,
+                done,
+            )
+        ]
+    )
     if settings.embedding is not None:
         if embedder is None:
-            raise PersonalensError("personalbench: the embedding baseline is configured but no embedding model is given")
+            raise PersonalensError(
+                "personalbench: the embedding baseline is configured but no embedding model is given"
+            )
         writer.write(embedding_rows(pairs, attributes, settings.embedding, embedder, done))
-    todo = [(p, a) for p in pairs for a in attributes[p["user_id"]]
-            if (p["user_id"], p["prompt_id"], a["attribute_id"], "llm") not in done]
+    todo = [
+        (p, a)
+        for p in pairs
+        for a in attributes[p["user_id"]]
+        if (p["user_id"], p["prompt_id"], a["attribute_id"], "llm") not in done
+    ]
 
     def requests(chunk: list) -> list[Request]:
-        return [Request(_messages(prompts.render("relevance.txt", prompt=p["prompt"], attribute=a["statement"])),
-                        _seeded(settings.relevance, settings.seed, p["user_id"], p["prompt_id"], a["attribute_id"]),
-                        formats.RELEVANCE_GRAMMAR) for p, a in chunk]
+        return [
+            Request(
+                _messages(prompts.render("relevance.txt", prompt=p["prompt"], attribute=a["statement"])),
+                _seeded(settings.relevance, settings.seed, p["user_id"], p["prompt_id"], a["attribute_id"]),
+                formats.RELEVANCE_GRAMMAR,
+            )
+            for p, a in chunk
+        ]
 
     def write(chunk: list, generations: list, engine: Engine) -> None:
         rows = []
         for (p, a), g in zip(chunk, generations):
             verdict = formats.parse_relevance(g.text)
-            rows.append({"user_id": p["user_id"], "prompt_id": p["prompt_id"], "attribute_id": a["attribute_id"],
-                         "method": "llm", "model": engine.name, "selected": verdict, "score": None,
-                         "parsed": verdict is not None, "text": g.text, "sensitive": a["sensitive"] or p["sensitive"]})
+            rows.append(
+                {
+                    "user_id": p["user_id"],
+                    "prompt_id": p["prompt_id"],
+                    "attribute_id": a["attribute_id"],
+                    "method": "llm",
+                    "model": engine.name,
+                    "selected": verdict,
+                    "score": None,
+                    "parsed": verdict is not None,
+                    "text": g.text,
+                    "sensitive": a["sensitive"] or p["sensitive"],
+                }
+            )
         writer.write(rows)
 
     _batched(todo, requests, load, "relevance", settings.progress, write)
 
 
-def baseline_rows(method: str, model: str, pair: dict, attributes: list[dict], scores: list[float], rule: Rule,
-                  done: set[tuple]) -> list[dict]:
+def baseline_rows(
+    method: str, model: str, pair: dict, attributes: list[dict], scores: list[float], rule: Rule, done: set[tuple]
+) -> list[dict]:
     """A baseline's rows for one pair: each attribute's score and whether `rule` selects it."""
-    return [{"user_id": pair["user_id"], "prompt_id": pair["prompt_id"], "attribute_id": a["attribute_id"],
-             "method": method, "model": model, "selected": chosen, "score": score, "parsed": True, "text": "",
-             "sensitive": a["sensitive"] or pair["sensitive"]}
-            for a, score, chosen in zip(attributes, scores, chosen_by(scores, rule))
-            if (pair["user_id"], pair["prompt_id"], a["attribute_id"], method) not in done]
+    return [
+        {
+            "user_id": pair["user_id"],
+            "prompt_id": pair["prompt_id"],
+            "attribute_id": a["attribute_id"],
+            "method": method,
+            "model": model,
+            "selected": chosen,
+            "score": score,
+            "parsed": True,
+            "text": "",
+            "sensitive": a["sensitive"] or pair["sensitive"],
+        }
+        for a, score, chosen in zip(attributes, scores, chosen_by(scores, rule))
+        if (pair["user_id"], pair["prompt_id"], a["attribute_id"], method) not in done
+    ]
 
 
-def embedding_rows(pairs: list[dict], attributes: dict[str, list[dict]], rule: Rule,
-                   load: Callable[[], Embedder], done: set[tuple]) -> list[dict]:
+def embedding_rows(
+    pairs: list[dict], attributes: dict[str, list[dict]], rule: Rule, load: Callable[[], Embedder], done: set[tuple]
+) -> list[dict]:
     """The embedding baseline's rows of the pairs that lack some: every distinct prompt and statement
     embedded in one call, scored by cosine similarity."""
-    pairs = [p for p in pairs if any((p["user_id"], p["prompt_id"], a["attribute_id"], "embedding") not in done
-                                     for a in attributes[p["user_id"]])]
+    pairs = [
+        p
+        for p in pairs
+        if any(
+            (p["user_id"], p["prompt_id"], a["attribute_id"], "embedding") not in done for a in attributes[p["user_id"]]
+        )
+    ]
     if not pairs:
         return []
     embedder = load()
-    texts = list(dict.fromkeys([p["prompt"] for p in pairs] +
-                               [a["statement"] for p in pairs for a in attributes[p["user_id"]]]))
+    texts = list(
+        dict.fromkeys([p["prompt"] for p in pairs] + [a["statement"] for p in pairs for a in attributes[p["user_id"]]])
+    )
     vectors = dict(zip(texts, embedder.embed(texts)))
-    return [r for p in pairs for r in baseline_rows(
-        "embedding", embedder.name, p, attributes[p["user_id"]],
-        cosine_scores(vectors[p["prompt"]], [vectors[a["statement"]] for a in attributes[p["user_id"]]]), rule, done)]
+    return [
+        r
+        for p in pairs
+        for r in baseline_rows(
+            "embedding",
+            embedder.name,
+            p,
+            attributes[p["user_id"]],
+            cosine_scores(vectors[p["prompt"]], [vectors[a["statement"]] for a in attributes[p["user_id"]]]),
+            rule,
+            done,
+        )
+    ]
 
 
-def selected_attributes(shard: Shard, human: frozenset[tuple[str, str, str]] | None = None
-                        ) -> dict[tuple[str, str], list[dict]]:
+def selected_attributes(
+    shard: Shard, human: frozenset[tuple[str, str, str]] | None = None
+) -> dict[tuple[str, str], list[dict]]:
     """(user, prompt) -> the kept attributes the model (or, given `human`, the human majority)
     marked relevant, in attribute order."""
-    chosen = human if human is not None else {
-        (r["user_id"], r["prompt_id"], r["attribute_id"]) for r in shard.rows("relevance")
-        if r["method"] == "llm" and r["selected"]}
+    chosen = (
+        human
+        if human is not None
+        else {
+            (r["user_id"], r["prompt_id"], r["attribute_id"])
+            for r in shard.rows("relevance")
+            if r["method"] == "llm" and r["selected"]
+        }
+    )
     kept = kept_attributes(shard)
-    return {(p["user_id"], p["prompt_id"]): [a for a in kept.get(p["user_id"], [])
-                                             if (p["user_id"], p["prompt_id"], a["attribute_id"]) in chosen]
-            for p in shard.rows("pairs")}
+    return {
+        (p["user_id"], p["prompt_id"]): [
+            a for a in kept.get(p["user_id"], []) if (p["user_id"], p["prompt_id"], a["attribute_id"]) in chosen
+        ]
+        for p in shard.rows("pairs")
+    }
 
 
 def generate(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[], Engine]) -> None:
     selected, done = selected_attributes(shard, settings.human_selection), shard.done("responses")
     users = kept_attributes(shard)
     pairs = [p for p in shard.rows("pairs") if p["user_id"] in users]
-    todo = [(p, v) for p in pairs for v in ("generic", "personalized")
-            if (p["user_id"], p["prompt_id"], v) not in done]
+    todo = [(p, v) for p in pairs for v in ("generic", "personalized") if (p["user_id"], p["prompt_id"], v) not in done]
     writer = shard.writer("responses")
 
     def attrs(p: dict, variant: str) -> list[dict]:
@@ -273,18 +391,36 @@ def generate(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[
     def requests(chunk: list) -> list[Request]:
         out = []
         for p, v in chunk:
-            system = (prompts.render("generic.txt") if v == "generic" else
-                      prompts.render("personalized.txt", attributes=[a["statement"] for a in attrs(p, v)]))
+            system = (
+                prompts.render("generic.txt")
+                if v == "generic"
+                else prompts.render("personalized.txt", attributes=[a["statement"] for a in attrs(p, v)])
+            )
             # both variants of a pair share a seed: they differ only by what is known about the user
-            out.append(Request(_messages(p["prompt"], system),
-                               _seeded(settings.generation, settings.seed, p["user_id"], p["prompt_id"]),
-                               formats.RESPONSE_GRAMMAR))
+            out.append(
+                Request(
+                    _messages(p["prompt"], system),
+                    _seeded(settings.generation, settings.seed, p["user_id"], p["prompt_id"]),
+                    formats.RESPONSE_GRAMMAR,
+                )
+            )
         return out
 
     def write(chunk: list, generations: list, engine: Engine) -> None:
-        writer.write([{"user_id": p["user_id"], "prompt_id": p["prompt_id"], "variant": v,
-                       "attribute_ids": [a["attribute_id"] for a in attrs(p, v)], "model": engine.name,
-                       "text": g.text, "completion_tokens": g.completion_tokens} for (p, v), g in zip(chunk, generations)])
+        writer.write(
+            [
+                {
+                    "user_id": p["user_id"],
+                    "prompt_id": p["prompt_id"],
+                    "variant": v,
+                    "attribute_ids": [a["attribute_id"] for a in attrs(p, v)],
+                    "model": engine.name,
+                    "text": g.text,
+                    "completion_tokens": g.completion_tokens,
+                }
+                for (p, v), g in zip(chunk, generations)
+            ]
+        )
 
     _batched(todo, requests, load, "generate", settings.progress, write)
 
@@ -298,8 +434,12 @@ def judge(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[],
     responses = {(r["user_id"], r["prompt_id"], r["variant"]): r for r in shard.rows("responses")}
     attributes, done = kept_attributes(shard), shard.done("preferences")
     selected = selected_attributes(shard, settings.human_selection)
-    todo = [p for p in shard.rows("pairs") if (p["user_id"], p["prompt_id"]) not in done
-            and all((p["user_id"], p["prompt_id"], v) in responses for v in ("generic", "personalized"))]
+    todo = [
+        p
+        for p in shard.rows("pairs")
+        if (p["user_id"], p["prompt_id"]) not in done
+        and all((p["user_id"], p["prompt_id"], v) in responses for v in ("generic", "personalized"))
+    ]
     writer = shard.writer("preferences")
 
     def sides(p: dict) -> tuple[str, str]:
@@ -310,10 +450,20 @@ def judge(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[],
         out = []
         for p in chunk:
             a, b = sides(p)
-            text = prompts.render("judge.txt", prompt=p["prompt"], response_a=a, response_b=b,
-                                  attributes=[x["statement"] for x in attributes.get(p["user_id"], [])])
-            out.append(Request(_messages(text), _seeded(settings.judge, settings.seed, "judge", p["user_id"], p["prompt_id"]),
-                               formats.PREFERENCE_GRAMMAR))
+            text = prompts.render(
+                "judge.txt",
+                prompt=p["prompt"],
+                response_a=a,
+                response_b=b,
+                attributes=[x["statement"] for x in attributes.get(p["user_id"], [])],
+            )
+            out.append(
+                Request(
+                    _messages(text),
+                    _seeded(settings.judge, settings.seed, "judge", p["user_id"], p["prompt_id"]),
+                    formats.PREFERENCE_GRAMMAR,
+                )
+            )
         return out
 
     def write(chunk: list, generations: list, engine: Engine) -> None:
@@ -322,12 +472,20 @@ def judge(settings: Settings, prompts: Prompts, shard: Shard, load: Callable[[],
             first = personalized_first(settings.seed, p["user_id"], p["prompt_id"])
             verdict = formats.parse_preference(g.text)
             used = selected.get((p["user_id"], p["prompt_id"]), [])
-            rows.append({"user_id": p["user_id"], "prompt_id": p["prompt_id"], "personalized_first": first,
-                         "score": verdict and verdict.score,
-                         "rating": verdict and formats.personalized_rating(verdict.score, first),
-                         "explicit_mention": verdict and verdict.explicit_mention, "parsed": verdict is not None,
-                         "text": g.text, "judge_model": engine.name,
-                         "sensitive": p["sensitive"] or any(a["sensitive"] for a in used)})
+            rows.append(
+                {
+                    "user_id": p["user_id"],
+                    "prompt_id": p["prompt_id"],
+                    "personalized_first": first,
+                    "score": verdict and verdict.score,
+                    "rating": verdict and formats.personalized_rating(verdict.score, first),
+                    "explicit_mention": verdict and verdict.explicit_mention,
+                    "parsed": verdict is not None,
+                    "text": g.text,
+                    "judge_model": engine.name,
+                    "sensitive": p["sensitive"] or any(a["sensitive"] for a in used),
+                }
+            )
         writer.write(rows)
 
     _batched(todo, requests, load, "judge", settings.progress, write)

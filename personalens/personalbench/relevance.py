@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from rank_bm25 import BM25Okapi
@@ -13,6 +13,7 @@ from rank_bm25 import BM25Okapi
 @dataclass(frozen=True)
 class Rule:
     """Select the `top_k` best-scoring attributes (0: no cap) whose score is above `above`."""
+
     top_k: int
     above: float = 0.0
 
@@ -39,5 +40,5 @@ def cosine_scores(prompt: Sequence[float], statements: Sequence[Sequence[float]]
 def select(scores: Sequence[float], rule: Rule) -> list[bool]:
     """The items `rule` selects (ties: the earlier item)."""
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    chosen = {i for i in (order[:rule.top_k] if rule.top_k > 0 else order) if scores[i] > rule.above}
+    chosen = {i for i in (order[: rule.top_k] if rule.top_k > 0 else order) if scores[i] > rule.above}
     return [i in chosen for i in range(len(scores))]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from personalens.personalbench import metrics as M
-from personalens.personalbench.sheets import Annotations, pair_id, relevance_id, rows
 from personalens.personalbench.formats import personalized_rating
+from personalens.personalbench.sheets import Annotations, pair_id, relevance_id, rows
 from personalens.report import render
 from personalens.report.stats import Bootstrap
 from personalens.report.tables import Cell, Column, Table
@@ -23,6 +23,7 @@ COLUMNS = tuple(Column(key, "", label, 3, "estimate") for key, label in SUBSETS)
 @dataclass(frozen=True)
 class RunItems:
     """A run's model outputs keyed like the sheets' items, with each item's sensitive flag."""
+
     model: str
     attributes: dict[str, bool]  # attribute id -> sensitive
     evidence_ok: dict[str, bool]
@@ -53,13 +54,17 @@ def run_items(out_dir: Path) -> RunItems:
         model=", ".join(models) or Path(out_dir).name,
         attributes={a["attribute_id"]: a["sensitive"] for a in attributes},
         evidence_ok={a["attribute_id"]: a["evidence_ok"] for r in extractions for a in r["attributes"]},
-        selections=selections, relevance_sensitive=sensitive,
+        selections=selections,
+        relevance_sensitive=sensitive,
         judge={pair_id(r["user_id"], r["prompt_id"]): r["rating"] for r in prefs if r["parsed"]},
         mentions={pair_id(r["user_id"], r["prompt_id"]): r["explicit_mention"] for r in prefs if r["parsed"]},
         personalized_first={pair_id(r["user_id"], r["prompt_id"]): r["personalized_first"] for r in prefs},
         preference_sensitive={pair_id(r["user_id"], r["prompt_id"]): r["sensitive"] for r in prefs},
-        unparsed={"extraction": sum(not r["parsed"] for r in extractions), "relevance": unparsed_relevance,
-                  "judging": sum(not r["parsed"] for r in prefs)},
+        unparsed={
+            "extraction": sum(not r["parsed"] for r in extractions),
+            "relevance": unparsed_relevance,
+            "judging": sum(not r["parsed"] for r in prefs),
+        },
     )
 
 
@@ -83,32 +88,54 @@ class Scores:
 def score(run: RunItems, notes: Annotations, boot: Bootstrap, others: Sequence[RunItems] = ()) -> Scores:
     """The metric tables of one run (`others`: more models' runs, for model-model kappa)."""
     known = {"attributes": run.attributes, "relevance": run.relevance_sensitive, "preference": run.personalized_first}
-    unmatched = {stage: sum(item not in known[stage] for labels in notes.labels[stage].values() for item in labels)
-                 for stage in known}
+    unmatched = {
+        stage: sum(item not in known[stage] for labels in notes.labels[stage].values() for item in labels)
+        for stage in known
+    }
     # human A/B scores as ratings of the personalized response, like the judge's
-    humans_pref = {a: {i: personalized_rating(v, run.personalized_first[i]) for i, v in labels.items()
-                       if i in run.personalized_first} for a, labels in notes.labels["preference"].items()}
+    humans_pref = {
+        a: {
+            i: personalized_rating(v, run.personalized_first[i])
+            for i, v in labels.items()
+            if i in run.personalized_first
+        }
+        for a, labels in notes.labels["preference"].items()
+    }
     extraction, relevance, preference = {}, {}, {}
     for subset, _ in SUBSETS:
         keep = _subset(run.attributes, subset)
         extraction[subset] = M.extraction(
             {a: _restrict(l, keep) for a, l in notes.labels["attributes"].items()},
             [reason for item, reason in notes.reasons if keep(item)],
-            [ok for item, ok in run.evidence_ok.items() if keep(item)], boot)
+            [ok for item, ok in run.evidence_ok.items() if keep(item)],
+            boot,
+        )
         keep = _subset(run.relevance_sensitive, subset)
         relevance[subset] = M.relevance(
             {a: _restrict(l, keep) for a, l in notes.labels["relevance"].items()},
-            {m: _restrict(s, keep) for m, s in run.selections.items()}, boot,
-            models={r.model: _restrict(r.selections.get("llm", {}), keep) for r in (run, *others)})
+            {m: _restrict(s, keep) for m, s in run.selections.items()},
+            boot,
+            models={r.model: _restrict(r.selections.get("llm", {}), keep) for r in (run, *others)},
+        )
         keep = _subset(run.preference_sensitive, subset)
-        preference[subset] = M.preference({a: _restrict(l, keep) for a, l in humans_pref.items()},
-                                          _restrict(run.judge, keep), _restrict(run.mentions, keep), boot)
+        preference[subset] = M.preference(
+            {a: _restrict(l, keep) for a, l in humans_pref.items()},
+            _restrict(run.judge, keep),
+            _restrict(run.mentions, keep),
+            boot,
+        )
     context = (("model", run.model),)
     note = "sensitive: emotionally sensitive contexts (moderation-flagged or toxic conversations, sensitive categories)"
     tables = (
         _table("extraction", "PersonalBench attribute extraction", ("metric",), extraction, context, note),
-        _table("relevance", "PersonalBench relevance selection vs the human majority", ("method", "metric"),
-               relevance, context, note),
+        _table(
+            "relevance",
+            "PersonalBench relevance selection vs the human majority",
+            ("method", "metric"),
+            relevance,
+            context,
+            note,
+        ),
         _table("preference", "PersonalBench personalized vs generic responses", ("metric",), preference, context, note),
     )
     return Scores(tables, unmatched)
@@ -124,18 +151,27 @@ def _table(name: str, title: str, header: tuple[str, ...], by_subset: dict, cont
         for part in key:
             found = found.get(part) if isinstance(found, dict) else None
         return found
+
     body = tuple((key, tuple(cell(s, key) for s, _ in SUBSETS)) for key in keys)
     return Table(name, title, header, COLUMNS, body, context=context, notes=(note,))
 
 
-def counts_table(summary: Mapping[str, object], run: RunItems, notes: Annotations, unmatched: Mapping[str, int]) -> Table:
+def counts_table(
+    summary: Mapping[str, object], run: RunItems, notes: Annotations, unmatched: Mapping[str, int]
+) -> Table:
     """What was read, dropped, not parsed, and annotations that matched nothing: nothing vanishes silently."""
     entries = [(("input", k), v) for k, v in summary.items()]
     entries += [(("unparsed model outputs", k), v) for k, v in run.unparsed.items()]
     entries += [(("annotations", "annotators"), len(notes.annotators())), (("annotations", "blank rows"), notes.blank)]
     entries += [(("annotations not matching an item", k), v) for k, v in unmatched.items()]
-    return Table("counts", "PersonalBench counts", ("what", "detail"), (Column("n", "", "n", holds="count"),),
-                 tuple((labels, (int(v),)) for labels, v in entries), context=(("model", run.model),))
+    return Table(
+        "counts",
+        "PersonalBench counts",
+        ("what", "detail"),
+        (Column("n", "", "n", holds="count"),),
+        tuple((labels, (int(v),)) for labels, v in entries),
+        context=(("model", run.model),),
+    )
 
 
 def input_summary(out_dir: Path) -> dict[str, int]:
@@ -143,10 +179,14 @@ def input_summary(out_dir: Path) -> dict[str, int]:
     total: dict[str, int] = {}
     for path in sorted((Path(out_dir) / "input").glob("shard-*.json")):
         data = json.loads(path.read_text())
-        for key, value in [("records", data["input"]["rows"]), ("conversations", data["input"]["conversations"]),
-                           *((f"bad: {k}", v) for k, v in data["input"]["bad"].items()),
-                           ("users", data["histories"]["users"]), ("users kept", data["histories"]["this_shard"]),
-                           *((f"users dropped: {k}", v) for k, v in data["histories"]["dropped"].items())]:
+        for key, value in [
+            ("records", data["input"]["rows"]),
+            ("conversations", data["input"]["conversations"]),
+            *((f"bad: {k}", v) for k, v in data["input"]["bad"].items()),
+            ("users", data["histories"]["users"]),
+            ("users kept", data["histories"]["this_shard"]),
+            *((f"users dropped: {k}", v) for k, v in data["histories"]["dropped"].items()),
+        ]:
             total[key] = total.get(key, 0) + value
     shards = len(list((Path(out_dir) / "input").glob("shard-*.json")))
     # every shard reads every record and drops the same users; only its kept users are its own
@@ -159,14 +199,21 @@ def selection_figure(relevance: Table, path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    bars = [(labels[0], cells) for labels, cells in relevance.rows if labels[1] in ("selection rate", "human selection rate")]
+    bars = [
+        (labels[0], cells)
+        for labels, cells in relevance.rows
+        if labels[1] in ("selection rate", "human selection rate")
+    ]
     fig = Figure(figsize=(6, 3.2), layout="constrained")
     ax = fig.add_subplot()
     width = 0.8 / max(len(bars), 1)
     for k, (method, cells) in enumerate(bars):
         xs = [i + (k - (len(bars) - 1) / 2) * width for i in range(len(SUBSETS))]
         means = [c.mean if c else math.nan for c in cells]
-        errors = [[max(c.mean - c.lo, 0) if c else 0 for c in cells], [max(c.hi - c.mean, 0) if c else 0 for c in cells]]
+        errors = [
+            [max(c.mean - c.lo, 0) if c else 0 for c in cells],
+            [max(c.hi - c.mean, 0) if c else 0 for c in cells],
+        ]
         ax.bar(xs, means, width, yerr=errors, capsize=3, label=method)
     ax.set_xticks(range(len(SUBSETS)), [label for _, label in SUBSETS])
     ax.set_ylim(0, 1)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import glob
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,13 +17,23 @@ import pyarrow.parquet as pq
 from personalens.errors import PersonalensError
 
 # only the columns the pipeline uses are read (the moderation columns are wide)
-COLUMNS = ["conversation_hash", "timestamp", "conversation", "turn", "language", "openai_moderation", "toxic",
-           "hashed_ip", "header"]
+COLUMNS = [
+    "conversation_hash",
+    "timestamp",
+    "conversation",
+    "turn",
+    "language",
+    "openai_moderation",
+    "toxic",
+    "hashed_ip",
+    "header",
+]
 
 
 @dataclass(frozen=True)
 class UserKey:
     """WildChat has no user ids: a user is one (IP hash, user agent, accept-language)."""
+
     hashed_ip: str
     user_agent: str
     accept_language: str
@@ -65,14 +75,21 @@ class ReadStats:
         self.examples.setdefault(reason, where)
 
     def format(self) -> str:
-        lines = [f"wildchat: {self.files} files, {self.rows} records, {self.conversations} conversations read, "
-                 f"{sum(self.bad.values())} bad records skipped"]
+        lines = [
+            f"wildchat: {self.files} files, {self.rows} records, {self.conversations} conversations read, "
+            f"{sum(self.bad.values())} bad records skipped"
+        ]
         lines += [f"  {n} x {reason} (first: {self.examples[reason]})" for reason, n in sorted(self.bad.items())]
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
-        return {"files": self.files, "rows": self.rows, "conversations": self.conversations,
-                "bad": dict(self.bad), "examples": dict(self.examples)}
+        return {
+            "files": self.files,
+            "rows": self.rows,
+            "conversations": self.conversations,
+            "bad": dict(self.bad),
+            "examples": dict(self.examples),
+        }
 
 
 class BadRecord(ValueError):
@@ -122,13 +139,17 @@ def parse_record(record: dict) -> Conversation:
     moderation = record.get("openai_moderation") or []
     if not isinstance(moderation, list):
         raise BadRecord("wrong type: openai_moderation")
-    categories = sorted({name for m in moderation if isinstance(m, dict)
-                         for name, on in (m.get("categories") or {}).items() if on})
+    categories = sorted(
+        {name for m in moderation if isinstance(m, dict) for name, on in (m.get("categories") or {}).items() if on}
+    )
     timestamp = record.get("timestamp")
     return Conversation(
         conversation_hash=_get(record, "conversation_hash", str),
-        user=UserKey(_get(record, "hashed_ip", str), _get(header, "user-agent", str, "header."),
-                     _get(header, "accept-language", str, "header.")),
+        user=UserKey(
+            _get(record, "hashed_ip", str),
+            _get(header, "user-agent", str, "header."),
+            _get(header, "accept-language", str, "header."),
+        ),
         timestamp=timestamp.isoformat() if hasattr(timestamp, "isoformat") else str(timestamp or ""),
         language=_get(record, "language", str),
         turns=turns,
@@ -144,8 +165,9 @@ def _turn(message: object) -> Turn:
     role = _get(message, "role", str, "conversation.")
     if role not in ("user", "assistant"):
         raise BadRecord("unknown role in conversation")
-    return Turn(_get(message, "turn_identifier", int, "conversation."), role,
-                _get(message, "content", str, "conversation."))
+    return Turn(
+        _get(message, "turn_identifier", int, "conversation."), role, _get(message, "content", str, "conversation.")
+    )
 
 
 def _get(record: dict, name: str, kind: type, prefix: str = ""):

@@ -33,7 +33,8 @@ Scores are whole numbers.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
 from personalens.data.records import Role, Scenario, Turn
 from personalens.prompts.sections import style_named
@@ -77,7 +78,10 @@ def user_agent_messages(templates: Templates, scenario: Scenario, turns: Sequenc
 
 
 def assistant_messages(
-    templates: Templates, scenario: Scenario, turns: Sequence[Turn], setting: PromptSetting,
+    templates: Templates,
+    scenario: Scenario,
+    turns: Sequence[Turn],
+    setting: PromptSetting,
     family: str = "default",
 ) -> list[Message]:
     """The assistant's system prompt for `setting` and `family`, then the dialogue so far (ending
@@ -155,7 +159,9 @@ def _check_turns(turns: Sequence[Turn], next_role: Role | None) -> None:
     for i, turn in enumerate(turns):
         expected = "user" if i % 2 == 0 else "assistant"
         if turn.role != expected:
-            raise ValueError(f"turn {i} has role {turn.role!r}; turns must alternate user, assistant, ... starting with the user")
+            raise ValueError(
+                f"turn {i} has role {turn.role!r}; turns must alternate user, assistant, ... starting with the user"
+            )
     if next_role is not None and len(turns) % 2 != (0 if next_role == "user" else 1):
         last = turns[-1].role if turns else "nobody"
         raise ValueError(f"the {next_role} cannot speak next: the last turn is the {last}'s")

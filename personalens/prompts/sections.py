@@ -6,8 +6,9 @@ turn order), never a set or sorted order, so the same scenario always gives the 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import TypeVar
 
 from personalens.data.records import AffinityValue, Situation, Task, Turn, UserProfile
 
@@ -19,8 +20,7 @@ V = TypeVar("V")
 def demographics_text(user: UserProfile) -> str:
     """'Age: 35-44 years old' lines; the user id is never shown to a model."""
     return "\n".join(
-        f"{key.replace('_', ' ').capitalize()}: {value}"
-        for key, value in user.demographics.items() if key != "user_id"
+        f"{key.replace('_', ' ').capitalize()}: {value}" for key, value in user.demographics.items() if key != "user_id"
     )
 
 
@@ -37,8 +37,7 @@ def affinities_text(user: UserProfile, domains: Sequence[str]) -> str:
 def interactions_text(user: UserProfile, domains: Sequence[str]) -> str:
     """The past-interaction summary of each of `domains`, each under a '[Domain]' label."""
     return "\n\n".join(
-        f"[{domain}]\n{_of_domain(user.interactions, domain, 'interactions', user).strip()}"
-        for domain in domains
+        f"[{domain}]\n{_of_domain(user.interactions, domain, 'interactions', user).strip()}" for domain in domains
     )
 
 
@@ -54,6 +53,7 @@ def conversation_text(turns: Sequence[Turn]) -> str:
 
 # ---- the released code's formats (its src/generate_dialogue*.py and src/evaluate_dialogue.py) ----
 
+
 def official_demographics_text(user: UserProfile, with_id: bool) -> str:
     """'- age: 35-44 years old' lines under the release's keys; its judge also sees the user id."""
     items = [("user_id", user.user_id)] if with_id else []
@@ -63,9 +63,11 @@ def official_demographics_text(user: UserProfile, with_id: bool) -> str:
 def official_affinities_text(user: UserProfile, task: Task) -> str:
     """SD: the first domain's '- type: value' lines. MD: each domain's lines under a 'Domain:'
     heading, every block opened and closed by a newline."""
+
     def lines(domain: str) -> str:
         prefs = _of_domain(user.affinities, domain, "affinities", user)
         return "\n".join(f"- {kind}: {_value_text(value)}" for kind, value in prefs.items())
+
     if task.kind == "SD":
         return lines(task.domains[0])
     return "".join(f"\n{domain}:\n{lines(domain)}\n" for domain in task.domains)
@@ -73,8 +75,10 @@ def official_affinities_text(user: UserProfile, task: Task) -> str:
 
 def official_interactions_text(user: UserProfile, task: Task) -> str:
     """SD: the first domain's summary as it is. MD: each summary inside <Domain> ... </Domain> tags."""
+
     def summary(domain: str) -> str:
         return _of_domain(user.interactions, domain, "interactions", user)
+
     if task.kind == "SD":
         return summary(task.domains[0])
     return "".join(f"\n<{domain}>\n{summary(domain)}\n</{domain}>\n" for domain in task.domains)
@@ -109,14 +113,21 @@ STYLES: Mapping[str, Style] = {
         demographics=lambda user, with_id: demographics_text(user),
         affinities=lambda user, task: affinities_text(user, task.domains),
         interactions=lambda user, task: interactions_text(user, task.domains),
-        situation=situation_text, conversation=conversation_text, history=conversation_text,
-        judge_sees_user_id=False, judge_task=lambda task: task.description,
+        situation=situation_text,
+        conversation=conversation_text,
+        history=conversation_text,
+        judge_sees_user_id=False,
+        judge_task=lambda task: task.description,
     ),
     "official": Style(
-        demographics=official_demographics_text, affinities=official_affinities_text,
-        interactions=official_interactions_text, situation=situation_text,
-        conversation=official_conversation_text, history=official_history_text,
-        judge_sees_user_id=True, judge_task=lambda task: task.user_intent,
+        demographics=official_demographics_text,
+        affinities=official_affinities_text,
+        interactions=official_interactions_text,
+        situation=situation_text,
+        conversation=official_conversation_text,
+        history=official_history_text,
+        judge_sees_user_id=True,
+        judge_task=lambda task: task.user_intent,
     ),
 }
 

@@ -10,7 +10,9 @@ MODES: tuple[str, ...] = ("vanilla", "base")
 
 # Label letter of each context flag, in the order labels list them.
 _FLAG_LETTERS: tuple[tuple[str, str], ...] = (
-    ("demographics", "D"), ("interactions", "I"), ("situation", "S"),
+    ("demographics", "D"),
+    ("interactions", "I"),
+    ("situation", "S"),
 )
 
 
@@ -27,7 +29,7 @@ class PromptSetting:
 
     @property
     def label(self) -> str:
-        """"base", "base+I", "vanilla+D+I+S", ...: the mode, then the flags that are on, in D, I, S order."""
+        """ "base", "base+I", "vanilla+D+I+S", ...: the mode, then the flags that are on, in D, I, S order."""
         letters = [letter for name, letter in _FLAG_LETTERS if getattr(self, name)]
         return "+".join([self.mode, *letters])
 

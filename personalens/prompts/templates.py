@@ -6,9 +6,9 @@ profile text need no escaping: values are inserted verbatim and never parsed as 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import jinja2
 
@@ -82,7 +82,8 @@ def load_templates(folder: str | Path | None = None, *, style: str = "paper", ve
     # (prompts/build/, prompts/personalbench/) beside them are not part of it, nor of its fingerprint.
     sources = {
         p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8")
-        for role in ROLE_FOLDERS for p in sorted((folder / role).rglob("*.txt"))
+        for role in ROLE_FOLDERS
+        for p in sorted((folder / role).rglob("*.txt"))
     }
     for alternatives in REQUIRED:
         if not any(all(name in sources for name in names) for names in alternatives):

@@ -6,9 +6,9 @@ to open; only the sampled dialogues' text is read (the keys are read first, then
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pyarrow.compute as pc
@@ -30,8 +30,11 @@ class Browsable:
 
 
 def browsable(run_dirs: Sequence[Path], limit: int, seed: int) -> Browsable:
-    keys = [(i, key) for i, run_dir in enumerate(run_dirs)
-            for key in _dataset(run_dir, "dialogues").to_table(columns=list(_KEY)).to_pylist()]
+    keys = [
+        (i, key)
+        for i, run_dir in enumerate(run_dirs)
+        for key in _dataset(run_dir, "dialogues").to_table(columns=list(_KEY)).to_pylist()
+    ]
     keys.sort(key=lambda k: (k[0], tuple(str(k[1][c]) for c in _KEY)))
     total = len(keys)
     if total > limit:
@@ -60,15 +63,33 @@ def _read(run_dir: Path, wanted: set[tuple]) -> list[dict]:
     for j in _dataset(run_dir, "judgments").to_table(columns=list(_JUDGMENT_FIELDS), filter=near).to_pylist():
         key = tuple(j[c] for c in _KEY)
         if key in wanted:
-            judged[key].append({"dimension": j["dimension"], "speaker": j["speaker"] or "", "turn": j["turn"],
-                                "score": j["score"] if j["parsed"] else None, "text": j["judge_text"] or ""})
+            judged[key].append(
+                {
+                    "dimension": j["dimension"],
+                    "speaker": j["speaker"] or "",
+                    "turn": j["turn"],
+                    "score": j["score"] if j["parsed"] else None,
+                    "text": j["judge_text"] or "",
+                }
+            )
     rows = []
     for d in _dataset(run_dir, "dialogues").to_table(columns=list(_DIALOGUE_FIELDS), filter=near).to_pylist():
         key = tuple(d[c] for c in _KEY)
         if key in wanted:
-            rows.append({"user_index": d["user_index"], "model": d["assistant_model"], "setting": d["setting"], "kind": d["kind"],
-                         "domains": list(d["domains"]), "user": d["user_id"], "task": d["task_id"],
-                         "trial": d["trial"], "rounds": d["rounds"], "ended": d["ended"],
-                         "turns": [{"role": t["role"], "text": t["text"]} for t in d["turns"] or ()],
-                         "judgments": sorted(judged[key], key=lambda j: (j["turn"], j["dimension"], j["speaker"]))})
+            rows.append(
+                {
+                    "user_index": d["user_index"],
+                    "model": d["assistant_model"],
+                    "setting": d["setting"],
+                    "kind": d["kind"],
+                    "domains": list(d["domains"]),
+                    "user": d["user_id"],
+                    "task": d["task_id"],
+                    "trial": d["trial"],
+                    "rounds": d["rounds"],
+                    "ended": d["ended"],
+                    "turns": [{"role": t["role"], "text": t["text"]} for t in d["turns"] or ()],
+                    "judgments": sorted(judged[key], key=lambda j: (j["turn"], j["dimension"], j["speaker"])),
+                }
+            )
     return rows

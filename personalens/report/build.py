@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 from personalens.data.records import with_domains
 from personalens.report import render
@@ -14,8 +14,7 @@ from personalens.report.html import write_html
 from personalens.report.load import KINDS, RunData, load_runs
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
 from personalens.report.stats import Bootstrap
-from personalens.report.tables import (by_domain, by_turn, parse_failures, table3, table4, table12, table13,
-                                       Table)
+from personalens.report.tables import Table, by_domain, by_turn, parse_failures, table3, table4, table12, table13
 
 
 @dataclass(frozen=True)
@@ -48,12 +47,23 @@ class Report:
 
     def _failure_total(self, suffix: str) -> int:
         table = self.parse_failures
-        return sum(c for _, cells in table.rows for c, col in zip(cells, table.columns)
-                   if col.key.endswith(suffix) and isinstance(c, int))
+        return sum(
+            c
+            for _, cells in table.rows
+            for c, col in zip(cells, table.columns)
+            if col.key.endswith(suffix) and isinstance(c, int)
+        )
 
 
-def build_report(run_dirs: Sequence[Path], out_dir: Path, *, bootstrap: int = 1000, seed: int = 0,
-                 figure5_domains: Sequence[str] = (), html_dialogues: int = 500) -> Report:
+def build_report(
+    run_dirs: Sequence[Path],
+    out_dir: Path,
+    *,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    figure5_domains: Sequence[str] = (),
+    html_dialogues: int = 500,
+) -> Report:
     """Report on the dialogues and judgments of `run_dirs`, written into `out_dir`; report.html's
     dialogue browser shows up to `html_dialogues` of them."""
     if bootstrap < 1:
@@ -67,33 +77,57 @@ def build_report(run_dirs: Sequence[Path], out_dir: Path, *, bootstrap: int = 10
     unknown = [d for d in figure5_domains if d not in domains]
     if unknown:
         raise ReportError(f"figure5_domains: unknown domain(s) {unknown}; the domains are {', '.join(domains)}")
-    report = compute_report(data, dirs, Path(out_dir), Bootstrap(bootstrap, seed),
-                            tuple(figure5_domains), tuple(read_setup(d) for d in dirs))
+    report = compute_report(
+        data,
+        dirs,
+        Path(out_dir),
+        Bootstrap(bootstrap, seed),
+        tuple(figure5_domains),
+        tuple(read_setup(d) for d in dirs),
+    )
     return replace(report, files=write_report(report, html_dialogues))
 
 
-def compute_report(data: RunData, run_dirs: tuple[Path, ...], out_dir: Path, boot: Bootstrap,
-                   figure5_domains: tuple[str, ...], setups: tuple[RunSetup, ...] = ()) -> Report:
+def compute_report(
+    data: RunData,
+    run_dirs: tuple[Path, ...],
+    out_dir: Path,
+    boot: Bootstrap,
+    figure5_domains: tuple[str, ...],
+    setups: tuple[RunSetup, ...] = (),
+) -> Report:
     """The tables; `setups` (one per run) give the fidelity option, which decides Figure 4's task
     kinds and whether Table 3 shows the paper's published rows (`official` only)."""
     j = data.judgments
     shared = common_fidelity(setups) if setups else None
     official = shared is not None and shared.fidelity == "official"
     notes = (_setup_note(setups),) if setups else ()
-    return Report(run_dirs=run_dirs, out_dir=out_dir, bootstrap=boot, figure5_domains=figure5_domains,
-                  table3=table3(j, boot, published_table3() if official else None, notes),
-                  table4=tuple(table4(j, boot)), table12=table12(j, boot),
-                  table13=table13(data.dialogues, boot),
-                  by_domain=by_domain(j, boot, shared.figure4_kinds if shared else KINDS),
-                  by_turn=by_turn(j, figure5_domains, boot), parse_failures=parse_failures(j), setups=setups)
+    return Report(
+        run_dirs=run_dirs,
+        out_dir=out_dir,
+        bootstrap=boot,
+        figure5_domains=figure5_domains,
+        table3=table3(j, boot, published_table3() if official else None, notes),
+        table4=tuple(table4(j, boot)),
+        table12=table12(j, boot),
+        table13=table13(data.dialogues, boot),
+        by_domain=by_domain(j, boot, shared.figure4_kinds if shared else KINDS),
+        by_turn=by_turn(j, figure5_domains, boot),
+        parse_failures=parse_failures(j),
+        setups=setups,
+    )
 
 
 def _setup_note(setups: tuple[RunSetup, ...]) -> str:
     """One line naming the fidelity option and the user-agent and judge models of the runs."""
+
     def names(values: set) -> str:
         return ", ".join(sorted(v or "unknown" for v in values))
-    return (f"Fidelity option: {setups[0].fidelity} (docs/fidelity.md). "
-            f"User agent: {names({s.user_agent for s in setups})}. Judge: {names({s.judge for s in setups})}.")
+
+    return (
+        f"Fidelity option: {setups[0].fidelity} (docs/fidelity.md). "
+        f"User agent: {names({s.user_agent for s in setups})}. Judge: {names({s.judge for s in setups})}."
+    )
 
 
 def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
@@ -104,14 +138,20 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     for stale in ("table4", "figure5"):
         for path in out.glob(f"{stale}.*"):
             path.unlink()
-    files = [*write_tables([report.table3], out), *write_tables(report.table4, out),
-             *write_tables([report.table12], out), *write_tables([report.table13], out),
-             *write_tables([report.by_domain], out), plot_by_domain(report.by_domain, out / "figure4.png")]
+    files = [
+        *write_tables([report.table3], out),
+        *write_tables(report.table4, out),
+        *write_tables([report.table12], out),
+        *write_tables([report.table13], out),
+        *write_tables([report.by_domain], out),
+        plot_by_domain(report.by_domain, out / "figure4.png"),
+    ]
     if report.by_turn is not None:
         files += [*write_tables([report.by_turn], out), plot_by_turn(report.by_turn, out / "figure5.png")]
     files += write_tables([report.parse_failures], out)
-    files.append(write_html(report, [f for f in files if f.suffix == ".png"], out / "report.html",
-                            dialogues=html_dialogues))
+    files.append(
+        write_html(report, [f for f in files if f.suffix == ".png"], out / "report.html", dialogues=html_dialogues)
+    )
     summary = out / "report.md"
     summary.write_text(report_markdown(report))
     return (*files, summary)
@@ -122,8 +162,11 @@ def write_tables(tables: Sequence[Table], out_dir: Path) -> list[Path]:
     if not tables:
         return []
     paths = []
-    for suffix, text in ((".md", render.markdown(tables)), (".csv", render.csv_text(tables)),
-                         (".tex", render.latex(tables))):
+    for suffix, text in (
+        (".md", render.markdown(tables)),
+        (".csv", render.csv_text(tables)),
+        (".tex", render.latex(tables)),
+    ):
         path = out_dir / f"{tables[0].name}{suffix}"
         path.write_text(text)
         paths.append(path)
@@ -142,21 +185,26 @@ def report_markdown(report: Report) -> str:
         f"**Unparsed judgments: {report.unparsed} of {report.judged}**, excluded from every mean "
         "(per dimension in the last table).",
         render.markdown([report.table3]),
-        render.markdown(report.table4) if report.table4 else
-        "### Table 4\n\nNot shown: no assistant model was run in more than one prompt setting.\n",
+        render.markdown(report.table4)
+        if report.table4
+        else "### Table 4\n\nNot shown: no assistant model was run in more than one prompt setting.\n",
         render.markdown([report.table12]),
         render.markdown([report.table13]),
         "### Figure 4: TCR and P by domain\n\n![Figure 4](figure4.png)\n",
         render.markdown([report.by_domain]),
     ]
     if report.by_turn is None:
-        parts.append("### Figure 5\n\nNot drawn: the runs hold no turn-level personalization judgments "
-                     "(judge with `judging.turn_level=true` to get them).\n")
+        parts.append(
+            "### Figure 5\n\nNot drawn: the runs hold no turn-level personalization judgments "
+            "(judge with `judging.turn_level=true` to get them).\n"
+        )
     else:
         shown = {labels[-2] for labels, _ in report.by_turn.rows}
         missing = [d for d in report.figure5_domains if d not in shown]
-        parts.append("### Figure 5: turn-level personalization\n\n![Figure 5](figure5.png)\n"
-                     + (f"\nNo turn-level SD judgments for: {', '.join(missing)}.\n" if missing else ""))
+        parts.append(
+            "### Figure 5: turn-level personalization\n\n![Figure 5](figure5.png)\n"
+            + (f"\nNo turn-level SD judgments for: {', '.join(missing)}.\n" if missing else "")
+        )
         parts.append(render.markdown([report.by_turn]))
     parts.append(render.markdown([report.parse_failures]))
     return "\n\n".join(p.rstrip() for p in parts) + "\n"

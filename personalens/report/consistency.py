@@ -3,7 +3,7 @@ renderers (render.markdown / csv_text / latex)."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from statsmodels.stats.proportion import proportion_confint
 
@@ -20,11 +20,19 @@ def consistency_table(counts: Mapping[str, tuple[int, int]], context: tuple[tupl
         share = Estimate(flagged / checked if checked else float("nan"), lo, hi, checked).scaled(100)
         rows.append(((label,), (checked, flagged, share)))
     return Table(
-        name="consistency", title="Profiles flagged by the consistency check (Figure 21)", row_header=("Domain",),
-        columns=(Column("checked", "", "Profiles checked", holds="count"),
-                 Column("flagged", "", "Flagged", holds="count"),
-                 Column("share", "", "Flagged (%)", digits=1, holds="estimate")),
-        rows=tuple(rows), context=context,
-        notes=("A profile is flagged in a domain when the checker labels a conflict (1) within it; "
-               "'Cross-domain' counts conflicts between domains and 'Any' profiles flagged anywhere. "
-               "Intervals: 95% Wilson.",))
+        name="consistency",
+        title="Profiles flagged by the consistency check (Figure 21)",
+        row_header=("Domain",),
+        columns=(
+            Column("checked", "", "Profiles checked", holds="count"),
+            Column("flagged", "", "Flagged", holds="count"),
+            Column("share", "", "Flagged (%)", digits=1, holds="estimate"),
+        ),
+        rows=tuple(rows),
+        context=context,
+        notes=(
+            "A profile is flagged in a domain when the checker labels a conflict (1) within it; "
+            "'Cross-domain' counts conflicts between domains and 'Any' profiles flagged anywhere. "
+            "Intervals: 95% Wilson.",
+        ),
+    )

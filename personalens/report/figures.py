@@ -51,13 +51,16 @@ def plot_by_domain(table: Table, path: Path) -> Path:
         for col, (ax, column) in enumerate(zip(row_axes, table.columns)):
             cells = [cells[col] for _, cells in rows]
             means = [_value(c) for c in cells]
-            errors = [[m - c.lo if isinstance(c, Estimate) else 0 for m, c in zip(means, cells)],
-                      [c.hi - m if isinstance(c, Estimate) else 0 for m, c in zip(means, cells)]]
+            errors = [
+                [m - c.lo if isinstance(c, Estimate) else 0 for m, c in zip(means, cells)],
+                [c.hi - m if isinstance(c, Estimate) else 0 for m, c in zip(means, cells)],
+            ]
             ax.bar(range(len(domains)), means, yerr=errors, capsize=2, color="tab:blue", alpha=0.8)
             shown = [m for m in means if not math.isnan(m)]
             if shown:
-                ax.axhline(sum(shown) / len(shown), linestyle="--", color="black", linewidth=1,
-                           label="mean over domains")
+                ax.axhline(
+                    sum(shown) / len(shown), linestyle="--", color="black", linewidth=1, label="mean over domains"
+                )
                 ax.legend(loc="lower right", fontsize="small")
             ax.set_xticks(range(len(domains)), domains, rotation=60, ha="right", fontsize="small")
             ax.set_ylabel(column.label)

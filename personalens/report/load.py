@@ -7,9 +7,10 @@ small typed record so that the arithmetic in `tables` never touches pyarrow.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -61,10 +62,12 @@ def load_runs(run_dirs: Sequence[Path]) -> RunData:
     for run_dir in map(Path, run_dirs):
         if not run_dir.is_dir():
             raise ReportError(f"run directory {run_dir} does not exist")
-        dialogue_rows += _read_dataset(run_dir / "dialogues", _DIALOGUE_KEY + ("kind", "domains", "rounds"),
-                                       with_tokens=True)
-        judgment_rows += _read_dataset(run_dir / "judgments", _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"),
-                                       with_tokens=False)
+        dialogue_rows += _read_dataset(
+            run_dir / "dialogues", _DIALOGUE_KEY + ("kind", "domains", "rounds"), with_tokens=True
+        )
+        judgment_rows += _read_dataset(
+            run_dir / "judgments", _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"), with_tokens=False
+        )
     _reject_repeats(dialogue_rows, _DIALOGUE_KEY, "dialogue")
     _reject_repeats(judgment_rows, _JUDGMENT_KEY, "judgment")
     return RunData(
@@ -115,8 +118,10 @@ def _reject_repeats(rows: list[tuple[Path, dict[str, Any]]], key: tuple[str, ...
     repeated = [k for k, c in counts.items() if c > 1]
     if repeated:
         first = dict(zip(key, repeated[0]))
-        raise ReportError(f"{len(repeated)} {what}(s) appear more than once across the run directories, "
-                         f"e.g. {first}; was a run directory given twice?")
+        raise ReportError(
+            f"{len(repeated)} {what}(s) appear more than once across the run directories, "
+            f"e.g. {first}; was a run directory given twice?"
+        )
 
 
 def _kind(path: Path, row: dict[str, Any]) -> str:
@@ -135,8 +140,9 @@ def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
     if row["rounds"] is None or row["rounds"] < 0:
         raise ReportError(f"{path}: rounds is {row['rounds']!r} for {row['user_id']}/{row['task_id']}")
     tokens = tuple(t["completion_tokens"] for t in row["turns"] or () if t["completion_tokens"] is not None)
-    return Dialogue(row["assistant_model"], row["setting"], _kind(path, row), _domains(path, row),
-                    row["rounds"], tokens)
+    return Dialogue(
+        row["assistant_model"], row["setting"], _kind(path, row), _domains(path, row), row["rounds"], tokens
+    )
 
 
 def _judgment(path: Path, row: dict[str, Any]) -> Judgment:
@@ -144,8 +150,17 @@ def _judgment(path: Path, row: dict[str, Any]) -> Judgment:
         raise ReportError(f"{path}: dimension is {row['dimension']!r}, expected one of {DIMENSIONS}")
     parsed = bool(row["parsed"])
     if parsed and row["score"] is None:
-        raise ReportError(f"{path}: {row['dimension']} of {row['user_id']}/{row['task_id']} "
-                         "is marked parsed but has no score")
-    return Judgment(row["assistant_model"], row["setting"], _kind(path, row), _domains(path, row),
-                    row["dimension"], row["speaker"] or "", int(row["turn"]),
-                    float(row["score"]) if parsed else None, parsed)
+        raise ReportError(
+            f"{path}: {row['dimension']} of {row['user_id']}/{row['task_id']} is marked parsed but has no score"
+        )
+    return Judgment(
+        row["assistant_model"],
+        row["setting"],
+        _kind(path, row),
+        _domains(path, row),
+        row["dimension"],
+        row["speaker"] or "",
+        int(row["turn"]),
+        float(row["score"]) if parsed else None,
+        parsed,
+    )

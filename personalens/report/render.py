@@ -9,15 +9,19 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from personalens.report.stats import Estimate
 from personalens.report.tables import Cell, Column, Table
 
 EMPTY = "–"
 # CSV columns per table column, by what the column holds.
-_CSV_FIELDS = {"judged": ("mean", "lo", "hi", "n", "unparsed"), "estimate": ("mean", "lo", "hi", "n"),
-               "count": (), "value": ()}
+_CSV_FIELDS = {
+    "judged": ("mean", "lo", "hi", "n", "unparsed"),
+    "estimate": ("mean", "lo", "hi", "n"),
+    "count": (),
+    "value": (),
+}
 
 
 def cell_text(cell: Cell, column: Column) -> str:
@@ -53,9 +57,12 @@ def _md_escape(text: str) -> str:
 
 def _markdown_one(table: Table) -> str:
     header = [*table.row_header, *map(_header_label, table.columns)]
-    lines = [f"### {_caption(table)}", "",
-             "| " + " | ".join(map(_md_escape, header)) + " |",
-             "|" + "|".join(["---"] * len(table.row_header) + ["---:"] * len(table.columns)) + "|"]
+    lines = [
+        f"### {_caption(table)}",
+        "",
+        "| " + " | ".join(map(_md_escape, header)) + " |",
+        "|" + "|".join(["---"] * len(table.row_header) + ["---:"] * len(table.columns)) + "|",
+    ]
     for labels, cells in table.rows:
         texts = [*labels, *(cell_text(c, col) for c, col in zip(cells, table.columns))]
         lines.append("| " + " | ".join(map(_md_escape, texts)) + " |")
@@ -98,12 +105,23 @@ def _csv_cell(cell: Cell, column: Column) -> list[object]:
     else:
         bounds = ["" if math.isnan(x) else repr(x) for x in (cell.mean, cell.lo, cell.hi)]
         values = [*bounds, cell.n, cell.unparsed]
-    return values[:len(_CSV_FIELDS[column.holds])]
+    return values[: len(_CSV_FIELDS[column.holds])]
 
 
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  "|": r"\textbar{}", EMPTY: "--"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "|": r"\textbar{}",
+    EMPTY: "--",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -117,16 +135,20 @@ def latex(tables: Sequence[Table]) -> str:
 
 def _latex_one(table: Table) -> str:
     k = len(table.row_header)
-    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(_caption(table))}}}",
-             rf"\begin{{tabular}}{{{'l' * k}{'r' * len(table.columns)}}}", r"\toprule"]
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        rf"\caption{{{latex_escape(_caption(table))}}}",
+        rf"\begin{{tabular}}{{{'l' * k}{'r' * len(table.columns)}}}",
+        r"\toprule",
+    ]
     spans = _group_spans(table.columns)
     if any(group for group, _, _ in spans):
         heads = [""] * k
         for group, _, n in spans:
             heads += [rf"\multicolumn{{{n}}}{{c}}{{{latex_escape(group)}}}"] if group else [""] * n
         lines.append(" & ".join(heads) + r" \\")
-        lines.append(" ".join(rf"\cmidrule(lr){{{k + start + 1}-{k + start + n}}}"
-                              for g, start, n in spans if g))
+        lines.append(" ".join(rf"\cmidrule(lr){{{k + start + 1}-{k + start + n}}}" for g, start, n in spans if g))
     header = [*table.row_header, *(c.label for c in table.columns)]
     lines += [" & ".join(map(latex_escape, header)) + r" \\", r"\midrule"]
     for labels, cells in table.rows:

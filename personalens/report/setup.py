@@ -5,9 +5,9 @@ published Table 3 rows (paper_table3.csv, keyed by model name as conf/model/*.ya
 from __future__ import annotations
 
 import csv
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from omegaconf import OmegaConf
 
@@ -28,8 +28,10 @@ class RunSetup:
     judge: str | None
 
     def line(self) -> str:
-        return (f"`{self.run_dir}`: fidelity option **{self.fidelity}**, user agent {self.user_agent or 'unknown'}, "
-                f"judge {self.judge or 'unknown'}")
+        return (
+            f"`{self.run_dir}`: fidelity option **{self.fidelity}**, user agent {self.user_agent or 'unknown'}, "
+            f"judge {self.judge or 'unknown'}"
+        )
 
 
 def read_setup(run_dir: Path) -> RunSetup:
@@ -55,7 +57,8 @@ def read_setup(run_dir: Path) -> RunSetup:
         run_dir=run_dir,
         fidelity=fidelity["name"] if fidelity else _BEFORE_OPTION,
         figure4_kinds=tuple(fidelity["figure4_kinds"]) if fidelity else _KINDS_BEFORE_OPTION,
-        user_agent=model("generate", "user_agent"), judge=model("judge", "judge"),
+        user_agent=model("generate", "user_agent"),
+        judge=model("judge", "judge"),
     )
 
 
@@ -63,9 +66,11 @@ def common_fidelity(setups: Sequence[RunSetup]) -> RunSetup:
     """The setup the runs share for reporting; runs of different fidelity options are not comparable."""
     options = sorted({s.fidelity for s in setups})
     if len(options) > 1:
-        raise ReportError("the runs were made with different fidelity options (" +
-                          "; ".join(f"{s.run_dir}: {s.fidelity}" for s in setups) +
-                          "); report them separately")
+        raise ReportError(
+            "the runs were made with different fidelity options ("
+            + "; ".join(f"{s.run_dir}: {s.fidelity}" for s in setups)
+            + "); report them separately"
+        )
     return setups[0]
 
 

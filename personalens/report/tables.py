@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Hashable, Iterable, Literal, Mapping, Sequence, TypeVar, Union
+from typing import Literal, TypeVar
 
 from personalens.data.records import DOMAINS
 from personalens.report.load import KINDS, Dialogue, Judgment
@@ -15,7 +16,7 @@ SETTING_ORDER = ("vanilla", "base", "base+D", "base+I", "base+S", "base+D+I+S")
 SETTING_LABELS = {"base+D+I+S": "base+all"}
 ALL_SD = "All SD"  # the Figure 5 series over every single-domain task
 
-Cell = Union[Estimate, int, float, None]  # float: a published number, shown as printed
+Cell = Estimate | int | float | None  # float: a published number, shown as printed
 Group = tuple[str, str]  # (assistant_model, setting)
 R = TypeVar("R", Judgment, Dialogue)
 K = TypeVar("K", bound=Hashable)
@@ -57,6 +58,7 @@ class Table:
 
 # ---- grouping ---------------------------------------------------------------------------------
 
+
 def setting_label(setting: str) -> str:
     return SETTING_LABELS.get(setting, setting)
 
@@ -71,8 +73,7 @@ def domain_sort_key(domain: str) -> tuple[int, str]:
 
 def groups_of(rows: Iterable[Judgment | Dialogue]) -> list[Group]:
     """(model, setting) pairs present, models alphabetically and settings in ablation order."""
-    return sorted({(r.assistant_model, r.setting) for r in rows},
-                  key=lambda g: (g[0], setting_sort_key(g[1])))
+    return sorted({(r.assistant_model, r.setting) for r in rows}, key=lambda g: (g[0], setting_sort_key(g[1])))
 
 
 def shows_setting(groups: Sequence[Group]) -> bool:
@@ -97,6 +98,7 @@ def _by(rows: Iterable[R], key: Callable[[R], K]) -> dict[K, list[R]]:
 
 
 # ---- metrics ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -136,24 +138,35 @@ def metric_cell(judgments: Sequence[Judgment], metric: Metric, boot: Bootstrap) 
     return mean_of([j for j in judgments if metric.selects(j)], boot, metric.scale)
 
 
-UNPARSED_NOTE = ("Means and rates exclude judgments whose output did not parse; "
-                 "a cell shows how many were excluded, and report.md counts them per dimension.")
+UNPARSED_NOTE = (
+    "Means and rates exclude judgments whose output did not parse; "
+    "a cell shows how many were excluded, and report.md counts them per dimension."
+)
 
 
-def _kind_metric_table(name: str, title: str, judgments: Sequence[Judgment], metrics: Sequence[Metric],
-                       rows: Sequence[tuple[tuple[str, ...], Group]], row_header: tuple[str, ...],
-                       boot: Bootstrap, context: tuple[tuple[str, str], ...] = ()) -> Table:
+def _kind_metric_table(
+    name: str,
+    title: str,
+    judgments: Sequence[Judgment],
+    metrics: Sequence[Metric],
+    rows: Sequence[tuple[tuple[str, ...], Group]],
+    row_header: tuple[str, ...],
+    boot: Bootstrap,
+    context: tuple[tuple[str, str], ...] = (),
+) -> Table:
     """One row per (labels, group), columns metric x kind (SD block, then MD block)."""
     columns = tuple(Column(f"{kind}_{m.key}", kind, m.label, m.digits) for kind in KINDS for m in metrics)
     by_cell = _by(judgments, lambda j: (j.assistant_model, j.setting, j.kind))
     cells = tuple(
         (labels, tuple(metric_cell(by_cell.get((*g, kind), []), m, boot) for kind in KINDS for m in metrics))
-        for labels, g in rows)
+        for labels, g in rows
+    )
     return Table(name, title, row_header, columns, cells, context, (UNPARSED_NOTE,))
 
 
-def _group_rows(rows: Sequence[Judgment] | Sequence[Dialogue]) -> tuple[list[tuple[tuple[str, ...], Group]],
-                                                                       tuple[str, ...]]:
+def _group_rows(
+    rows: Sequence[Judgment] | Sequence[Dialogue],
+) -> tuple[list[tuple[tuple[str, ...], Group]], tuple[str, ...]]:
     """Row labels per group and the row header, with the setting shown only where needed."""
     groups = groups_of(rows)
     with_setting = shows_setting(groups)
@@ -165,22 +178,38 @@ def _group_rows(rows: Sequence[Judgment] | Sequence[Dialogue]) -> tuple[list[tup
 PUBLISHED_SUFFIX = " (paper)"
 
 
-def table3(judgments: Sequence[Judgment], boot: Bootstrap,
-           published: Mapping[str, Mapping[str, float]] | None = None, notes: Sequence[str] = ()) -> Table:
+def table3(
+    judgments: Sequence[Judgment],
+    boot: Bootstrap,
+    published: Mapping[str, Mapping[str, float]] | None = None,
+    notes: Sequence[str] = (),
+) -> Table:
     """Table 3; with `published` (model -> column key -> value), each base-setting row of a model
     the paper reports is followed by the paper's row for it, labelled `<model> (paper)`."""
     table = _kind_metric_table(
-        "table3", "Table 3: assistant models on single-domain (SD) and multi-domain (MD) tasks",
-        judgments, (TCR, P, NAT_ASSISTANT, COH_ASSISTANT), *_group_rows(judgments), boot)
+        "table3",
+        "Table 3: assistant models on single-domain (SD) and multi-domain (MD) tasks",
+        judgments,
+        (TCR, P, NAT_ASSISTANT, COH_ASSISTANT),
+        *_group_rows(judgments),
+        boot,
+    )
     rows = []
     for labels, cells in table.rows:
         rows.append((labels, cells))
         model, setting = labels[0], (labels[1] if len(labels) > 1 else "base")
         if published and model in published and setting == "base":
-            rows.append(((model + PUBLISHED_SUFFIX, *labels[1:]),
-                         tuple(published[model].get(c.key) for c in table.columns)))
-    extra = (f"Rows marked{PUBLISHED_SUFFIX} are the paper's published Table 3 (Claude 3 Sonnet as user agent, "
-             "Claude 3.5 Sonnet as judge), shown beside a reproduction of the same assistant.",) if published else ()
+            rows.append(
+                ((model + PUBLISHED_SUFFIX, *labels[1:]), tuple(published[model].get(c.key) for c in table.columns))
+            )
+    extra = (
+        (
+            f"Rows marked{PUBLISHED_SUFFIX} are the paper's published Table 3 (Claude 3 Sonnet as user agent, "
+            "Claude 3.5 Sonnet as judge), shown beside a reproduction of the same assistant.",
+        )
+        if published
+        else ()
+    )
     return replace(table, rows=tuple(rows), notes=(*notes, *table.notes, *extra))
 
 
@@ -190,26 +219,44 @@ def table4(judgments: Sequence[Judgment], boot: Bootstrap) -> list[Table]:
     for model, model_rows in sorted(_by(judgments, lambda j: j.assistant_model).items()):
         groups = groups_of(model_rows)
         if len(groups) > 1:
-            tables.append(_kind_metric_table(
-                "table4", f"Table 4: prompt settings of {model}", model_rows, (TCR, P),
-                [((setting_label(g[1]),), g) for g in groups], ("Setting",), boot,
-                context=(("assistant_model", model),)))
+            tables.append(
+                _kind_metric_table(
+                    "table4",
+                    f"Table 4: prompt settings of {model}",
+                    model_rows,
+                    (TCR, P),
+                    [((setting_label(g[1]),), g) for g in groups],
+                    ("Setting",),
+                    boot,
+                    context=(("assistant_model", model),),
+                )
+            )
     return tables
 
 
 def table12(judgments: Sequence[Judgment], boot: Bootstrap) -> Table:
     return _kind_metric_table(
-        "table12", "Table 12: the user agent's naturalness and coherence, per assistant model",
-        judgments, (NAT_USER, COH_USER), *_group_rows(judgments), boot)
+        "table12",
+        "Table 12: the user agent's naturalness and coherence, per assistant model",
+        judgments,
+        (NAT_USER, COH_USER),
+        *_group_rows(judgments),
+        boot,
+    )
 
 
 def table13(dialogues: Sequence[Dialogue], boot: Bootstrap) -> Table:
     """Dialogue counts, rounds per dialogue and completion tokens per turn, for SD and MD."""
     group_rows, header = _group_rows(dialogues)
-    columns = tuple(c for kind in KINDS for c in (
-        Column(f"{kind}_dialogues", kind, "# Dialogues", holds="count"),
-        Column(f"{kind}_rounds", kind, "Rounds/dialogue", 2, holds="estimate"),
-        Column(f"{kind}_tokens_per_turn", kind, "Tokens/turn", 1, holds="estimate")))
+    columns = tuple(
+        c
+        for kind in KINDS
+        for c in (
+            Column(f"{kind}_dialogues", kind, "# Dialogues", holds="count"),
+            Column(f"{kind}_rounds", kind, "Rounds/dialogue", 2, holds="estimate"),
+            Column(f"{kind}_tokens_per_turn", kind, "Tokens/turn", 1, holds="estimate"),
+        )
+    )
     by_cell = _by(dialogues, lambda d: (d.assistant_model, d.setting, d.kind))
     rows = []
     for labels, g in group_rows:
@@ -218,14 +265,26 @@ def table13(dialogues: Sequence[Dialogue], boot: Bootstrap) -> Table:
             ds = by_cell.get((*g, kind), [])
             # Tokens per turn over all turns: each dialogue's own mean, weighted by its turn count.
             counted = [d for d in ds if d.completion_tokens]
-            cells += [len(ds),
-                      boot.estimate([d.rounds for d in ds]),
-                      boot.estimate([sum(d.completion_tokens) / len(d.completion_tokens) for d in counted],
-                                    weights=[len(d.completion_tokens) for d in counted])]
+            cells += [
+                len(ds),
+                boot.estimate([d.rounds for d in ds]),
+                boot.estimate(
+                    [sum(d.completion_tokens) / len(d.completion_tokens) for d in counted],
+                    weights=[len(d.completion_tokens) for d in counted],
+                ),
+            ]
         rows.append((labels, tuple(cells)))
-    return Table("table13", "Table 13: dialogue statistics", header, columns, tuple(rows),
-                 notes=("Tokens/turn is the mean completion_tokens over all user and assistant turns; "
-                        "its interval resamples dialogues.",))
+    return Table(
+        "table13",
+        "Table 13: dialogue statistics",
+        header,
+        columns,
+        tuple(rows),
+        notes=(
+            "Tokens/turn is the mean completion_tokens over all user and assistant turns; "
+            "its interval resamples dialogues.",
+        ),
+    )
 
 
 def by_domain(judgments: Sequence[Judgment], boot: Bootstrap, kinds: Sequence[str] = KINDS) -> Table:
@@ -239,13 +298,17 @@ def by_domain(judgments: Sequence[Judgment], boot: Bootstrap, kinds: Sequence[st
     rows = []
     for labels, g in group_rows:
         domains = sorted({d for model, setting, d in per_domain if (model, setting) == g}, key=domain_sort_key)
-        rows += [((*labels, d), tuple(metric_cell(per_domain[(*g, d)], m, boot) for m in (TCR, P)))
-                 for d in domains]
+        rows += [((*labels, d), tuple(metric_cell(per_domain[(*g, d)], m, boot) for m in (TCR, P))) for d in domains]
     which = " and ".join(kinds)
     notes = ("A multi-domain dialogue counts towards each of its domains.",) if "MD" in kinds else ()
-    return Table("figure4", f"Figure 4 data: TCR and P per domain ({which} dialogues)", (*header, "Domain"),
-                 tuple(Column(m.key, "", m.label, m.digits) for m in (TCR, P)), tuple(rows),
-                 notes=(*notes, UNPARSED_NOTE))
+    return Table(
+        "figure4",
+        f"Figure 4 data: TCR and P per domain ({which} dialogues)",
+        (*header, "Domain"),
+        tuple(Column(m.key, "", m.label, m.digits) for m in (TCR, P)),
+        tuple(rows),
+        notes=(*notes, UNPARSED_NOTE),
+    )
 
 
 def by_turn(judgments: Sequence[Judgment], domains: Sequence[str], boot: Bootstrap) -> Table | None:
@@ -266,10 +329,17 @@ def by_turn(judgments: Sequence[Judgment], domains: Sequence[str], boot: Bootstr
         for name in (*domains, ALL_SD):
             turns = sorted(t for model, setting, s, t in series if (model, setting, s) == (*g, name))
             rows += [((*labels, name, str(t)), (mean_of(series[(*g, name, t)], boot),)) for t in turns]
-    return Table("figure5", "Figure 5 data: turn-level personalization of SD tasks", (*header, "Series", "Turn"),
-                 (Column("P", "", "P"),), tuple(rows),
-                 notes=("Turn k scores the dialogue cut after the k-th assistant reply; "
-                        "later turns have fewer dialogues.", UNPARSED_NOTE))
+    return Table(
+        "figure5",
+        "Figure 5 data: turn-level personalization of SD tasks",
+        (*header, "Series", "Turn"),
+        (Column("P", "", "P"),),
+        tuple(rows),
+        notes=(
+            "Turn k scores the dialogue cut after the k-th assistant reply; later turns have fewer dialogues.",
+            UNPARSED_NOTE,
+        ),
+    )
 
 
 def _dimension_label(j: Judgment) -> str:
@@ -281,8 +351,14 @@ def parse_failures(judgments: Sequence[Judgment]) -> Table:
     """Judgments whose output did not parse, per group and dimension (with speaker / turn level)."""
     group_rows, header = _group_rows(judgments)
     counts = _by(judgments, lambda j: (j.assistant_model, j.setting, _dimension_label(j), j.kind))
-    columns = tuple(c for kind in KINDS for c in (Column(f"{kind}_unparsed", kind, "Unparsed", holds="count"),
-                                                  Column(f"{kind}_judged", kind, "Judged", holds="count")))
+    columns = tuple(
+        c
+        for kind in KINDS
+        for c in (
+            Column(f"{kind}_unparsed", kind, "Unparsed", holds="count"),
+            Column(f"{kind}_judged", kind, "Judged", holds="count"),
+        )
+    )
     rows = []
     for labels, g in group_rows:
         for dimension in sorted({dim for model, setting, dim, _ in counts if (model, setting) == g}):
@@ -291,5 +367,10 @@ def parse_failures(judgments: Sequence[Judgment]) -> Table:
                 js = counts.get((*g, dimension, kind), [])
                 cells += [sum(not j.parsed for j in js), len(js)]
             rows.append(((*labels, dimension), tuple(cells)))
-    return Table("parse_failures", "Judgments whose output did not parse (excluded from all means)",
-                 (*header, "Dimension"), columns, tuple(rows))
+    return Table(
+        "parse_failures",
+        "Judgments whose output did not parse (excluded from all means)",
+        (*header, "Dimension"),
+        columns,
+        tuple(rows),
+    )

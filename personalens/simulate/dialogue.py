@@ -96,8 +96,7 @@ class Dialogue:
         """Seed for the next generation: distinct per turn, reproducible per dialogue."""
         return (self.seed + 7919 * len(self.turns)) % (2**31)
 
-    def add(self, role: Role, text: str, prompt_tokens: int, completion_tokens: int,
-            now: float) -> None:
+    def add(self, role: Role, text: str, prompt_tokens: int, completion_tokens: int, now: float) -> None:
         if role != self.waiting_on:
             raise ValueError(f"dialogue {self.key} is waiting on {self.waiting_on}, got a {role} reply")
         if self.started is None:

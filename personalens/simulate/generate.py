@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 from personalens.data.records import Role, Scenario
 from personalens.engines.base import Engine, Sampling
@@ -44,9 +44,11 @@ class GenerateSummary:
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
-        return (f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped), "
-                f"{self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
-                f"({rate:.1f} tokens/s); {prompt_usage(self.prompt_tokens, self.cached_tokens)}")
+        return (
+            f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped), "
+            f"{self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
+            f"({rate:.1f} tokens/s); {prompt_usage(self.prompt_tokens, self.cached_tokens)}"
+        )
 
 
 def dialogue_seed(seed: int, user_id: str, task_id: str, trial: int) -> int:
@@ -56,8 +58,14 @@ def dialogue_seed(seed: int, user_id: str, task_id: str, trial: int) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
-def plan_dialogues(scenarios: Sequence[Scenario], setting: PromptSetting, trials: int, seed: int,
-                   protocol: Protocol, done: set[DialogueKey]) -> tuple[list[Dialogue], int]:
+def plan_dialogues(
+    scenarios: Sequence[Scenario],
+    setting: PromptSetting,
+    trials: int,
+    seed: int,
+    protocol: Protocol,
+    done: set[DialogueKey],
+) -> tuple[list[Dialogue], int]:
     """The dialogues still to simulate, and how many were skipped as already written."""
     todo, skipped = [], 0
     for trial in range(trials):
@@ -66,29 +74,44 @@ def plan_dialogues(scenarios: Sequence[Scenario], setting: PromptSetting, trials
             if key in done:
                 skipped += 1
                 continue
-            todo.append(Dialogue(scenario=scenario, setting=setting.label, trial=trial,
-                                 seed=dialogue_seed(seed, *key[:2], trial),
-                                 max_rounds=protocol.max_rounds(scenario), rules=protocol.rules))
+            todo.append(
+                Dialogue(
+                    scenario=scenario,
+                    setting=setting.label,
+                    trial=trial,
+                    seed=dialogue_seed(seed, *key[:2], trial),
+                    max_rounds=protocol.max_rounds(scenario),
+                    rules=protocol.rules,
+                )
+            )
     return todo, skipped
 
 
 def renderer(templates: Templates, setting: PromptSetting, family: str = "default") -> Render:
     """The prompt of whichever role a dialogue waits on; `family` picks the assistant's prompts."""
+
     def render(dialogue: Dialogue, role: Role):
         history = dialogue.history()
         if role == "user":
             return user_agent_messages(templates, dialogue.scenario, history)
         return assistant_messages(templates, dialogue.scenario, history, setting, family)
+
     return render
 
 
 def id_columns(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine]) -> dict:
     scenario = dialogue.scenario
     return {
-        "run_id": run_id, "user_id": scenario.user.user_id, "user_index": scenario.user.index,
-        "task_id": scenario.task.task_id, "kind": scenario.task.kind,
-        "domains": list(scenario.task.domains), "setting": dialogue.setting, "trial": dialogue.trial,
-        "assistant_model": engines["assistant"].name, "user_model": engines["user"].name,
+        "run_id": run_id,
+        "user_id": scenario.user.user_id,
+        "user_index": scenario.user.index,
+        "task_id": scenario.task.task_id,
+        "kind": scenario.task.kind,
+        "domains": list(scenario.task.domains),
+        "setting": dialogue.setting,
+        "trial": dialogue.trial,
+        "assistant_model": engines["assistant"].name,
+        "user_model": engines["user"].name,
     }
 
 
@@ -97,17 +120,30 @@ def dialogue_row(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine]
         **id_columns(dialogue, run_id, engines),
         "seed": dialogue.seed,
         "turns": [vars(t) for t in dialogue.turns],
-        "rounds": dialogue.rounds, "ended": dialogue.ended,
+        "rounds": dialogue.rounds,
+        "ended": dialogue.ended,
         "opening_terminate": dialogue.opening_terminate,
         "seconds": (dialogue.finished or 0.0) - (dialogue.started or 0.0),
         "config_hash": config_hash,
     }
 
 
-def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates: Templates,
-             load_engines: Callable[[], Mapping[Role, Engine]], protocol: Protocol, trials: int,
-             seed: int, writer: PartWriter, done: set[DialogueKey], run_id: str, config_hash: str,
-             progress: bool = True, family: str = "default") -> GenerateSummary:
+def generate(
+    scenarios: Sequence[Scenario],
+    *,
+    setting: PromptSetting,
+    templates: Templates,
+    load_engines: Callable[[], Mapping[Role, Engine]],
+    protocol: Protocol,
+    trials: int,
+    seed: int,
+    writer: PartWriter,
+    done: set[DialogueKey],
+    run_id: str,
+    config_hash: str,
+    progress: bool = True,
+    family: str = "default",
+) -> GenerateSummary:
     """`load_engines` is called only when there is something to simulate."""
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
     engines = load_engines() if todo else {}
@@ -128,7 +164,14 @@ def generate(scenarios: Sequence[Scenario], *, setting: PromptSetting, templates
     started = time.monotonic()
     run_lockstep(todo, engines, renderer(templates, setting, family), protocol.sampling, on_finished, on_step)
     bar.close()
-    summary = GenerateSummary(len(todo), skipped, totals["turns"], totals["tokens"],
-                              time.monotonic() - started, totals["prompt"], totals["cached"])
+    summary = GenerateSummary(
+        len(todo),
+        skipped,
+        totals["turns"],
+        totals["tokens"],
+        time.monotonic() - started,
+        totals["prompt"],
+        totals["cached"],
+    )
     log.info(summary.line())
     return summary

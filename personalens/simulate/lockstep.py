@@ -7,8 +7,8 @@ same call, so the engine always sees the largest batch there is."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping, Sequence
 
 from personalens.data.records import Role
 from personalens.engines.base import Engine, Message, Request, Sampling
@@ -29,7 +29,9 @@ class StepStats:
     cached_tokens: int = 0  # prompt tokens the engine served from its prefix cache
 
 
-def plan_step(active: Iterable[Dialogue], engines: Mapping[Role, Engine]) -> list[tuple[Engine, list[tuple[Dialogue, Role]]]]:
+def plan_step(
+    active: Iterable[Dialogue], engines: Mapping[Role, Engine]
+) -> list[tuple[Engine, list[tuple[Dialogue, Role]]]]:
     """Group the waiting dialogues by the engine that must answer them, in a stable order."""
     groups: dict[int, tuple[Engine, list[tuple[Dialogue, Role]]]] = {}
     for dialogue in active:
@@ -60,13 +62,14 @@ def run_lockstep(
         requests = tokens = prompt = cached = 0
         for engine, waiting in plan_step(active, engines):
             batch = [
-                Request(messages=render(d, role),
-                        sampling=replace(sampling[role], seed=d.turn_seed()))
+                Request(messages=render(d, role), sampling=replace(sampling[role], seed=d.turn_seed()))
                 for d, role in waiting
             ]
             generations = engine.generate(batch)
             if len(generations) != len(batch):
-                raise RuntimeError(f"engine {engine.name} returned {len(generations)} replies for {len(batch)} requests")
+                raise RuntimeError(
+                    f"engine {engine.name} returned {len(generations)} replies for {len(batch)} requests"
+                )
             now = clock()
             for (dialogue, role), gen in zip(waiting, generations):
                 dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, now)
@@ -78,5 +81,4 @@ def run_lockstep(
         active = [d for d in active if d.ended is None]
         if finished:
             on_finished(finished)
-        on_step(StepStats(step, requests, len(active), len(finished), tokens, clock() - started,
-                          prompt, cached))
+        on_step(StepStats(step, requests, len(active), len(finished), tokens, clock() - started, prompt, cached))

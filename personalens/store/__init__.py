@@ -3,8 +3,19 @@ progress display of long batch work. Below `simulate` and `judge`, which both wr
 
 from personalens.store.parts import PartWriter, existing_values, read_table, shard_dir
 from personalens.store.progress import Progress, prompt_usage
-from personalens.store.schema import (DIALOGUE_SCHEMA, ID_FIELDS, JUDGMENT_KEY, JUDGMENT_SCHEMA, KEY_COLUMNS,
-                                      TURN_TYPE)
+from personalens.store.schema import DIALOGUE_SCHEMA, ID_FIELDS, JUDGMENT_KEY, JUDGMENT_SCHEMA, KEY_COLUMNS, TURN_TYPE
 
-__all__ = ["PartWriter", "existing_values", "read_table", "shard_dir", "Progress", "prompt_usage", "DIALOGUE_SCHEMA",
-           "ID_FIELDS", "JUDGMENT_KEY", "JUDGMENT_SCHEMA", "KEY_COLUMNS", "TURN_TYPE"]
+__all__ = [
+    "PartWriter",
+    "existing_values",
+    "read_table",
+    "shard_dir",
+    "Progress",
+    "prompt_usage",
+    "DIALOGUE_SCHEMA",
+    "ID_FIELDS",
+    "JUDGMENT_KEY",
+    "JUDGMENT_SCHEMA",
+    "KEY_COLUMNS",
+    "TURN_TYPE",
+]

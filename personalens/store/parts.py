@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -58,4 +58,3 @@ def existing_values(folder: Path, columns: Sequence[str]) -> set[tuple]:
     if table is None:
         return set()
     return set(zip(*(table.column(c).to_pylist() for c in columns)))
-

@@ -4,13 +4,12 @@ second) and the prompt-token line of its summary."""
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from tqdm import tqdm
 
 from personalens import console
 from personalens.engines.base import Engine, Generation, Request
-
 
 # seconds between redraws: on a terminal each one overwrites the bar, in a file or a pipe (a SLURM
 # log) each one stays
@@ -21,8 +20,9 @@ class Progress:
     def __init__(self, total: int, label: str, unit: str, enabled: bool = True):
         file = console.err()
         interval = TERMINAL_INTERVAL if getattr(file, "isatty", lambda: False)() else FILE_INTERVAL
-        self._bar = tqdm(total=total, desc=label, unit=unit, file=file, disable=not enabled,
-                         dynamic_ncols=True, mininterval=interval)
+        self._bar = tqdm(
+            total=total, desc=label, unit=unit, file=file, disable=not enabled, dynamic_ncols=True, mininterval=interval
+        )
         self._started = time.monotonic()
         self._tokens = 0
         self.finished = 0  # items finished so far
@@ -45,8 +45,11 @@ class Progress:
             self.update(n, active=remaining - reported, tokens=0)
 
         generations = engine.generate(requests, on_finished=finished)
-        self.update(len(requests) - reported, active=remaining - len(requests),
-                    tokens=sum(g.completion_tokens for g in generations))
+        self.update(
+            len(requests) - reported,
+            active=remaining - len(requests),
+            tokens=sum(g.completion_tokens for g in generations),
+        )
         return generations
 
     def close(self) -> None:

@@ -4,27 +4,49 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-TURN_TYPE = pa.struct([("role", pa.string()), ("text", pa.string()),
-                       ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32())])
+TURN_TYPE = pa.struct(
+    [("role", pa.string()), ("text", pa.string()), ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32())]
+)
 
 # columns that identify a dialogue and travel with every judgment of it
 ID_FIELDS = [
-    ("run_id", pa.string()), ("user_id", pa.string()), ("user_index", pa.int32()),
-    ("task_id", pa.string()), ("kind", pa.string()), ("domains", pa.list_(pa.string())),
-    ("setting", pa.string()), ("trial", pa.int32()),
-    ("assistant_model", pa.string()), ("user_model", pa.string()),
+    ("run_id", pa.string()),
+    ("user_id", pa.string()),
+    ("user_index", pa.int32()),
+    ("task_id", pa.string()),
+    ("kind", pa.string()),
+    ("domains", pa.list_(pa.string())),
+    ("setting", pa.string()),
+    ("trial", pa.int32()),
+    ("assistant_model", pa.string()),
+    ("user_model", pa.string()),
 ]
 KEY_COLUMNS = ["user_id", "task_id", "setting", "trial"]
 
-DIALOGUE_SCHEMA = pa.schema(ID_FIELDS + [
-    ("seed", pa.int64()), ("turns", pa.list_(TURN_TYPE)), ("rounds", pa.int32()),
-    ("ended", pa.string()), ("opening_terminate", pa.bool_()), ("seconds", pa.float64()),
-    ("config_hash", pa.string()),
-])
+DIALOGUE_SCHEMA = pa.schema(
+    ID_FIELDS
+    + [
+        ("seed", pa.int64()),
+        ("turns", pa.list_(TURN_TYPE)),
+        ("rounds", pa.int32()),
+        ("ended", pa.string()),
+        ("opening_terminate", pa.bool_()),
+        ("seconds", pa.float64()),
+        ("config_hash", pa.string()),
+    ]
+)
 
-JUDGMENT_SCHEMA = pa.schema(ID_FIELDS + [
-    ("dimension", pa.string()), ("speaker", pa.string()), ("turn", pa.int32()),
-    ("score", pa.float64()), ("parsed", pa.bool_()), ("judge_text", pa.string()),
-    ("judge_model", pa.string()), ("prompt_hash", pa.string()),
-])
+JUDGMENT_SCHEMA = pa.schema(
+    ID_FIELDS
+    + [
+        ("dimension", pa.string()),
+        ("speaker", pa.string()),
+        ("turn", pa.int32()),
+        ("score", pa.float64()),
+        ("parsed", pa.bool_()),
+        ("judge_text", pa.string()),
+        ("judge_model", pa.string()),
+        ("prompt_hash", pa.string()),
+    ]
+)
 JUDGMENT_KEY = KEY_COLUMNS + ["dimension", "speaker", "turn"]

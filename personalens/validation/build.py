@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from personalens.data import (UserProfile, domains_of, list_user_indices, load_scenarios, load_task_definitions,
-                              load_user, user_indices)
+from personalens.data import (
+    UserProfile,
+    domains_of,
+    list_user_indices,
+    load_scenarios,
+    load_task_definitions,
+    load_user,
+    user_indices,
+)
 from personalens.data.schema import SCHEMA_FILE, Domain, default_schema_path, load_schema
 from personalens.report import render
 from personalens.report.build import write_tables  # md / csv / tex, as the report writes them
@@ -39,9 +46,11 @@ def build_stats(data_root: Path, users: object, schema: Path | None, out_dir: Pa
     messages = []
     schema_path = default_schema_path(root) if schema is None else Path(schema)
     if schema is None and not schema_path.is_file():
-        messages.append(f"Tables 8-9 skipped: the affinity schema {SCHEMA_FILE} was not found at {schema_path} "
-                        "(it sits beside data/ in a clone of the official repository); "
-                        "point stats.schema at it to get them.")
+        messages.append(
+            f"Tables 8-9 skipped: the affinity schema {SCHEMA_FILE} was not found at {schema_path} "
+            "(it sits beside data/ in a clone of the official repository); "
+            "point stats.schema at it to get them."
+        )
     else:
         schema = load_schema(schema_path)
         tables += [S.table8(profiles, schema), S.table9(profiles, schema)]
@@ -51,8 +60,13 @@ def build_stats(data_root: Path, users: object, schema: Path | None, out_dir: Pa
         for path in out.glob(f"{stale}.*"):
             path.unlink()
     files = [path for t in tables for path in write_tables([t], out)]
-    files.append(plot_demographics([(label, S.demographic_counts(profiles, key)) for key, label in S.FIGURE3_VARIABLES],
-                                   len(profiles), out / "figure3.png"))
+    files.append(
+        plot_demographics(
+            [(label, S.demographic_counts(profiles, key)) for key, label in S.FIGURE3_VARIABLES],
+            len(profiles),
+            out / "figure3.png",
+        )
+    )
     result = Outputs(tuple(tables), tuple(messages), ())
     summary = out / "stats.md"
     summary.write_text(f"# Data statistics of {root}\n\n![Figure 3](figure3.png)\n\n{result.markdown()}")

@@ -13,9 +13,9 @@ cost does not grow with the corpus beyond reading its text column.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -77,6 +77,7 @@ class Scores:
 
 # ---- metrics on one sample (lists of tokens) -------------------------------------------------------
 
+
 def tokenize(text: str) -> list[str]:
     return text.lower().split()
 
@@ -96,11 +97,18 @@ def self_bleu(sample: Sequence[Sequence[str]], hypotheses: int, rng: np.random.G
     if len(sample) < 2:
         return float("nan")
     chosen = rng.choice(len(sample), size=min(hypotheses, len(sample)), replace=False)
-    return float(np.mean([sentence_bleu([r for j, r in enumerate(sample) if j != i], sample[i],
-                                        smoothing_function=_SMOOTHING) for i in chosen]))
+    return float(
+        np.mean(
+            [
+                sentence_bleu([r for j, r in enumerate(sample) if j != i], sample[i], smoothing_function=_SMOOTHING)
+                for i in chosen
+            ]
+        )
+    )
 
 
 # ---- sampling ------------------------------------------------------------------------------------
+
 
 def sample_to_budget(texts: pa.Array, budget: int, rng: np.random.Generator) -> list[list[str]]:
     """Utterances in a seeded random order, tokenized, until `budget` tokens are reached."""
@@ -108,7 +116,7 @@ def sample_to_budget(texts: pa.Array, budget: int, rng: np.random.Generator) -> 
     sample: list[list[str]] = []
     total = 0
     for start in range(0, len(order), _CHUNK):
-        for text in texts.take(pa.array(order[start:start + _CHUNK])).to_pylist():
+        for text in texts.take(pa.array(order[start : start + _CHUNK])).to_pylist():
             tokens = tokenize(text or "")
             if tokens:
                 sample.append(tokens)
@@ -126,8 +134,15 @@ def scores(texts: pa.Array, protocol: Protocol) -> Scores | None:
         sample = sample_to_budget(texts, protocol.token_budget, rng)
         if not sample:
             return None
-        samples.append((sum(map(len, sample)), distinct_n(sample, 1), distinct_n(sample, 2),
-                        ngram_entropy(sample, 4), self_bleu(sample, protocol.hypotheses, rng)))
+        samples.append(
+            (
+                sum(map(len, sample)),
+                distinct_n(sample, 1),
+                distinct_n(sample, 2),
+                ngram_entropy(sample, 4),
+                self_bleu(sample, protocol.hypotheses, rng),
+            )
+        )
     values = np.array(samples, dtype=np.float64)
     defined = ~np.isnan(values)  # Self-BLEU is undefined for a sample of one utterance
     means = np.where(defined.any(axis=0), np.nansum(values, axis=0) / np.maximum(defined.sum(axis=0), 1), np.nan)
@@ -135,6 +150,7 @@ def scores(texts: pa.Array, protocol: Protocol) -> Scores | None:
 
 
 # ---- dialogues -----------------------------------------------------------------------------------
+
 
 def read_dialogues(source: Path) -> pa.Table:
     """`kind` and `turns` of a Parquet file, or of every part file under a folder (a run's dialogues/)."""
@@ -144,18 +160,25 @@ def read_dialogues(source: Path) -> pa.Table:
         if source.is_dir():
             table = read_table(source, columns)
             if table is None:
-                raise DiversityError(f"{source}: no part-*.parquet files (expected a run's dialogues/ folder "
-                                     "or a Parquet file of dialogues)")
+                raise DiversityError(
+                    f"{source}: no part-*.parquet files (expected a run's dialogues/ folder "
+                    "or a Parquet file of dialogues)"
+                )
         elif source.is_file():
             table = ds.dataset(str(source), format="parquet").to_table(columns=columns)
         else:
             raise DiversityError(f"{source}: no such file or folder")
     except (pa.ArrowInvalid, OSError) as err:
-        raise DiversityError(f"{source}: cannot read dialogues: {err} (expected the columns kind and turns of "
-                             "the dialogue schema, personalens/store/schema.py)") from None
+        raise DiversityError(
+            f"{source}: cannot read dialogues: {err} (expected the columns kind and turns of "
+            "the dialogue schema, personalens/store/schema.py)"
+        ) from None
     turn_type = table.schema.field("turns").type
-    if not (pa.types.is_list(turn_type) and pa.types.is_struct(turn_type.value_type)
-            and {"role", "text"} <= {f.name for f in turn_type.value_type}):
+    if not (
+        pa.types.is_list(turn_type)
+        and pa.types.is_struct(turn_type.value_type)
+        and {"role", "text"} <= {f.name for f in turn_type.value_type}
+    ):
         raise DiversityError(f"{source}: column turns is {turn_type}, expected a list of structs with role and text")
     return table
 
@@ -166,8 +189,10 @@ def utterance_groups(dialogues: pa.Table, by_speaker: bool) -> dict[tuple[str, s
     flat = turns.flatten()
     text, role = flat.field("text"), flat.field("role")
     kind = pc.take(dialogues.column("kind").combine_chunks(), pc.list_parent_indices(turns))
-    kinds = sorted(set(dialogues.column("kind").to_pylist()) - {None},
-                   key=lambda k: (KIND_ORDER.index(k) if k in KIND_ORDER else len(KIND_ORDER), k))
+    kinds = sorted(
+        set(dialogues.column("kind").to_pylist()) - {None},
+        key=lambda k: (KIND_ORDER.index(k) if k in KIND_ORDER else len(KIND_ORDER), k),
+    )
     groups = {}
     for k in kinds:
         in_kind = pc.equal(kind, k)
@@ -183,11 +208,27 @@ def table10(dialogues: pa.Table, protocol: Protocol, by_speaker: bool) -> Table:
     rows = []
     for (kind, speaker), texts in utterance_groups(dialogues, by_speaker).items():
         s = scores(texts, protocol)
-        rows.append(((kind, speaker), (dialogue_counts[kind], len(texts)) + (
-            (None,) * 5 if s is None else (s.tokens, s.dist1, s.dist2, s.ent4, s.self_bleu))))
-    columns = (Column("dialogues", "", "#Dial", holds="count"), Column("utterances", "", "#Utt.", holds="count"),
-               Column("tokens", "", "Tokens/sample", 0, holds="value"),
-               Column("dist1", "", "Dist-1", 3, holds="value"), Column("dist2", "", "Dist-2", 3, holds="value"),
-               Column("ent4", "", "Ent-4", 3, holds="value"), Column("self_bleu", "", "Self-BLEU", 3, holds="value"))
-    return Table("table10", "Table 10: lexical diversity of the dialogues", ("Kind", "Speaker"), columns,
-                 tuple(rows), notes=protocol.describe())
+        rows.append(
+            (
+                (kind, speaker),
+                (dialogue_counts[kind], len(texts))
+                + ((None,) * 5 if s is None else (s.tokens, s.dist1, s.dist2, s.ent4, s.self_bleu)),
+            )
+        )
+    columns = (
+        Column("dialogues", "", "#Dial", holds="count"),
+        Column("utterances", "", "#Utt.", holds="count"),
+        Column("tokens", "", "Tokens/sample", 0, holds="value"),
+        Column("dist1", "", "Dist-1", 3, holds="value"),
+        Column("dist2", "", "Dist-2", 3, holds="value"),
+        Column("ent4", "", "Ent-4", 3, holds="value"),
+        Column("self_bleu", "", "Self-BLEU", 3, holds="value"),
+    )
+    return Table(
+        "table10",
+        "Table 10: lexical diversity of the dialogues",
+        ("Kind", "Speaker"),
+        columns,
+        tuple(rows),
+        notes=protocol.describe(),
+    )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -22,7 +22,7 @@ def plot_demographics(panels: Sequence[tuple[str, Sequence[tuple[str, int]]]], t
         ax.set_yticks(range(len(labels)), labels, fontsize="small")
         ax.set_xlabel("% of participants")
         ax.set_title(title, fontsize="medium")
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(f"Figure 3: demographics of the {total} selected users")
     FigureCanvasAgg(fig)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from scipy.stats import entropy
 
@@ -19,12 +19,25 @@ from personalens.validation.regions import PREFER_NOT_TO_SAY, UNMAPPED, WITHHELD
 
 REGION = "region"  # the derived variable (from birth_country)
 # Tables 6 and 7: (release key, label) in the paper's order of variables.
-TABLE6_VARIABLES = (("age", "Age"), ("gender", "Gender"), ("ethnicity", "Self-Reported Ethnicity"),
-                    ("religion", "Self-Reported Religion"), ("employment_status", "Employment Status"))
-TABLE7_VARIABLES = (("education", "Education"), ("marital_status", "Marital Status"),
-                    ("english_proficiency", "English Proficiency"), (REGION, "Regions"))
-FIGURE3_VARIABLES = (("age", "Age"), ("gender", "Gender"), (REGION, "Region (country of birth)"),
-                     ("ethnicity", "Ethnicity"))
+TABLE6_VARIABLES = (
+    ("age", "Age"),
+    ("gender", "Gender"),
+    ("ethnicity", "Self-Reported Ethnicity"),
+    ("religion", "Self-Reported Religion"),
+    ("employment_status", "Employment Status"),
+)
+TABLE7_VARIABLES = (
+    ("education", "Education"),
+    ("marital_status", "Marital Status"),
+    ("english_proficiency", "English Proficiency"),
+    (REGION, "Regions"),
+)
+FIGURE3_VARIABLES = (
+    ("age", "Age"),
+    ("gender", "Gender"),
+    (REGION, "Region (country of birth)"),
+    ("ethnicity", "Ethnicity"),
+)
 # Tables 8 and 9 split the release's domains where the paper does; domains a lab added go to Table 9.
 TABLE8_DOMAINS, TABLE9_DOMAINS = DOMAINS[:10], DOMAINS[10:]
 # answers the paper lists after all others, whatever their frequency
@@ -33,6 +46,7 @@ _LAST = (UNMAPPED, PREFER_NOT_TO_SAY)
 
 # ---- Table 1 ------------------------------------------------------------------------------------
 
+
 def table1(definitions: Mapping[str, Task], scenarios: Sequence[Scenario], domains: Sequence[str]) -> Table:
     """Tasks and dialogues per domain of the data root (`domains_of`); a multi-domain task or
     dialogue counts in each of its domains."""
@@ -40,15 +54,28 @@ def table1(definitions: Mapping[str, Task], scenarios: Sequence[Scenario], domai
     dialogues = Counter(d for s in scenarios for d in s.task.domains)
     rows = [((domain,), (tasks[domain], dialogues[domain])) for domain in domains]
     for kind in ("SD", "MD"):
-        rows.append(((f"Total {kind}",), (sum(t.kind == kind for t in definitions.values()),
-                                          sum(s.task.kind == kind for s in scenarios))))
+        rows.append(
+            (
+                (f"Total {kind}",),
+                (sum(t.kind == kind for t in definitions.values()), sum(s.task.kind == kind for s in scenarios)),
+            )
+        )
     columns = (Column("tasks", "", "#Tasks", holds="count"), Column("dialogues", "", "#Dial", holds="count"))
-    return Table("table1", "Table 1: tasks and dialogues per domain", ("Domain",), columns, tuple(rows),
-                 notes=("A multi-domain task definition and a multi-domain dialogue count towards each of "
-                        "their domains; the totals count each once. #Dial is over the selected users.",))
+    return Table(
+        "table1",
+        "Table 1: tasks and dialogues per domain",
+        ("Domain",),
+        columns,
+        tuple(rows),
+        notes=(
+            "A multi-domain task definition and a multi-domain dialogue count towards each of "
+            "their domains; the totals count each once. #Dial is over the selected users.",
+        ),
+    )
 
 
 # ---- Tables 6 and 7 -------------------------------------------------------------------------------
+
 
 def demographic_value(profile: UserProfile, key: str) -> str:
     """A user's answer for a Table 6-7 variable, withheld answers as "Prefer not to say"."""
@@ -64,8 +91,9 @@ def demographic_counts(profiles: Sequence[UserProfile], key: str) -> list[tuple[
     return sorted(counts.items(), key=lambda vc: (_LAST.index(vc[0]) if vc[0] in _LAST else -1, -vc[1], vc[0]))
 
 
-def demographics_table(name: str, title: str, profiles: Sequence[UserProfile],
-                       variables: Sequence[tuple[str, str]]) -> Table:
+def demographics_table(
+    name: str, title: str, profiles: Sequence[UserProfile], variables: Sequence[tuple[str, str]]
+) -> Table:
     n = len(profiles)
     rows = [(("Total Participants", ""), (n, 100.0 if n else None))]
     for key, label in variables:
@@ -73,8 +101,9 @@ def demographics_table(name: str, title: str, profiles: Sequence[UserProfile],
     notes = ['"Prefer not to say" is the release\'s N/A.']
     if any(key == REGION for key, _ in variables):
         notes.append("Regions are derived from the country of birth.")
-        unmapped = sorted({p.demographics["birth_country"] for p in profiles
-                           if demographic_value(p, REGION) == UNMAPPED})
+        unmapped = sorted(
+            {p.demographics["birth_country"] for p in profiles if demographic_value(p, REGION) == UNMAPPED}
+        )
         if unmapped:
             notes.append(f'"{UNMAPPED}" holds countries of birth with no region: {", ".join(unmapped)}.')
     columns = (Column("count", "", "Count", holds="count"), Column("percent", "", "%", 1, holds="value"))
@@ -90,6 +119,7 @@ def table7(profiles: Sequence[UserProfile]) -> Table:
 
 
 # ---- Tables 8 and 9 -------------------------------------------------------------------------------
+
 
 def occurrences(profiles: Iterable[UserProfile], domain: str, name: str) -> Counter[str]:
     """How often each value occurs over all users (interested or not); a list counts each element."""
@@ -107,8 +137,9 @@ def evenness(counts: Mapping[str, int]) -> float:
     return float(entropy(list(counts.values())) / math.log(k)) if k >= 2 else math.nan
 
 
-def preferences_table(name: str, title: str, profiles: Sequence[UserProfile],
-                      schema: Sequence[Domain], domains: Sequence[str]) -> Table:
+def preferences_table(
+    name: str, title: str, profiles: Sequence[UserProfile], schema: Sequence[Domain], domains: Sequence[str]
+) -> Table:
     """Per domain and preference type: categorical, # possible, # generated, # distinct, evenness."""
     rows = []
     by_name = {d.name: d for d in schema}
@@ -118,18 +149,33 @@ def preferences_table(name: str, title: str, profiles: Sequence[UserProfile],
             possible = len(t.possible_values) if t.is_categorical else None
             shown = min(len(counts), possible) if possible is not None else len(counts)
             outside = sum(v not in t.possible_values for v in counts) if t.is_categorical else None
-            rows.append(((domain.name, t.name, "✓" if t.is_categorical else "✗"),
-                         (possible, shown, len(counts), outside, evenness(counts))))
-    columns = (Column("possible", "", "# Poss.", holds="count"), Column("generated", "", "# Gen.", holds="count"),
-               Column("distinct", "", "# Distinct", holds="count"),
-               Column("outside_schema", "", "# Outside schema", holds="count"),
-               Column("evenness", "", "Evenness", 2, holds="value"))
-    return Table(name, title, ("Domain", "Preference Type", "Is Categorical"), columns, tuple(rows), notes=(
-        "Over all selected users, also those not interested in the domain; each element of a list value "
-        "counts once. # Poss. is the length of possible_values in res/schema.json (categorical types only). "
-        "# Gen. is min(# Distinct, # Poss.) for categorical types, as the paper prints it, else # Distinct. "
-        "# Outside schema counts distinct values missing from possible_values. Evenness is H / ln(k) "
-        "with k = # Distinct (– when k < 2).",))
+            rows.append(
+                (
+                    (domain.name, t.name, "✓" if t.is_categorical else "✗"),
+                    (possible, shown, len(counts), outside, evenness(counts)),
+                )
+            )
+    columns = (
+        Column("possible", "", "# Poss.", holds="count"),
+        Column("generated", "", "# Gen.", holds="count"),
+        Column("distinct", "", "# Distinct", holds="count"),
+        Column("outside_schema", "", "# Outside schema", holds="count"),
+        Column("evenness", "", "Evenness", 2, holds="value"),
+    )
+    return Table(
+        name,
+        title,
+        ("Domain", "Preference Type", "Is Categorical"),
+        columns,
+        tuple(rows),
+        notes=(
+            "Over all selected users, also those not interested in the domain; each element of a list value "
+            "counts once. # Poss. is the length of possible_values in res/schema.json (categorical types only). "
+            "# Gen. is min(# Distinct, # Poss.) for categorical types, as the paper prints it, else # Distinct. "
+            "# Outside schema counts distinct values missing from possible_values. Evenness is H / ln(k) "
+            "with k = # Distinct (– when k < 2).",
+        ),
+    )
 
 
 def table8(profiles: Sequence[UserProfile], schema: Sequence[Domain]) -> Table:
@@ -137,6 +183,11 @@ def table8(profiles: Sequence[UserProfile], schema: Sequence[Domain]) -> Table:
 
 
 def table9(profiles: Sequence[UserProfile], schema: Sequence[Domain]) -> Table:
-    added = with_domains(d.name for d in schema)[len(DOMAINS):]
-    return preferences_table("table9", f"Table 9: user preferences, Messaging to {(TABLE9_DOMAINS + added)[-1]}",
-                             profiles, schema, TABLE9_DOMAINS + added)
+    added = with_domains(d.name for d in schema)[len(DOMAINS) :]
+    return preferences_table(
+        "table9",
+        f"Table 9: user preferences, Messaging to {(TABLE9_DOMAINS + added)[-1]}",
+        profiles,
+        schema,
+        TABLE9_DOMAINS + added,
+    )
