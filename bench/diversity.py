@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from personalens.report import render
 from personalens.store import DIALOGUE_SCHEMA
+from personalens.tables import render
 from personalens.validation.build import build_diversity
 from personalens.validation.diversity import Protocol
 

@@ -32,8 +32,8 @@ from omegaconf import OmegaConf
 from personalens.config import register_resolvers
 from personalens.data import load_scenarios
 from personalens.engines.base import Request, Sampling
-from personalens.engines.build import build_engines
 from personalens.engines.dtype import NATIVE_BF16_FLAGS, read_cpu_flags
+from personalens.engines.factory import build_engines
 from personalens.paths import project_path
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import load_templates

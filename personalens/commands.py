@@ -216,7 +216,7 @@ def _prompt_family(cfg: DictConfig) -> str:
 
 
 def _check_models(cfg: DictConfig, roles: tuple[str, ...]) -> None:
-    from personalens.engines.build import model_configs
+    from personalens.engines.factory import model_configs
 
     model_configs({role: cfg[role] for role in roles})
 
@@ -230,7 +230,7 @@ def _resolved(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
 
 
 def _engines(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
-    from personalens.engines.build import build_engines
+    from personalens.engines.factory import build_engines
 
     return build_engines({role: cfg[role] for role in roles})
 
@@ -263,9 +263,9 @@ def diversity(cfg: DictConfig) -> int:
 
 def build(cfg: DictConfig, engine: Callable | None = None) -> int:
     """Build a PersonaLens-style dataset from a demographics table and a domain schema (docs/build.md)."""
-    from personalens.build.pipeline import STAGE_TABLES
-    from personalens.build.pipeline import build as run_build
     from personalens.data import validate as check
+    from personalens.datagen.pipeline import STAGE_TABLES
+    from personalens.datagen.pipeline import build as run_build
     from personalens.validation.build import built_data_stats
 
     plan, runner, templates = _build_setup(cfg, engine)
@@ -290,10 +290,10 @@ def build(cfg: DictConfig, engine: Callable | None = None) -> int:
 
 def consistency(cfg: DictConfig, engine: Callable | None = None) -> int:
     """Check the profiles of data.root (data.users, sharded like generate) with model@builder (Figure 21)."""
-    from personalens.build.consistency import Profile, check_job
-    from personalens.build.grammars import Limits
-    from personalens.build.prompts import load_build_templates
     from personalens.data import list_user_indices, load_user, user_indices
+    from personalens.datagen.consistency import Profile, check_job
+    from personalens.datagen.grammars import Limits
+    from personalens.datagen.prompts import load_build_templates
 
     root = Path(cfg.data.root)
     selected = user_indices(cfg.data.users)
@@ -327,21 +327,20 @@ def consistency(cfg: DictConfig, engine: Callable | None = None) -> int:
 
 
 def _write_consistency_table(verdicts, folder: Path, cfg: DictConfig) -> None:
-    from personalens.build.consistency import flag_counts
-    from personalens.report.consistency import consistency_table
-    from personalens.report.render import csv_text, markdown
+    from personalens.datagen.consistency import flag_counts
+    from personalens.datagen.flags import consistency_table
+    from personalens.tables.render import markdown, write_tables
 
     if not verdicts:
         return
     table = consistency_table(flag_counts(verdicts), (("model", str(cfg.builder.name)),))
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "flags.md").write_text(markdown([table]), encoding="utf-8")
-    (folder / "flags.csv").write_text(csv_text([table]), encoding="utf-8")
+    write_tables([table], folder, formats=("md", "csv"))
     print(markdown([table]), file=console.out())  # not print(): descriptor 1 is the log file by now
 
 
 def _runner(cfg: DictConfig, root: Path, engine: Callable | None, digest: str):
-    from personalens.build.batch import Runner
+    from personalens.datagen.batch import Runner
     from personalens.engines.base import Sampling
 
     def sampling(stage: str) -> Sampling:
@@ -366,8 +365,8 @@ def _runner(cfg: DictConfig, root: Path, engine: Callable | None, digest: str):
 
 
 def _builder_engine(cfg: DictConfig):
-    from personalens.engines.build import build_engine
     from personalens.engines.config import ModelConfig
+    from personalens.engines.factory import build_engine
 
     return build_engine(ModelConfig.from_mapping(cfg.builder, where="model@builder"))
 
@@ -377,11 +376,11 @@ def _build_setup(cfg: DictConfig, engine: Callable | None):
     another configuration."""
     import hashlib
 
-    from personalens.build.demographics import load_demographics
-    from personalens.build.grammars import Limits
-    from personalens.build.pipeline import STAGE_TABLES, BuildPlan, stage_names
-    from personalens.build.prompts import load_build_templates
     from personalens.data.schema import find_schema, load_schema
+    from personalens.datagen.demographics import load_demographics
+    from personalens.datagen.grammars import Limits
+    from personalens.datagen.pipeline import STAGE_TABLES, BuildPlan, stage_names
+    from personalens.datagen.prompts import load_build_templates
 
     b = cfg.build
     schema_path = find_schema(b.schema, cfg.data.root)
@@ -438,7 +437,7 @@ def _build_setup(cfg: DictConfig, engine: Callable | None):
 def agreement(cfg: DictConfig) -> int:
     """`agreement export`: annotation sheet and guide for a sample of run.out_dir's dialogues;
     `agreement score`: Table 5 from the filled sheets (docs/agreement.md)."""
-    from personalens.report.stats import Bootstrap
+    from personalens.tables.stats import Bootstrap
 
     out_dir, run_dir = Path(cfg.agreement.out_dir), Path(cfg.run.out_dir)
     if cfg.agreement.action == "export":
@@ -457,8 +456,8 @@ def agreement(cfg: DictConfig) -> int:
         print("\n".join(f"  {path}" for path in done.files))
         return 0
     from personalens.agreement import score_sheets
-    from personalens.report import render
-    from personalens.report.build import write_tables
+    from personalens.tables import render
+    from personalens.tables.render import write_tables
 
     table = score_sheets(
         out_dir, [Path(p) for p in cfg.agreement.sheets], run_dir, Bootstrap(int(cfg.report.bootstrap), int(cfg.seed))

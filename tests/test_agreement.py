@@ -18,7 +18,7 @@ from markupsafe import escape
 from personalens.agreement import METRICS, AgreementError, export, score_sheets
 from personalens.agreement.export import SHEET_COLUMNS
 from personalens.data import load_scenarios
-from personalens.report.stats import Bootstrap, bootstrap_ci, bootstrap_statistic
+from personalens.tables.stats import Bootstrap, bootstrap_ci, bootstrap_statistic
 
 BOOT = Bootstrap(200, 0)
 RANGES = {"task_completion": [0, 1], "personalization": [1, 2, 3, 4]}

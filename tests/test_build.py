@@ -11,10 +11,10 @@ from cli_helpers import kill_once, start_cli
 from hydra import compose, initialize_config_dir
 
 from personalens import commands
-from personalens.build.batch import Job, Runner
-from personalens.build.demographics import DemographicsError, load_demographics
 from personalens.config import register_resolvers
 from personalens.data import DOMAINS, domains_of, load_scenarios, validate
+from personalens.datagen.batch import Job, Runner
+from personalens.datagen.demographics import DemographicsError, load_demographics
 from personalens.engines.base import Generation, Sampling
 from personalens.errors import PersonalensError
 from personalens.store import read_table

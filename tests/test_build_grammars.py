@@ -10,8 +10,8 @@ from xml.sax.saxutils import escape, quoteattr
 import pytest
 import xgrammar as xg
 
-from personalens.build import grammars as G
 from personalens.data.schema import SchemaError, load_schema
+from personalens.datagen import grammars as G
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "data" / "build" / "schema.json"

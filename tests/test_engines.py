@@ -18,7 +18,6 @@ from engine_fixtures import (
 from jinja2 import TemplateError
 from omegaconf import OmegaConf
 
-from personalens.engines.build import build_engines, model_configs, plan_engines
 from personalens.engines.chat import (
     ChatTemplateError,
     fold_system_prompt,
@@ -28,6 +27,7 @@ from personalens.engines.chat import (
     template_supports_system_role,
 )
 from personalens.engines.config import ModelConfig, ModelConfigError
+from personalens.engines.factory import build_engines, model_configs, plan_engines
 
 MODEL_CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 

@@ -12,7 +12,7 @@ import pytest
 
 from personalens.personalbench import metrics as M
 from personalens.personalbench.relevance import Rule, cosine_scores, select
-from personalens.report.stats import Bootstrap
+from personalens.tables.stats import Bootstrap
 
 BOOT = Bootstrap(resamples=50, seed=0)
 

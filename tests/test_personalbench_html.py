@@ -11,11 +11,11 @@ import pytest
 from test_report_html import NASTY, browser, open_page  # noqa: F401  (browser is a fixture)
 
 from personalens.personalbench import report as pb_report
+from personalens.personalbench.page import write_html
 from personalens.personalbench.pipeline import Shard
 from personalens.personalbench.sheets import Annotations
-from personalens.report import render
-from personalens.report.personalbench import write_html
-from personalens.report.stats import Bootstrap
+from personalens.tables import render
+from personalens.tables.stats import Bootstrap
 
 BOOT = Bootstrap(resamples=50, seed=0)
 METHODS = ("llm", "bm25", "embedding")

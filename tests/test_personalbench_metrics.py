@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from personalens.personalbench import metrics as M
-from personalens.report.stats import Bootstrap
+from personalens.tables.stats import Bootstrap
 
 BOOT = Bootstrap(resamples=50, seed=0)
 

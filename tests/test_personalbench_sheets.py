@@ -14,7 +14,7 @@ from personalens.personalbench import command
 from personalens.personalbench.metrics import preference
 from personalens.personalbench.report import RunItems, score
 from personalens.personalbench.sheets import Annotations, load_annotations
-from personalens.report.stats import Bootstrap
+from personalens.tables.stats import Bootstrap
 
 BOOT = Bootstrap(resamples=50, seed=0)
 

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from personalens.errors import PersonalensError
-from personalens.report import Estimate, ReportError, bootstrap_ci, build_report
+from personalens.report import ReportError, build_report
+from personalens.tables.stats import Estimate, bootstrap_ci
 
 TURN = pa.struct(
     [("role", pa.string()), ("text", pa.string()), ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32())]

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from test_report import judge_all, make_dialogue, make_judgment, write_run
 
-from personalens.report import ReportError, build_report, render
+from personalens.report import ReportError, build_report
+from personalens.tables import render
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [

@@ -15,7 +15,7 @@ from cli_helpers import run_cli
 
 from personalens.data.records import DOMAINS
 from personalens.data.schema import SchemaError
-from personalens.report import render
+from personalens.tables import render
 from personalens.validation.build import build_stats
 from personalens.validation.regions import region_of
 

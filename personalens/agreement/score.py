@@ -15,9 +15,9 @@ from statsmodels.stats.inter_rater import aggregate_raters, cohens_kappa, fleiss
 
 from personalens.agreement.metrics import METRICS, AgreementError
 from personalens.agreement.sheets import Manifest, read_manifest, read_sheets
-from personalens.report.stats import Bootstrap, Estimate, bootstrap_statistic
-from personalens.report.tables import Column, Table
 from personalens.store import KEY_COLUMNS, read_table
+from personalens.tables.model import Column, Table
+from personalens.tables.stats import Bootstrap, Estimate, bootstrap_statistic
 
 COLUMNS = (
     Column("cohen", "", "Cohen's Kappa", 3, holds="estimate"),

@@ -139,7 +139,7 @@ def run(
 
     prompts = Prompts(cfg.personalbench.prompts_dir)
     out_dir = Path(cfg.personalbench.out_dir)
-    from personalens.engines.build import model_configs
+    from personalens.engines.factory import model_configs
 
     model_configs({"assistant": cfg.assistant, "judge": cfg.judge})  # bad model configs fail before anything is saved
     embedding = embedding_config(cfg)
@@ -156,7 +156,7 @@ def run(
     if STAGES.index(until) >= STAGES.index("generate"):
         C.check_or_save(out_dir, "personalbench-responses", cfg, responses)
     if engines is None:
-        from personalens.engines.build import build_engines
+        from personalens.engines.factory import build_engines
 
         engines = functools.cache(lambda: build_engines({"assistant": cfg.assistant, "judge": cfg.judge}))
     if embedder is None and embedding is not None:
@@ -183,10 +183,10 @@ def export(cfg: DictConfig) -> int:
 
 def score(cfg: DictConfig) -> int:
     from personalens.personalbench import report
+    from personalens.personalbench.page import write_html
     from personalens.personalbench.sheets import Annotations, load_annotations
-    from personalens.report import render
-    from personalens.report.personalbench import write_html
-    from personalens.report.stats import Bootstrap
+    from personalens.tables import render
+    from personalens.tables.stats import Bootstrap
 
     pb = cfg.personalbench
     out_dir = Path(pb.out_dir)

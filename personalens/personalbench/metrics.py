@@ -17,7 +17,7 @@ import numpy as np
 from scipy import stats as sps
 from sklearn.metrics import cohen_kappa_score, precision_recall_fscore_support
 
-from personalens.report.stats import Bootstrap, Estimate
+from personalens.tables.stats import Bootstrap, Estimate
 
 Item = Hashable
 Labels = Mapping[Item, object]  # one rater's label per item

@@ -4,7 +4,6 @@ broken down into emotionally sensitive contexts and the rest, through the report
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,9 +11,10 @@ from pathlib import Path
 from personalens.personalbench import metrics as M
 from personalens.personalbench.formats import personalized_rating
 from personalens.personalbench.sheets import Annotations, pair_id, relevance_id, rows
-from personalens.report import render
-from personalens.report.stats import Bootstrap
-from personalens.report.tables import Cell, Column, Table
+from personalens.tables import render
+from personalens.tables.model import Cell, Column, Table
+from personalens.tables.render import write_tables
+from personalens.tables.stats import Bootstrap
 
 SUBSETS = (("all", "all"), ("sensitive", "sensitive"), ("rest", "rest"))
 COLUMNS = tuple(Column(key, "", label, 3, "estimate") for key, label in SUBSETS)
@@ -196,20 +196,19 @@ def input_summary(out_dir: Path) -> dict[str, int]:
 def selection_figure(relevance: Table, path: Path) -> Path:
     """Selection rate of the humans and of each method, all / sensitive / rest, with 95% intervals:
     over-retrieval at a glance."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from personalens.tables.figures import cell_value, new_figure, save_png
 
     bars = [
         (labels[0], cells)
         for labels, cells in relevance.rows
         if labels[1] in ("selection rate", "human selection rate")
     ]
-    fig = Figure(figsize=(6, 3.2), layout="constrained")
+    fig = new_figure(figsize=(6, 3.2), layout="constrained")
     ax = fig.add_subplot()
     width = 0.8 / max(len(bars), 1)
     for k, (method, cells) in enumerate(bars):
         xs = [i + (k - (len(bars) - 1) / 2) * width for i in range(len(SUBSETS))]
-        means = [c.mean if c else math.nan for c in cells]
+        means = [cell_value(c) for c in cells]
         errors = [
             [max(c.mean - c.lo, 0) if c else 0 for c in cells],
             [max(c.hi - c.mean, 0) if c else 0 for c in cells],
@@ -220,19 +219,14 @@ def selection_figure(relevance: Table, path: Path) -> Path:
     ax.set_ylabel("share of attributes selected")
     ax.set_title(f"Relevance selection ({dict(relevance.context).get('model', '')})", fontsize=9)
     ax.legend(fontsize=8)
-    FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=150)
-    return path
+    return save_png(fig, path)
 
 
 def write(tables: Sequence[Table], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [selection_figure(t, out_dir / "selection.png") for t in tables if t.name == "relevance"]
     for table in tables:
-        for suffix, text in ((".csv", render.csv_text([table])), (".tex", render.latex([table]))):
-            path = out_dir / f"{table.name}{suffix}"
-            path.write_text(text, encoding="utf-8")
-            written.append(path)
+        written += write_tables([table], out_dir, formats=("csv", "tex"))
     report = out_dir / "report.md"
     report.write_text("# PersonalBench report\n\n" + render.markdown(tables), encoding="utf-8")
     return [*written, report]

@@ -10,13 +10,9 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
-from personalens.report.stats import Estimate
-from personalens.report.tables import Table
-
-_DPI = 150
+from personalens.tables.figures import cell_value, new_figure, save_png
+from personalens.tables.model import Table
+from personalens.tables.stats import Estimate
 
 
 def _split_by_group(table: Table, label_width: int) -> dict[tuple[str, ...], list[tuple[tuple[str, ...], tuple]]]:
@@ -27,16 +23,6 @@ def _split_by_group(table: Table, label_width: int) -> dict[tuple[str, ...], lis
     return groups
 
 
-def _save(fig: Figure, path: Path) -> Path:
-    FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=_DPI)
-    return path
-
-
-def _value(cell: object) -> float:
-    return cell.mean if isinstance(cell, Estimate) else math.nan
-
-
 # full scale of each Figure 4 metric, so that the axes of different runs compare at a glance
 _AXIS_TOP = {"TCR": 100.0, "P": 4.0}
 
@@ -44,13 +30,13 @@ _AXIS_TOP = {"TCR": 100.0, "P": 4.0}
 def plot_by_domain(table: Table, path: Path) -> Path:
     """Figure 4: bars per domain for each metric column, the mean over domains as a dashed line."""
     groups = _split_by_group(table, 1)
-    fig = Figure(figsize=(6 * len(table.columns), 3.6 * len(groups)), layout="constrained")
+    fig = new_figure(figsize=(6 * len(table.columns), 3.6 * len(groups)), layout="constrained")
     axes = fig.subplots(len(groups), len(table.columns), squeeze=False)
     for row_axes, (group, rows) in zip(axes, groups.items()):
         domains = [labels[0] for labels, _ in rows]
         for col, (ax, column) in enumerate(zip(row_axes, table.columns)):
             cells = [cells[col] for _, cells in rows]
-            means = [_value(c) for c in cells]
+            means = [cell_value(c) for c in cells]
             errors = [
                 [m - c.lo if isinstance(c, Estimate) else 0 for m, c in zip(means, cells)],
                 [c.hi - m if isinstance(c, Estimate) else 0 for m, c in zip(means, cells)],
@@ -67,18 +53,18 @@ def plot_by_domain(table: Table, path: Path) -> Path:
             if column.key in _AXIS_TOP:
                 ax.set_ylim(0, _AXIS_TOP[column.key] * 1.05)
             ax.set_title(" / ".join(group) if group else column.label, fontsize="medium")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_by_turn(table: Table, path: Path) -> Path:
     """Figure 5: mean personalization by turn, one line per series, one panel per group."""
     groups = _split_by_group(table, 2)
-    fig = Figure(figsize=(6, 3.6 * len(groups)), layout="constrained")
+    fig = new_figure(figsize=(6, 3.6 * len(groups)), layout="constrained")
     axes = fig.subplots(len(groups), 1, squeeze=False)
     for (ax,), (group, rows) in zip(axes, groups.items()):
         series: dict[str, list[tuple[int, float]]] = defaultdict(list)
         for (name, turn), cells in rows:
-            series[name].append((int(turn), _value(cells[0])))
+            series[name].append((int(turn), cell_value(cells[0])))
         for name, points in series.items():
             turns, means = zip(*sorted(points))
             ax.plot(turns, means, marker="o", label=name)
@@ -88,4 +74,4 @@ def plot_by_turn(table: Table, path: Path) -> Path:
         ax.legend(fontsize="small")
         if group:
             ax.set_title(" / ".join(group), fontsize="medium")
-    return _save(fig, path)
+    return save_png(fig, path)

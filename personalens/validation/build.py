@@ -16,9 +16,9 @@ from personalens.data import (
     user_indices,
 )
 from personalens.data.schema import SCHEMA_FILE, Domain, default_schema_path, load_schema
-from personalens.report import render
-from personalens.report.build import write_tables  # md / csv / tex, as the report writes them
-from personalens.report.tables import Table
+from personalens.tables import render
+from personalens.tables.model import Table
+from personalens.tables.render import write_tables
 from personalens.validation import diversity as D
 from personalens.validation import stats as S
 from personalens.validation.figures import plot_demographics

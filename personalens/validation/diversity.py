@@ -26,8 +26,8 @@ from nltk.util import ngrams
 from scipy.stats import entropy
 
 from personalens.errors import PersonalensError
-from personalens.report.tables import Column, Table
 from personalens.store import read_table
+from personalens.tables.model import Column, Table
 
 ALL_TURNS = "all turns"
 SPEAKERS = ("user", "assistant")

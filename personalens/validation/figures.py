@@ -5,15 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
-_DPI = 150
+from personalens.tables.figures import new_figure, save_png
 
 
 def plot_demographics(panels: Sequence[tuple[str, Sequence[tuple[str, int]]]], total: int, path: Path) -> Path:
     """One horizontal bar chart of participant shares (%) per (title, [(value, count), ...]) panel."""
-    fig = Figure(figsize=(12, 3.2 * ((len(panels) + 1) // 2)), layout="constrained")
+    fig = new_figure(figsize=(12, 3.2 * ((len(panels) + 1) // 2)), layout="constrained")
     axes = fig.subplots((len(panels) + 1) // 2, 2, squeeze=False).ravel()
     for ax, (title, counts) in zip(axes, panels):
         labels = [value for value, _ in counts][::-1]  # largest on top
@@ -25,6 +22,4 @@ def plot_demographics(panels: Sequence[tuple[str, Sequence[tuple[str, int]]]], t
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(f"Figure 3: demographics of the {total} selected users")
-    FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=_DPI)
-    return path
+    return save_png(fig, path)

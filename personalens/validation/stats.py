@@ -14,7 +14,7 @@ from scipy.stats import entropy
 
 from personalens.data.records import DOMAINS, Scenario, Task, UserProfile, with_domains
 from personalens.data.schema import Domain
-from personalens.report.tables import Column, Table
+from personalens.tables.model import Column, Table
 from personalens.validation.regions import PREFER_NOT_TO_SAY, UNMAPPED, WITHHELD, region_of
 
 REGION = "region"  # the derived variable (from birth_country)

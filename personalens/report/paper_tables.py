@@ -5,55 +5,21 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from personalens.data.records import DOMAINS
 from personalens.report.load import KINDS, Dialogue, Judgment
-from personalens.report.stats import Bootstrap, Estimate
+from personalens.tables.model import Cell, Column, Table
+from personalens.tables.stats import Bootstrap, Estimate
 
 # Table 4's row order; the full ablation is shown under the paper's name for it.
 SETTING_ORDER = ("vanilla", "base", "base+D", "base+I", "base+S", "base+D+I+S")
 SETTING_LABELS = {"base+D+I+S": "base+all"}
 ALL_SD = "All SD"  # the Figure 5 series over every single-domain task
 
-Cell = Estimate | int | float | None  # float: a published number, shown as printed
 Group = tuple[str, str]  # (assistant_model, setting)
 R = TypeVar("R", Judgment, Dialogue)
 K = TypeVar("K", bound=Hashable)
-
-
-@dataclass(frozen=True)
-class Column:
-    key: str  # CSV column stem, e.g. "SD_TCR"
-    group: str  # header over several columns ("SD", "MD") or ""
-    label: str  # "TCR (%)"
-    digits: int = 2  # decimals shown for a mean
-    # "judged": estimates of judge scores (unparsed ones counted); "estimate": other means; "count": integers;
-    # "value": plain numbers shown with `digits` decimals
-    holds: Literal["judged", "estimate", "count", "value"] = "judged"
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str  # file stem: "table3"
-    title: str
-    row_header: tuple[str, ...]
-    columns: tuple[Column, ...]
-    rows: tuple[tuple[tuple[str, ...], tuple[Cell, ...]], ...]  # (row labels, one cell per column)
-    # Constant fields of the whole table, e.g. (("assistant_model", "m"),) for one Table 4 per model.
-    context: tuple[tuple[str, str], ...] = ()
-    notes: tuple[str, ...] = ()
-
-    def cell(self, labels: tuple[str, ...], key: str) -> Cell:
-        """The cell in the row with `labels` and the column with `key` (KeyError when absent)."""
-        keys = [c.key for c in self.columns]
-        if key not in keys:
-            raise KeyError(f"{self.name} has no column {key!r}")
-        col = keys.index(key)
-        for row_labels, cells in self.rows:
-            if row_labels == labels:
-                return cells[col]
-        raise KeyError(f"{self.name} has no row {labels}")
 
 
 # ---- grouping ---------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from personalens.build.tasks import BuiltTask
 from personalens.data.loading import ASSIGNMENT_FILES, MULTI_DOMAIN, PROFILE_DIR, PROFILE_FILE, TASK_DIR, TASK_FILE
+from personalens.datagen.tasks import BuiltTask
 
 TEXTS = ("Task Description", "User Intent", "Task Goal")
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from personalens.build.batch import Job, Runner
-from personalens.build.consistency import Profile, check_job, flagged_domains
-from personalens.build.grammars import (
+from personalens.data.schema import Domain
+from personalens.datagen.batch import Job, Runner
+from personalens.datagen.consistency import Profile, check_job, flagged_domains
+from personalens.datagen.grammars import (
     Limits,
     interests_grammar,
     parse_interests,
@@ -17,8 +18,7 @@ from personalens.build.grammars import (
     preferences_grammar,
     summary_grammar,
 )
-from personalens.build.prompts import BuildTemplates
-from personalens.data.schema import Domain
+from personalens.datagen.prompts import BuildTemplates
 
 People = Mapping[int, Mapping[str, str]]  # user index -> demographics (without user_id)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from personalens.build.batch import Job, Runner
-from personalens.build.grammars import Limits, md_tasks_grammar, parse_md_tasks, parse_sd_tasks, sd_tasks_grammar
-from personalens.build.prompts import BuildTemplates
 from personalens.data.schema import Domain
+from personalens.datagen.batch import Job, Runner
+from personalens.datagen.grammars import Limits, md_tasks_grammar, parse_md_tasks, parse_sd_tasks, sd_tasks_grammar
+from personalens.datagen.prompts import BuildTemplates
 from personalens.errors import PersonalensError
 
 SHARED = -1  # the user_index of jobs that belong to no user

@@ -3,56 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from personalens.data.records import with_domains
-from personalens.report import render
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
 from personalens.report.load import KINDS, RunData, load_runs
+from personalens.report.paper_tables import by_domain, by_turn, parse_failures, table3, table4, table12, table13
+from personalens.report.result import Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
-from personalens.report.stats import Bootstrap
-from personalens.report.tables import Table, by_domain, by_turn, parse_failures, table3, table4, table12, table13
-
-
-@dataclass(frozen=True)
-class Report:
-    run_dirs: tuple[Path, ...]
-    out_dir: Path
-    bootstrap: Bootstrap
-    figure5_domains: tuple[str, ...]
-    table3: Table
-    table4: tuple[Table, ...]  # one per assistant model run in several prompt settings; empty if none
-    table12: Table
-    table13: Table
-    by_domain: Table  # Figure 4's numbers
-    by_turn: Table | None  # Figure 5's numbers; None without turn-level judgments
-    parse_failures: Table
-    setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
-    files: tuple[Path, ...] = ()  # everything written, report.md last
-
-    def table3_markdown(self) -> str:
-        return render.markdown([self.table3])
-
-    @property
-    def unparsed(self) -> int:
-        """Judgments left out of every mean because their output did not parse."""
-        return self._failure_total("_unparsed")
-
-    @property
-    def judged(self) -> int:
-        return self._failure_total("_judged")
-
-    def _failure_total(self, suffix: str) -> int:
-        table = self.parse_failures
-        return sum(
-            c
-            for _, cells in table.rows
-            for c, col in zip(cells, table.columns)
-            if col.key.endswith(suffix) and isinstance(c, int)
-        )
+from personalens.tables import render
+from personalens.tables.render import write_tables
+from personalens.tables.stats import Bootstrap
 
 
 def build_report(
@@ -155,22 +119,6 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     summary = out / "report.md"
     summary.write_text(report_markdown(report))
     return (*files, summary)
-
-
-def write_tables(tables: Sequence[Table], out_dir: Path) -> list[Path]:
-    """`<name>.md`, `.csv` and `.tex` of tables that share a name (one Table 4 per model)."""
-    if not tables:
-        return []
-    paths = []
-    for suffix, text in (
-        (".md", render.markdown(tables)),
-        (".csv", render.csv_text(tables)),
-        (".tex", render.latex(tables)),
-    ):
-        path = out_dir / f"{tables[0].name}{suffix}"
-        path.write_text(text)
-        paths.append(path)
-    return paths
 
 
 def report_markdown(report: Report) -> str:

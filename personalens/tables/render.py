@@ -10,9 +10,10 @@ import csv
 import io
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
-from personalens.report.stats import Estimate
-from personalens.report.tables import Cell, Column, Table
+from personalens.tables.model import Cell, Column, Table
+from personalens.tables.stats import Estimate
 
 EMPTY = "–"
 # CSV columns per table column, by what the column holds.
@@ -168,3 +169,20 @@ def _group_spans(columns: Sequence[Column]) -> list[tuple[str, int, int]]:
         else:
             spans.append((column.group, i, 1))
     return spans
+
+
+FORMATS = {"md": markdown, "csv": csv_text, "tex": latex}
+
+
+def write_tables(tables: Sequence[Table], out_dir: Path, formats: Sequence[str] = ("md", "csv", "tex")) -> list[Path]:
+    """`<name>.md`, `.csv` and `.tex` (or the `formats` named) of tables that share a name (one
+    Table 4 per model); every pipeline writes its tables through here."""
+    if not tables:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for suffix in formats:
+        path = out_dir / f"{tables[0].name}.{suffix}"
+        path.write_text(FORMATS[suffix](tables), encoding="utf-8")
+        paths.append(path)
+    return paths

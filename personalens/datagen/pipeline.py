@@ -7,16 +7,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from personalens.build import profiles
-from personalens.build import situations as situation_stage
-from personalens.build import tasks as task_stage
-from personalens.build.assemble import profile, write_tasks, write_user
-from personalens.build.batch import Runner
-from personalens.build.consistency import flagged_domains
-from personalens.build.grammars import Limits
-from personalens.build.prompts import BuildTemplates
 from personalens.data.records import with_domains
 from personalens.data.schema import Domain
+from personalens.datagen import profiles
+from personalens.datagen import situations as situation_stage
+from personalens.datagen import tasks as task_stage
+from personalens.datagen.assemble import profile, write_tasks, write_user
+from personalens.datagen.batch import Runner
+from personalens.datagen.consistency import flagged_domains
+from personalens.datagen.grammars import Limits
+from personalens.datagen.prompts import BuildTemplates
 from personalens.errors import PersonalensError
 
 STAGES = ("interests", "preferences", "consistency", "interactions", "tasks", "situations", "assemble")

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from statsmodels.stats.proportion import proportion_confint
 
-from personalens.report.stats import Estimate
-from personalens.report.tables import Column, Table
+from personalens.tables.model import Column, Table
+from personalens.tables.stats import Estimate
 
 
 def consistency_table(counts: Mapping[str, tuple[int, int]], context: tuple[tuple[str, str], ...] = ()) -> Table:
@@ -20,7 +20,7 @@ def consistency_table(counts: Mapping[str, tuple[int, int]], context: tuple[tupl
         share = Estimate(flagged / checked if checked else float("nan"), lo, hi, checked).scaled(100)
         rows.append(((label,), (checked, flagged, share)))
     return Table(
-        name="consistency",
+        name="flags",
         title="Profiles flagged by the consistency check (Figure 21)",
         row_header=("Domain",),
         columns=(

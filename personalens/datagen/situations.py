@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from personalens.build.batch import Job, Runner
-from personalens.build.grammars import JUSTIFICATION, Limits, parse_situation, situation_grammar
-from personalens.build.profiles import People, user_id
-from personalens.build.prompts import BuildTemplates
-from personalens.build.tasks import BuiltTask
+from personalens.datagen.batch import Job, Runner
+from personalens.datagen.grammars import JUSTIFICATION, Limits, parse_situation, situation_grammar
+from personalens.datagen.profiles import People, user_id
+from personalens.datagen.prompts import BuildTemplates
+from personalens.datagen.tasks import BuiltTask
 
 
 def situations(

@@ -1,8 +1,8 @@
 """PersonalBench's report.html: the score tables (all / sensitive / rest, with intervals), the
 selection figure, and a browser of the model outputs per (user, prompt) pair: the user's attributes
 with their evidence, each method's relevance decision, the generic and personalized responses, and
-the judge's and the annotators' ratings. Rendered from templates/personalbench.html with html.py's
-pieces, from a run's tables (every shard) and the filled annotation sheets."""
+the judge's and the annotators' ratings. Rendered from templates/personalbench.html with the toolkit's page
+pieces (tables/page.py), from a run's tables (every shard) and the filled annotation sheets."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import numpy as np
 
 from personalens.personalbench.formats import personalized_rating
 from personalens.personalbench.sheets import Annotations, pair_id, relevance_id, rows
-from personalens.report.html import figure_view, render_page, script_json, table_view
-from personalens.report.stats import Bootstrap
-from personalens.report.tables import Table
+from personalens.tables.model import Table
+from personalens.tables.page import figure_view, render_page, script_json, table_view
+from personalens.tables.stats import Bootstrap
 
 FIGURE_TITLES = {"selection": "Selection rate of the humans and each method (over-retrieval at a glance)"}
 
@@ -128,6 +128,7 @@ def write_html(
     )
     model = next((dict(t.context).get("model") for t in tables if dict(t.context).get("model")), "")
     return render_page(
+        Path(__file__).parent / "templates",
         "personalbench.html",
         path,
         out_dir=str(out_dir),

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from personalens.build.batch import Job
-from personalens.build.grammars import CROSS_DOMAIN, EXPLANATION, Limits, consistency_grammar, parse_consistency
-from personalens.build.prompts import BuildTemplates
+from personalens.datagen.batch import Job
+from personalens.datagen.grammars import CROSS_DOMAIN, EXPLANATION, Limits, consistency_grammar, parse_consistency
+from personalens.datagen.prompts import BuildTemplates
 
 ANY = "Any"  # the table row of profiles flagged anywhere
 

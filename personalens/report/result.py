@@ -1,0 +1,50 @@
+"""`Report`: a run report's tables and where they were written (what compose.py returns and
+html.py draws)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from personalens.report.setup import RunSetup
+from personalens.tables import render
+from personalens.tables.model import Table
+from personalens.tables.stats import Bootstrap
+
+
+@dataclass(frozen=True)
+class Report:
+    run_dirs: tuple[Path, ...]
+    out_dir: Path
+    bootstrap: Bootstrap
+    figure5_domains: tuple[str, ...]
+    table3: Table
+    table4: tuple[Table, ...]  # one per assistant model run in several prompt settings; empty if none
+    table12: Table
+    table13: Table
+    by_domain: Table  # Figure 4's numbers
+    by_turn: Table | None  # Figure 5's numbers; None without turn-level judgments
+    parse_failures: Table
+    setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
+    files: tuple[Path, ...] = ()  # everything written, report.md last
+
+    def table3_markdown(self) -> str:
+        return render.markdown([self.table3])
+
+    @property
+    def unparsed(self) -> int:
+        """Judgments left out of every mean because their output did not parse."""
+        return self._failure_total("_unparsed")
+
+    @property
+    def judged(self) -> int:
+        return self._failure_total("_judged")
+
+    def _failure_total(self, suffix: str) -> int:
+        table = self.parse_failures
+        return sum(
+            c
+            for _, cells in table.rows
+            for c, col in zip(cells, table.columns)
+            if col.key.endswith(suffix) and isinstance(c, int)
+        )
