@@ -3,66 +3,91 @@ over the one config in conf/, so `key=value`, `group=option`, `--cfg job` and `-
 
 from __future__ import annotations
 
+import functools
+import importlib
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-# commands that load models -> the folder whose logs/<command>.log takes the libraries' output
-LOGGED_COMMANDS: dict[str, Callable] = {
-    "generate": lambda cfg: cfg.run.out_dir,
-    "judge": lambda cfg: cfg.run.out_dir,
-    "run": lambda cfg: cfg.run.out_dir,
-    "consistency": lambda cfg: cfg.run.out_dir,
-    "build": lambda cfg: cfg.build.out_dir,
-    "personalbench run": lambda cfg: cfg.personalbench.out_dir,
-}
-
-USAGE = """usage: personalens SUBCOMMAND [DATA_ROOT] [key=value ...]
-
-subcommands:
-  validate   check a data directory in the official layout and print its counts
-  generate   simulate user-agent / assistant dialogues in lockstep (Parquet under run.out_dir)
-  judge      score the dialogues of run.out_dir with the judge model
-  merge      check that every scenario of the selection is present exactly once across shards
-  report     write the paper's tables and figures for one or more runs
-  run        generate, judge and report in one process, then print the Table 3 layout
-  stats      print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)
-  diversity  print and write Table 10's lexical diversity of a run's dialogues (or any dialogue Parquet)
-  build      build a new PersonaLens-style dataset in the official layout (docs/build.md)
-  consistency  check the profiles of a data root for conflicts (Figure 21) and print the flagged share
-  agreement export   annotation sheet + guide for a seeded SD/MD sample of a run's dialogues (Table 5)
-  agreement score    Fleiss' / Cohen's kappas of filled sheets against the judge (Table 5)
-  personalbench run|export|score   PersonalBench on WildChat histories (docs/personalbench.md)
-
-DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT; --strict for data.strict=true (quirks of
-the release that its own code tolerates, warnings by default, become errors). Everything else is a Hydra override,
-e.g. `personalens generate data.users=sample50 model@assistant=llama31_8b assistant.path=/models/llama`.
-`personalens SUBCOMMAND --help` shows the config."""
+from omegaconf import DictConfig
 
 
-def _commands() -> dict[str, Callable]:
-    # imported lazily so that `validate` never imports vLLM or torch
-    from personalens import commands
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    help: str
+    target: str  # "module:function", imported only when the subcommand runs (`validate` never loads vLLM)
+    # commands that load models: the folder whose logs/<command>.log takes the libraries' output
+    logs_under: Callable[[DictConfig], str | None] | None = None
+    actions: tuple[str, ...] = ()  # the next word picks one: `personalens agreement export`
 
-    return {
-        "validate": commands.validate,
-        "generate": commands.generate,
-        "judge": commands.judge,
-        "merge": commands.merge,
-        "report": commands.report,
-        "run": commands.run,
-        "stats": commands.stats,
-        "diversity": commands.diversity,
-        "build": commands.build,
-        "consistency": commands.consistency,
-        "agreement": commands.agreement,
-        "personalbench": commands.personalbench,
-    }
+    def function(self) -> Callable[[DictConfig], int]:
+        module, function = self.target.split(":")
+        return getattr(importlib.import_module(module), function)
 
 
-# subcommands whose next word picks an action: `personalens agreement export` = agreement.action=export
-ACTIONS = {"agreement": ("export", "score"), "personalbench": ("run", "export", "score")}
+def _run_dir(cfg: DictConfig) -> str:
+    return cfg.run.out_dir
+
+
+def _personalbench_run_dir(cfg: DictConfig) -> str | None:
+    return cfg.personalbench.out_dir if cfg.personalbench.action == "run" else None  # only `run` loads models
+
+
+SUBCOMMANDS = (
+    Subcommand("validate", "check a data directory in the official layout and print its counts",
+               "personalens.validation.command:validate"),
+    Subcommand("generate", "simulate user-agent / assistant dialogues in lockstep (Parquet under run.out_dir)",
+               "personalens.simulate.command:generate", _run_dir),
+    Subcommand("judge", "score the dialogues of run.out_dir with the judge model",
+               "personalens.judge.command:judge", _run_dir),
+    Subcommand("merge", "check that every scenario of the selection is present exactly once across shards",
+               "personalens.merge.command:merge"),
+    Subcommand("report", "write the paper's tables and figures for one or more runs",
+               "personalens.report.command:report"),
+    Subcommand("run", "generate, judge and report in one process, then print the Table 3 layout",
+               "personalens.cli:run", _run_dir),
+    Subcommand("stats", "print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)",
+               "personalens.validation.command:stats"),
+    Subcommand("diversity", "print and write Table 10's lexical diversity of a run's dialogues (or any dialogue Parquet)",
+               "personalens.validation.command:diversity"),
+    Subcommand("build", "build a new PersonaLens-style dataset in the official layout (docs/build.md)",
+               "personalens.cli:build", lambda cfg: cfg.build.out_dir),
+    Subcommand("consistency", "check the profiles of a data root for conflicts (Figure 21) and print the flagged share",
+               "personalens.datagen.command:consistency", _run_dir),
+    Subcommand("agreement", "Table 5: annotation sheets and guide (export), kappas against the judge (score)",
+               "personalens.agreement.command:agreement", actions=("export", "score")),
+    Subcommand("personalbench", "PersonalBench on WildChat histories (docs/personalbench.md)",
+               "personalens.personalbench.command:personalbench", _personalbench_run_dir,
+               actions=("run", "export", "score")),
+)  # fmt: skip
+COMMANDS = {c.name: c for c in SUBCOMMANDS}
+
+
+def _usage() -> str:
+    names = [c.name + (" " + "|".join(c.actions) if c.actions else "") for c in SUBCOMMANDS]
+    width = max(map(len, names)) + 2
+    lines = [f"  {n.ljust(width)}{c.help}" for n, c in zip(names, SUBCOMMANDS)]
+    return (
+        "usage: personalens SUBCOMMAND [DATA_ROOT] [key=value ...]\n\nsubcommands:\n" + "\n".join(lines) + "\n\n"
+        "DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT; --strict for data.strict=true (quirks of\n"
+        "the release that its own code tolerates, warnings by default, become errors). Everything else is a\n"
+        "Hydra override, e.g. `personalens generate data.users=sample50 model@assistant=llama31_8b\n"
+        "assistant.path=/models/llama`. `personalens SUBCOMMAND --help` shows the config."
+    )
+
+
+def run(cfg: DictConfig) -> int:
+    """generate, judge and report in one process, loading each model once (and only if needed)."""
+    from personalens.config import run as R
+    from personalens.judge.command import judge
+    from personalens.report.command import report
+    from personalens.simulate.command import generate
+
+    engines = functools.cache(lambda: R.engines(cfg, ("user_agent", "assistant", "judge")))
+    return generate(cfg, engines) or judge(cfg, engines) or report(cfg)
 
 
 def _hydra_args(rest: list[str]) -> list[str]:
@@ -75,76 +100,87 @@ def _hydra_args(rest: list[str]) -> list[str]:
     return [*rest, *strict]
 
 
-def _route_library_output(name: str, cfg) -> Path | None:
+def build(cfg: DictConfig, engine: Callable | None = None) -> int:
+    """Build new data (datagen), then describe it as `personalens stats` would (validation)."""
+    from personalens.datagen.command import build as build_data
+    from personalens.validation.command import describe_built
+
+    built = build_data(cfg, engine)
+    return built.code or (describe_built(built.root, built.domains, built.stats_dir) if built.root else 0)
+
+
+def _route_library_output(command: Subcommand, label: str, cfg: DictConfig) -> Path | None:
     """The log file the libraries write to (and the terminal is told of), or None when this
     command loads no model or `verbose` keeps everything on the terminal."""
     from personalens import console
 
-    if name not in LOGGED_COMMANDS:
+    folder = command.logs_under(cfg) if command.logs_under else None
+    if folder is None:
         return None
     if cfg.get("verbose", False):
         console.libraries_to_stderr()
         return None
     shard = f".shard-{cfg.shard.index:03d}-of-{cfg.shard.count:03d}" if cfg.shard.count > 1 else ""
-    log_file = Path(LOGGED_COMMANDS[name](cfg)) / "logs" / f"{name.replace(' ', '-')}{shard}.log"  # one per array task
+    log_file = Path(folder) / "logs" / f"{label.replace(' ', '-')}{shard}.log"  # one per array task
     console.to_log_file(log_file)
-    print(f"personalens {name}: library logs (vLLM, torch) go to {log_file}", file=console.err())
+    print(f"personalens {label}: library logs (vLLM, torch) go to {log_file}", file=console.err())
     return log_file
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    commands = _commands()
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print(USAGE, file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
-        if argv and argv[0] not in ("-h", "--help"):
+    asked_help = bool(argv) and argv[0] in ("-h", "--help")
+    if not argv or asked_help or argv[0] not in COMMANDS:
+        print(_usage(), file=sys.stdout if asked_help else sys.stderr)
+        if argv and not asked_help:
             print(f"\npersonalens: unknown subcommand {argv[0]!r}", file=sys.stderr)
-        sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
+        sys.exit(0 if asked_help else 2)
 
     import hydra
 
     from personalens.config import register_resolvers
     from personalens.paths import project_path
 
-    name = argv[0]
-    command = commands[name]
+    command = COMMANDS[argv[0]]
+    label, overrides = command.name, _hydra_args(argv[1:])
+    if command.actions:
+        action = argv[1] if len(argv) > 1 else ""
+        if action not in command.actions:
+            print(
+                f"personalens {command.name}: error: say which action: {' or '.join(command.actions)}, "
+                f"e.g. `personalens {command.name} {command.actions[0]} run.out_dir=runs/x`",
+                file=sys.stderr,
+            )
+            sys.exit(2)
+        label, overrides = f"{command.name} {action}", [*_hydra_args(argv[2:]), f"{command.name}.action={action}"]
+    function = command.function()
     register_resolvers()
 
     @hydra.main(config_path=str(project_path("conf")), config_name="config", version_base="1.3")
-    def app(cfg) -> None:
+    def app(cfg: DictConfig) -> None:
         from personalens import console
         from personalens.errors import PersonalensError
 
-        log_file = _route_library_output(name, cfg)
+        log_file = _route_library_output(command, label, cfg)
         console.show_personalens_logs()
         try:
-            code = command(cfg)
+            code = function(cfg)
         except PersonalensError as err:
-            print(f"personalens {name}: error: {err}", file=console.err())
+            print(f"personalens {label}: error: {err}", file=console.err())
             sys.exit(2)
         except Exception:
             traceback.print_exc()  # to the log file, when there is one
             if log_file is None:
                 raise
             print(
-                f"personalens {name}: failed: {sys.exc_info()[1]!r}; the traceback is in {log_file}", file=console.err()
+                f"personalens {label}: failed: {sys.exc_info()[1]!r}; the traceback is in {log_file}",
+                file=console.err(),
             )
             sys.exit(1)
         if code:
             sys.exit(code)
 
-    overrides = _hydra_args(argv[1:])
-    if name in ACTIONS:
-        action = argv[1] if len(argv) > 1 else ""
-        if action not in ACTIONS[name]:
-            print(
-                f"personalens {name}: error: say which action: {' or '.join(ACTIONS[name])}, "
-                f"e.g. `personalens {name} {ACTIONS[name][0]} run.out_dir=runs/x`",
-                file=sys.stderr,
-            )
-            sys.exit(2)
-        name, overrides = f"{name} {action}", [*_hydra_args(argv[2:]), f"{name}.action={action}"]
-    sys.argv = [f"personalens {name}", *overrides]
+    sys.argv = [f"personalens {label}", *overrides]
     app()
 
 

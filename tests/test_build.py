@@ -10,13 +10,15 @@ import pytest
 from cli_helpers import kill_once, start_cli
 from hydra import compose, initialize_config_dir
 
-from personalens import commands
+from personalens import cli
 from personalens.config import register_resolvers
 from personalens.data import DOMAINS, domains_of, load_scenarios, validate
+from personalens.datagen import command as datagen_command
 from personalens.datagen.batch import Job, Runner
 from personalens.datagen.demographics import DemographicsError, load_demographics
 from personalens.engines.base import Generation, Sampling
 from personalens.errors import PersonalensError
+from personalens.simulate import command as simulate_command
 from personalens.store import read_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,19 +44,19 @@ def no_engine():
 
 def test_a_changed_configuration_is_refused_before_any_work(tmp_path):
     out = f"build.out_dir={tmp_path}"
-    assert commands.build(config(out, "build.stages=[]", *SMALL), engine=no_engine) == 0
+    assert cli.build(config(out, "build.stages=[]", *SMALL), engine=no_engine) == 0
     assert (tmp_path / "build.yaml").read_text().startswith("fingerprint:")
     # stages and chunking only say what to run now: not a different configuration
-    assert commands.build(config(out, "build.stages=[]", "build.chunk=7", *SMALL), engine=no_engine) == 0
+    assert cli.build(config(out, "build.stages=[]", "build.chunk=7", *SMALL), engine=no_engine) == 0
     for change in ("build.seed=1", "build.limits.text_words=7", "build.users=3", "builder.max_model_len=4096"):
         with pytest.raises(PersonalensError, match="different configuration"):
-            commands.build(config(out, "build.stages=[]", *SMALL, change), engine=no_engine)
+            cli.build(config(out, "build.stages=[]", *SMALL, change), engine=no_engine)
     with pytest.raises(PersonalensError, match="missing in"):  # a stage not run only reads, and says what is missing
-        commands.build(config(out, "build.stages=[assemble]", *SMALL), engine=no_engine)
+        cli.build(config(out, "build.stages=[assemble]", *SMALL), engine=no_engine)
     with pytest.raises(PersonalensError, match="without sharding"):
-        commands.build(config(out, "build.stages=[assemble]", "shard.count=2", *SMALL), engine=no_engine)
+        cli.build(config(out, "build.stages=[assemble]", "shard.count=2", *SMALL), engine=no_engine)
     with pytest.raises(PersonalensError, match="'sd_tasks'.*missing"):  # shards never make the shared tasks
-        commands.build(config(out, "build.stages=[tasks]", "shard.count=2", *SMALL), engine=no_engine)
+        cli.build(config(out, "build.stages=[tasks]", "shard.count=2", *SMALL), engine=no_engine)
 
 
 def test_demographics_plain_and_prism_style(tmp_path):
@@ -191,7 +193,7 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     interests_before = part_files(stages / "interests")
     assert len(read_table(stages / "interests")) == 2
     assert not (out / "profile").exists()  # killed long before assembly
-    assert commands.build(config(*args), engine=load) == 0
+    assert cli.build(config(*args), engine=load) == 0
     assert part_files(stages / "interests") == interests_before  # nothing redone
     prefs = read_table(stages / "preferences").to_pylist()
     keys = [r["key"] for r in prefs if r["value"] is not None]
@@ -244,7 +246,7 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     victim = sorted(situations.rglob("part-*.parquet"))[0]
     victim.unlink()
     kept = part_files(situations)
-    assert commands.build(config(*args), engine=load) == 0
+    assert cli.build(config(*args), engine=load) == 0
     assert kept < part_files(situations) and read_table(situations).num_rows == rows_before
     assert validate(out).ok
 
@@ -259,7 +261,7 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
         f"run.out_dir={run}",
         "progress=false",
     )
-    assert commands.generate(cfg, engines=lambda: {"user_agent": engine, "assistant": engine}) == 0
+    assert simulate_command.generate(cfg, engines=lambda: {"user_agent": engine, "assistant": engine}) == 0
     dialogues = read_table(run / "dialogues").to_pylist()
     assert sorted(d["task_id"] for d in dialogues) == sorted(
         s.task.task_id for s in scenarios if s.user.index == 0 and s.task.kind == "SD"
@@ -268,11 +270,11 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     # the consistency command on the new data root: one check per selected user, resumable
     check = tmp_path / "check"
     cfg = config(f"data.root={out}", "build=quick", f"run.out_dir={check}", "progress=false")
-    assert commands.consistency(cfg, engine=load) == 0
+    assert datagen_command.consistency(cfg, engine=load) == 0
     rows = read_table(check / "consistency").to_pylist()
     assert sorted(json.loads(r["key"])[0] for r in rows if r["value"] is not None) == ["user0", "user1"]
     files = part_files(check / "consistency")
-    assert commands.consistency(cfg, engine=no_engine) == 0 and part_files(check / "consistency") == files
+    assert datagen_command.consistency(cfg, engine=no_engine) == 0 and part_files(check / "consistency") == files
     table = (check / "consistency" / "flags.md").read_text()
     assert "| Any | 2 |" in table
 
@@ -312,7 +314,7 @@ def test_a_schema_with_an_added_domain_builds_validates_loads_and_generates(tmp_
         f"build.schema={path}",
         "build.domains=[Alarm,Board Games]",
     ]
-    assert commands.build(config(*args), engine=lambda: engine) == 0
+    assert cli.build(config(*args), engine=lambda: engine) == 0
 
     report = validate(out, strict=True)
     assert report.ok, report.format()
@@ -335,7 +337,7 @@ def test_a_schema_with_an_added_domain_builds_validates_loads_and_generates(tmp_
         f"run.out_dir={run}",
         "progress=false",
     )
-    assert commands.generate(cfg, engines=lambda: {"user_agent": engine, "assistant": engine}) == 0
+    assert simulate_command.generate(cfg, engines=lambda: {"user_agent": engine, "assistant": engine}) == 0
     dialogues = read_table(run / "dialogues").to_pylist()
     assert sorted(d["task_id"] for d in dialogues) == ["SD-Alarm-task-1", "SD-Board Games-task-1"]
     assert [d["domains"] for d in dialogues if d["task_id"] == "SD-Board Games-task-1"] == [["Board Games"]]

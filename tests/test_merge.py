@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from personalens.merge import merge
+from personalens.merge.check import merge
 from personalens.store import DIALOGUE_SCHEMA, JUDGMENT_SCHEMA
 
 DIMENSIONS = ["task_completion", "personalization", "naturalness", "coherence"]

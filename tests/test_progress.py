@@ -9,7 +9,8 @@ import time
 import pytest
 
 from personalens.engines.base import Generation, Request, Sampling
-from personalens.store import Progress
+from personalens.engines.progress import generate_with_progress
+from personalens.progress import Progress
 
 REQUESTS = [Request([{"role": "user", "content": str(i)}], Sampling()) for i in range(4)]
 
@@ -41,7 +42,7 @@ def test_the_bar_follows_what_the_engine_reports_and_counts_the_rest_at_the_end(
     bar = Progress(total=10, label="judge", unit="judgment", enabled=False)
     bar.update(6, active=4, tokens=0)  # six items were done in earlier calls
     engine = Reporting(bar, report)
-    generations = bar.generate(engine, REQUESTS, remaining=4)
+    generations = generate_with_progress(engine, REQUESTS, bar, remaining=4)
     assert len(generations) == 4 and engine.seen == [6 + n for n in seen]
     assert bar.finished == 10
     bar.close()

@@ -8,7 +8,6 @@ lacks is an error that names the stage to run."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 from collections import Counter
@@ -19,9 +18,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from personalens.engines.base import Engine, Request, Sampling
+from personalens.engines.base import Engine, Request, Sampling, derive_seed
 from personalens.errors import PersonalensError
-from personalens.store import PartWriter, Progress, read_table, shard_dir
+from personalens.progress import Progress
+from personalens.store import PartWriter, read_table, shard_dir
 
 STAGE_SCHEMA = pa.schema(
     [
@@ -57,12 +57,6 @@ class StageCount:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
-
-
-def derive_seed(seed: int, *parts: object) -> int:
-    """Stable across processes and machines (unlike hash())."""
-    digest = hashlib.sha256("|".join(map(str, (seed, *parts))).encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 def encode_key(key: Sequence) -> str:

@@ -19,6 +19,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from personalens.data.records import SITUATION_KEYS
 from personalens.data.schema import AffinityType, Domain
+from personalens.engines.grammar import literal
 
 # Figure 11's closed lists; Location is free text and Day of the Week a weekday.
 SITUATION_CHOICES: dict[str, tuple[str, ...]] = {
@@ -35,7 +36,6 @@ TASK_TEXT_FIELDS = ("Task Description", "User Intent", "Task Goal")
 AFFINITY_TYPES = "Relevant Affinity Types"
 MD_TAGS = {"Task Description": "task_description", "User Intent": "user_intent", "Task Goal": "task_goal"}
 
-_LITERAL_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _JSON_CHAR = '[^ "\\\\\\x00-\\x1f]'  # no quote, backslash or control character: nothing to escape
 _XML_CHAR = "[^ <>&\\x00-\\x1f]"
 _TEXT_CHAR = "[^ \\x00-\\x1f]"
@@ -51,11 +51,6 @@ class Limits:
     summary_words: int = 450  # an interaction summary (about 2,000 characters in the release)
     list_items: int = 3  # values of a multi-valued preference, affinity types of a task
     word_chars: int = 30
-
-
-def literal(text: str) -> str:
-    """An EBNF string literal matching exactly `text`."""
-    return '"' + "".join(_LITERAL_ESCAPES.get(c, c) for c in text) + '"'
 
 
 def _json(text: str) -> str:

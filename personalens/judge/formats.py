@@ -19,6 +19,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from personalens.engines.grammar import class_chars, literal
+
 # Whitespace before the first token and between the score and the first label: bounded, since a
 # constrained model that may write unbounded whitespace sometimes never stops writing it.
 _SPACE = "[ \\n]?"
@@ -76,17 +78,17 @@ def score_led_grammar(
         raise ValueError("score_led_grammar: `scores` is empty")
     head = [_SPACE]
     if opening:
-        head += [_literal(opening), _SPACE]
+        head += [literal(opening), _SPACE]
     if score_label:
-        head += [_literal(score_label), '" "?']
+        head += [literal(score_label), '" "?']
     body = ["score"]
-    rules = ["score ::= " + " | ".join(_literal(s) for s in scores)]
+    rules = ["score ::= " + " | ".join(literal(s) for s in scores)]
     for i, label in enumerate(fields):
         name = f"text{i}"
-        body += [_SEPARATOR, _literal(label), name]
+        body += [_SEPARATOR, literal(label), name]
         rules += _text_avoiding(name, [*fields[i + 1 :], closing])
     if closing:
-        body.append(_literal(closing))
+        body.append(literal(closing))
     return "\n".join(["root ::= " + " ".join(head + body), *rules]) + "\n"
 
 
@@ -116,22 +118,10 @@ def _text_avoiding(name: str, forbidden: Sequence[str]) -> list[str]:
                 edges.setdefault(state_of(state + char), []).append(char)
         # any character outside the alphabet, or leading back to the start, restarts matching
         special = [c for c in alphabet if c not in edges.get("", [])]
-        alternatives = ['""', f"[^{_class_chars(special)}] {name}"]
-        alternatives += [f"[{_class_chars(cs)}] {rule[t]}" for t, cs in edges.items() if t]
+        alternatives = ['""', f"[^{class_chars(special)}] {name}"]
+        alternatives += [f"[{class_chars(cs)}] {rule[t]}" for t, cs in edges.items() if t]
         rules.append(f"{rule[state]} ::= " + " | ".join(alternatives))
     return rules
-
-
-_LITERAL_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_CLASS_ESCAPES = {**_LITERAL_ESCAPES, "]": "\\]", "[": "\\[", "^": "\\^", "-": "\\-"}
-
-
-def _literal(text: str) -> str:
-    return '"' + "".join(_LITERAL_ESCAPES.get(c, c) for c in text) + '"'
-
-
-def _class_chars(chars: Sequence[str]) -> str:
-    return "".join(_CLASS_ESCAPES.get(c, c) for c in chars)
 
 
 # Markdown emphasis and brackets a free-running judge wraps around its score; it may also
@@ -209,14 +199,14 @@ def bounded_grammar(
             f"judge max_tokens {max_tokens} is too small for the released code's output format, "
             f"which needs at least {fixed + len(separators)}"
         )
-    body = [_literal(opening), "score", *(f"{_literal(sep)} text" for sep in separators)]
+    body = [literal(opening), "score", *(f"{literal(sep)} text" for sep in separators)]
     if closing:
-        body.append(_literal(closing))
+        body.append(literal(closing))
     return (
         "\n".join(
             [
                 "root ::= " + " ".join(body),
-                "score ::= " + " | ".join(_literal(s) for s in scores),
+                "score ::= " + " | ".join(literal(s) for s in scores),
                 f"text ::= {_TEXT_BEFORE_TAG if closing else _TEXT}{{0,{room}}}",
             ]
         )

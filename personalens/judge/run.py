@@ -12,23 +12,21 @@ from pathlib import Path
 
 from personalens.data.records import Scenario, Turn
 from personalens.engines.base import Engine, Request, Sampling
+from personalens.engines.progress import generate_with_progress
 from personalens.judge.formats import FORMATS, JudgeFormat, format_for
-from personalens.prompts.render import PER_SPEAKER, RATED_SPEAKERS, judge_messages
+from personalens.progress import Progress, prompt_usage
+from personalens.prompts.render import SPEAKERS, judge_messages
 from personalens.prompts.templates import Templates
 from personalens.store import (
     ID_FIELDS,
     JUDGMENT_KEY,
     JUDGMENT_SCHEMA,
     PartWriter,
-    Progress,
     existing_values,
-    prompt_usage,
 )
 
 log = logging.getLogger(__name__)
 _ID_NAMES = [name for name, _ in ID_FIELDS]
-# dimension -> the speakers rated separately (naturalness and coherence: user and assistant)
-SPEAKERS = {dim: tuple(RATED_SPEAKERS) for dim in PER_SPEAKER}
 CHUNK = 512  # judgments per generate call: large batches, yet results reach disk steadily
 
 
@@ -111,7 +109,7 @@ def judge(
             Request(messages=p, sampling=sampling, grammar=format_for(i.dimension, formats).grammar)
             for i, p in zip(chunk, prompts)
         ]
-        generations = bar.generate(engine, requests, remaining=len(items) - start)
+        generations = generate_with_progress(engine, requests, bar, remaining=len(items) - start)
         rows = []
         for item, prompt, gen in zip(chunk, prompts, generations):
             verdict = format_for(item.dimension, formats).parse(gen.text)

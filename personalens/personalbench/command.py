@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from personalens import config as C
 from personalens import console
-from personalens.engines.base import Embedder
+from personalens.engines.base import Embedder, sampling_from
 from personalens.errors import PersonalensError
 from personalens.personalbench.extraction import Rules
 from personalens.personalbench.histories import Filters
@@ -63,10 +63,10 @@ def settings(cfg: DictConfig) -> Settings:
             ),
             bm25=Rule(int(pb.relevance.bm25_top_k)),
             embedding=Rule(int(pb.embedding.top_k), float(pb.embedding.min_similarity)) if pb.embedding.path else None,
-            extraction=C.sampling(pb.extraction.sampling),
-            relevance=C.sampling(pb.relevance.sampling),
-            generation=C.sampling(pb.generation.sampling),
-            judge=C.sampling(pb.judging.sampling),
+            extraction=sampling_from(pb.extraction.sampling),
+            relevance=sampling_from(pb.relevance.sampling),
+            generation=sampling_from(pb.generation.sampling),
+            judge=sampling_from(pb.judging.sampling),
             seed=int(cfg.seed),
             batch_size=int(pb.batch_size),
             progress=bool(cfg.progress),
@@ -219,3 +219,9 @@ def _require_run(out_dir: Path) -> None:
         raise PersonalensError(
             f"no PersonalBench run in {out_dir}: run `personalens personalbench run` with the same run.out_dir first"
         )
+
+
+def personalbench(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+    """`personalens personalbench run|export|score` (docs/personalbench.md)."""
+    action = str(cfg.personalbench.action)  # the CLI has checked it against its actions
+    return run(cfg, engines) if action == "run" else export(cfg) if action == "export" else score(cfg)

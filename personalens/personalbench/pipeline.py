@@ -14,6 +14,7 @@ from pathlib import Path
 from personalens import console
 from personalens.data.sharding import assign_shards
 from personalens.engines.base import Embedder, Engine, Request, Sampling
+from personalens.engines.progress import generate_with_progress
 from personalens.errors import PersonalensError
 from personalens.personalbench import formats
 from personalens.personalbench.extraction import Rules, review, sensitive_conversation, shown_turns
@@ -23,7 +24,8 @@ from personalens.personalbench.relevance import select as chosen_by
 from personalens.personalbench.schema import TABLES
 from personalens.personalbench.templates import Prompts
 from personalens.personalbench.wildchat import ReadStats, read_conversations, shard_paths
-from personalens.store import PartWriter, Progress, existing_values, read_table, shard_dir
+from personalens.progress import Progress
+from personalens.store import PartWriter, existing_values, read_table, shard_dir
 
 STAGES = ("extract", "relevance", "generate", "judge")  # the model stages, in order
 CHUNK = 512  # requests per generate call: large batches, yet results reach disk steadily
@@ -168,7 +170,7 @@ def _batched(
     bar = Progress(total=len(items), label=label, unit="request", enabled=progress)
     for start in range(0, len(items), CHUNK):
         chunk = items[start : start + CHUNK]
-        generations = bar.generate(engine, requests(chunk), remaining=len(items) - start)
+        generations = generate_with_progress(engine, requests(chunk), bar, remaining=len(items) - start)
         write(chunk, generations, engine)
     bar.close()
 

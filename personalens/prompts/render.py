@@ -51,6 +51,8 @@ DIMENSIONS: tuple[str, ...] = ("task_completion", "personalization", "naturalnes
 # Dimensions rated once per speaker, and how their prompts name that speaker's turns.
 RATED_SPEAKERS: Mapping[str, str] = {"user": "user utterances", "assistant": "assistant responses"}
 PER_SPEAKER: tuple[str, ...] = ("naturalness", "coherence")
+# dimension -> the speakers rated separately (naturalness and coherence: user and assistant)
+SPEAKERS: Mapping[str, tuple[str, ...]] = {dim: tuple(RATED_SPEAKERS) for dim in PER_SPEAKER}
 # Assistant prompt families (a model config's `prompt_family`): a set may hold a family's own
 # assistant prompts under assistant/<family>/; "default" (and any family without them) uses assistant/.
 FAMILIES: tuple[str, ...] = ("default", "llama", "mistral")

@@ -1,5 +1,5 @@
 """What produced a run: its fidelity option and models, read from the resolved configs that
-`generate` and `judge` save in the run directory (personalens/config.py), and the paper's
+`generate` and `judge` save in the run directory (personalens/config/core.py), and the paper's
 published Table 3 rows (paper_table3.csv, keyed by model name as conf/model/*.yaml names them)."""
 
 from __future__ import annotations
@@ -11,12 +11,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from personalens.config.fidelity import Fidelity
 from personalens.report.errors import ReportError
 
 PUBLISHED_TABLE3 = Path(__file__).with_name("paper_table3.csv")
-# Runs written before the fidelity option existed behaved as `paper` does now.
-_BEFORE_OPTION = "paper"
-_KINDS_BEFORE_OPTION = ("SD", "MD")
 
 
 @dataclass(frozen=True)
@@ -44,19 +42,19 @@ def read_setup(run_dir: Path) -> RunSetup:
                 saved[step] = OmegaConf.to_container(OmegaConf.load(path)).get("config", {})
             except Exception as err:  # a damaged file: say which
                 raise ReportError(f"{path}: not a readable run configuration ({err})") from err
-    fidelities = {step: cfg["fidelity"] for step, cfg in saved.items() if "fidelity" in cfg}
-    names = {f.get("name") for f in fidelities.values()}
+    # a step saved before the option existed says nothing; one saved since says which
+    options = [Fidelity.from_saved(cfg) for cfg in saved.values() if "fidelity" in cfg] or [Fidelity.from_saved({})]
+    names = {option.name for option in options}
     if len(names) > 1:
         raise ReportError(f"{run_dir}: generate and judge ran with different fidelity options ({sorted(names)})")
-    fidelity = next(iter(fidelities.values()), None)
 
     def model(step: str, role: str) -> str | None:
         return saved.get(step, {}).get(role, {}).get("name")
 
     return RunSetup(
         run_dir=run_dir,
-        fidelity=fidelity["name"] if fidelity else _BEFORE_OPTION,
-        figure4_kinds=tuple(fidelity["figure4_kinds"]) if fidelity else _KINDS_BEFORE_OPTION,
+        fidelity=options[0].name,
+        figure4_kinds=options[0].figure4_kinds,
         user_agent=model("generate", "user_agent"),
         judge=model("judge", "judge"),
     )

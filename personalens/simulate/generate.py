@@ -3,20 +3,20 @@ dialogues to Parquet, skipping the ones a previous run already wrote."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from personalens.data.records import Role, Scenario
-from personalens.engines.base import Engine, Sampling
+from personalens.engines.base import Engine, Sampling, derive_seed
+from personalens.progress import Progress, prompt_usage
 from personalens.prompts.render import assistant_messages, user_agent_messages
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import Templates
 from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
-from personalens.store import PartWriter, Progress, prompt_usage
+from personalens.store import PartWriter
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +51,6 @@ class GenerateSummary:
         )
 
 
-def dialogue_seed(seed: int, user_id: str, task_id: str, trial: int) -> int:
-    """Stable across processes and machines (unlike hash()); independent of the prompt setting,
-    so the ablation settings of one scenario and trial are sampled alike."""
-    digest = hashlib.sha256(f"{seed}|{user_id}|{task_id}|{trial}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
-
-
 def plan_dialogues(
     scenarios: Sequence[Scenario],
     setting: PromptSetting,
@@ -79,7 +72,8 @@ def plan_dialogues(
                     scenario=scenario,
                     setting=setting.label,
                     trial=trial,
-                    seed=dialogue_seed(seed, *key[:2], trial),
+                    # not the setting: the ablation settings of a scenario and trial sample alike
+                    seed=derive_seed(seed, *key[:2], trial),
                     max_rounds=protocol.max_rounds(scenario),
                     rules=protocol.rules,
                 )

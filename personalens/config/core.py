@@ -1,4 +1,4 @@
-"""From the Hydra config to typed settings, fingerprints and the saved resolved config."""
+"""Fingerprints of configurations and the resolved config a run saves beside its outputs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from personalens.engines.base import Sampling
 from personalens.errors import PersonalensError
 from personalens.paths import PROJECT_ROOT
 
@@ -25,14 +24,6 @@ def register_resolvers() -> None:
 
 def plain(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
-
-
-def sampling(section: DictConfig) -> Sampling:
-    return Sampling(
-        temperature=float(section.temperature),
-        max_tokens=int(section.max_tokens),
-        top_p=float(section.get("top_p", 1.0)),
-    )
 
 
 def fingerprint(parts: dict) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from personalens.judge.run import SPEAKERS
+from personalens.prompts.render import SPEAKERS
 from personalens.store import JUDGMENT_KEY, KEY_COLUMNS, read_table, shard_dir
 
 DialogueKey = tuple[str, str, str, int]  # user_id, task_id, setting, trial

@@ -1,15 +1,14 @@
 """What long batch work shows: a progress bar (finished items, items still to do, generated tokens per
-second) and the prompt-token line of its summary."""
+second) and the prompt-token line of its summary. engines/progress.py moves a bar while an engine's
+batched call runs."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 from tqdm import tqdm
 
 from personalens import console
-from personalens.engines.base import Engine, Generation, Request
 
 # seconds between redraws: on a terminal each one overwrites the bar, in a file or a pipe (a SLURM
 # log) each one stays
@@ -33,24 +32,6 @@ class Progress:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         self._bar.set_postfix(active=active, tok_s=f"{self._tokens / elapsed:.1f}", refresh=False)
         self._bar.update(finished)
-
-    def generate(self, engine: Engine, requests: Sequence[Request], remaining: int) -> list[Generation]:
-        """`engine.generate(requests)` with the bar moving as requests finish (where the engine says
-        so, else all at the end); `remaining`: the items still to do, these requests included."""
-        reported = 0
-
-        def finished(n: int) -> None:
-            nonlocal reported
-            reported += n
-            self.update(n, active=remaining - reported, tokens=0)
-
-        generations = engine.generate(requests, on_finished=finished)
-        self.update(
-            len(requests) - reported,
-            active=remaining - len(requests),
-            tokens=sum(g.completion_tokens for g in generations),
-        )
-        return generations
 
     def close(self) -> None:
         self._bar.close()

@@ -1,0 +1,95 @@
+"""What a command reads from the Hydra config before it works: the scenarios of its shard, the
+prompt setting, the template set, the assistant's prompt family, the models and their engines.
+Heavy imports (vLLM, torch) happen only when engines are built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from personalens.config.core import fingerprint
+from personalens.config.fidelity import Fidelity
+from personalens.errors import PersonalensError
+
+
+def fidelity(cfg: DictConfig) -> Fidelity:
+    return Fidelity.from_mapping(cfg.fidelity)
+
+
+def selection(cfg: DictConfig) -> list:
+    """Every scenario of the selected users and kinds."""
+    from personalens.data import load_scenarios
+
+    return load_scenarios(Path(cfg.data.root), cfg.data.users, cfg.data.kinds, strict=bool(cfg.data.strict))
+
+
+def scenarios(cfg: DictConfig) -> list:
+    """The scenarios of this shard."""
+    from personalens.data import shard
+
+    return shard(selection(cfg), int(cfg.shard.index), int(cfg.shard.count))
+
+
+def setting(cfg: DictConfig):
+    from personalens.prompts.setting import PromptSetting
+
+    try:
+        return PromptSetting(
+            mode=cfg.prompt.mode,
+            demographics=bool(cfg.prompt.demographics),
+            interactions=bool(cfg.prompt.interactions),
+            situation=bool(cfg.prompt.situation),
+        )
+    except ValueError as err:
+        raise PersonalensError(f"prompt: {err}") from None
+
+
+def templates(cfg: DictConfig, option: Fidelity):
+    """The fidelity option's template set, or the folder prompt.dir names, with the option's rules;
+    and the fingerprint of their text."""
+    from personalens.prompts.sections import STYLES
+    from personalens.prompts.templates import load_templates
+
+    if option.style not in STYLES:
+        raise PersonalensError(f"fidelity.prompts.style: {option.style!r} is not one of {', '.join(STYLES)}")
+    loaded = load_templates(cfg.prompt.dir or option.prompts_dir, style=option.style, verbatim=option.verbatim)
+    return loaded, fingerprint(dict(loaded.sources))
+
+
+def prompt_family(cfg: DictConfig) -> str:
+    from personalens.prompts.render import FAMILIES
+
+    family = str(cfg.assistant.get("prompt_family", "default"))
+    if family not in FAMILIES:
+        raise PersonalensError(f"assistant.prompt_family: {family!r} is not one of {', '.join(FAMILIES)}")
+    return family
+
+
+def check_models(cfg: DictConfig, roles: tuple[str, ...]) -> None:
+    """Fails on a bad model config before anything is saved or loaded."""
+    from personalens.engines.factory import model_configs
+
+    model_configs({role: cfg[role] for role in roles})
+
+
+def resolved(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
+    """What each in-process model's `dtype` means on this machine, kept in the saved config (the
+    fingerprint keeps the configured value, so shards on different CPUs still form one run)."""
+    from personalens.engines.dtype import local_dtype
+
+    return {role: {"dtype": vars(local_dtype(str(cfg[role].dtype)))} for role in roles if cfg[role].engine == "vllm"}
+
+
+def engines(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
+    from personalens.engines.factory import build_engines
+
+    return build_engines({role: cfg[role] for role in roles})
+
+
+def engine(cfg: DictConfig, role: str):
+    """One model's engine, for commands with a single role (`model@builder`)."""
+    from personalens.engines.config import ModelConfig
+    from personalens.engines.factory import build_engine
+
+    return build_engine(ModelConfig.from_mapping(cfg[role], where=f"model@{role}"))

@@ -1,0 +1,61 @@
+"""`personalens judge`: score this shard's dialogues with the judge model."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from personalens import config as C
+from personalens import console
+from personalens.config import run as R
+from personalens.errors import PersonalensError
+
+
+def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+    from personalens.engines.base import sampling_from
+    from personalens.judge.formats import formats_named
+    from personalens.judge.run import judge as score
+    from personalens.store import read_table, shard_dir
+
+    fidelity = R.fidelity(cfg)
+    out_dir = Path(cfg.run.out_dir)
+    dialogues = read_table(shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count))
+    if dialogues is None:
+        raise PersonalensError(
+            f"no dialogues in {shard_dir(out_dir, 'dialogues', cfg.shard.index, cfg.shard.count)}: "
+            "run `personalens generate` with the same run.out_dir and shard first"
+        )
+    templates, templates_digest = R.templates(cfg, fidelity)
+    try:
+        formats = formats_named(fidelity.judge_format, int(cfg.protocol.judge.max_tokens))
+    except ValueError as err:
+        raise PersonalensError(f"fidelity.judge_format: {err}") from None
+    digest = C.fingerprint(
+        {
+            "judge": C.model_identity(cfg.judge),
+            "sampling": C.plain(cfg.protocol.judge),
+            "templates": templates_digest,
+            "turn_level": bool(cfg.judging.turn_level),
+            "fidelity": fidelity.identity(),
+        }
+    )
+    R.check_models(cfg, ("judge",))
+    C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",)))
+    load = engines or functools.cache(lambda: R.engines(cfg, ("judge",)))
+    print(f"judge: fidelity option {fidelity.name}", file=console.err())
+    score(
+        dialogues.to_pylist(),
+        {s.key: s for s in R.scenarios(cfg)},
+        templates=templates,
+        load_engine=lambda: load()["judge"],
+        sampling=sampling_from(cfg.protocol.judge),
+        dimensions=list(cfg.judging.dimensions),
+        turn_level=bool(cfg.judging.turn_level),
+        folder=shard_dir(out_dir, "judgments", cfg.shard.index, cfg.shard.count),
+        progress=bool(cfg.progress),
+        formats=formats,
+    )
+    return 0

@@ -1,0 +1,67 @@
+"""`personalens generate`: user-agent / assistant dialogues of this shard's scenarios, in lockstep."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from personalens import config as C
+from personalens import console
+from personalens.config import run as R
+
+ROLES = ("user_agent", "assistant")
+
+
+def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+    from personalens.engines.base import sampling_from
+    from personalens.simulate.dialogue import EndRules
+    from personalens.simulate.generate import Protocol
+    from personalens.simulate.generate import generate as simulate
+    from personalens.store import DIALOGUE_SCHEMA, KEY_COLUMNS, PartWriter, existing_values, shard_dir
+
+    fidelity = R.fidelity(cfg)
+    scenarios = R.scenarios(cfg)
+    setting = R.setting(cfg)
+    family = R.prompt_family(cfg)
+    templates, templates_digest = R.templates(cfg, fidelity)
+    out_dir = Path(cfg.run.out_dir)
+    digest = C.fingerprint(
+        {
+            "assistant": C.model_identity(cfg.assistant),
+            "user_agent": C.model_identity(cfg.user_agent),
+            "protocol": {k: C.plain(v) for k, v in cfg.protocol.items() if k != "judge"},
+            "templates": templates_digest,
+            "seed": int(cfg.seed),
+            "data_root": str(Path(cfg.data.root).resolve()),
+            "fidelity": fidelity.identity(),
+        }
+    )
+    R.check_models(cfg, ROLES)  # before the config is saved as this run's
+    C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES))
+    folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
+    load = engines or functools.cache(lambda: R.engines(cfg, ROLES))
+    print(f"generate: fidelity option {fidelity.name}, assistant prompt family {family}", file=console.err())
+    simulate(
+        scenarios,
+        setting=setting,
+        templates=templates,
+        load_engines=lambda: {"user": load()["user_agent"], "assistant": load()["assistant"]},
+        protocol=Protocol(
+            cfg.protocol.max_rounds_sd,
+            cfg.protocol.max_rounds_md,
+            {"user": sampling_from(cfg.protocol.user_agent), "assistant": sampling_from(cfg.protocol.assistant)},
+            EndRules(fidelity.terminate, fidelity.reply_after_cap),
+        ),
+        trials=int(cfg.trials),
+        seed=int(cfg.seed),
+        writer=PartWriter(folder, DIALOGUE_SCHEMA),
+        done=existing_values(folder, KEY_COLUMNS),
+        run_id=str(cfg.run.name),
+        config_hash=digest,
+        progress=bool(cfg.progress),
+        family=family,
+    )
+    return 0
