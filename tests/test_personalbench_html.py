@@ -12,8 +12,8 @@ from test_report_html import NASTY, browser, open_page  # noqa: F401  (browser i
 
 from personalens.personalbench import report as pb_report
 from personalens.personalbench.page import write_html
-from personalens.personalbench.pipeline import Shard
 from personalens.personalbench.sheets import Annotations
+from personalens.personalbench.stage import Shard
 from personalens.tables import render
 from personalens.tables.stats import Bootstrap
 

@@ -16,7 +16,8 @@ import slurm_cluster
 from personalbench_helpers import REPO, config
 
 from personalens.personalbench.command import settings
-from personalens.personalbench.pipeline import Shard, load_histories
+from personalens.personalbench.pipeline import load_histories
+from personalens.personalbench.stage import Shard
 from personalens.store import read_table
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm]

@@ -14,8 +14,8 @@ from personalens.engines.base import Embedder, sampling_from
 from personalens.errors import PersonalensError
 from personalens.personalbench.extraction import Rules
 from personalens.personalbench.histories import Filters
-from personalens.personalbench.pipeline import STAGES, Settings, Shard
 from personalens.personalbench.relevance import Rule
+from personalens.personalbench.stage import STAGES, Settings, Shard
 from personalens.personalbench.templates import Prompts
 
 # settings that change what is read, reported or where, not what the models produce

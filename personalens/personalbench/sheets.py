@@ -13,7 +13,7 @@ import jinja2
 
 from personalens.errors import PersonalensError
 from personalens.personalbench.metrics import ATTRIBUTE_LABELS, FAILURE_REASONS
-from personalens.personalbench.pipeline import personalized_first
+from personalens.personalbench.responses import personalized_first
 from personalens.personalbench.templates import DEFAULT_DIR
 from personalens.store import read_table
 
