@@ -1,11 +1,15 @@
-"""A batched engine call that moves a progress bar as its requests finish."""
+"""Batched engine calls that move a progress bar as their requests finish, and the batch-and-write
+loop of the pipelines that judge or generate many independent outputs (judge, PersonalBench)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from personalens.engines.base import Engine, Generation, Request
 from personalens.progress import Progress
+
+T = TypeVar("T")
 
 
 def generate_with_progress(
@@ -27,3 +31,26 @@ def generate_with_progress(
         tokens=sum(g.completion_tokens for g in generations),
     )
     return generations
+
+
+def generate_in_chunks(
+    items: Sequence[T],
+    requests: Callable[[Sequence[T]], list[Request]],
+    load: Callable[[], Engine],
+    write: Callable[[Sequence[T], list[Generation], Engine], None],
+    *,
+    label: str,
+    unit: str,
+    progress: bool,
+    chunk: int,
+) -> None:
+    """Generate `requests` for `items` in calls of `chunk`, each chunk's outputs written before the
+    next call (a killed run keeps what finished); `load` is called only when there is work."""
+    if not items:
+        return
+    engine = load()
+    bar = Progress(total=len(items), label=label, unit=unit, enabled=progress)
+    for start in range(0, len(items), chunk):
+        part = items[start : start + chunk]
+        write(part, generate_with_progress(engine, requests(part), bar, remaining=len(items) - start), engine)
+    bar.close()

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from personalens.data.records import Scenario, Turn
 from personalens.engines.base import Engine, Request, Sampling
-from personalens.engines.progress import generate_with_progress
+from personalens.engines.progress import generate_in_chunks
 from personalens.judge.formats import FORMATS, JudgeFormat, format_for
-from personalens.progress import Progress, prompt_usage
+from personalens.progress import prompt_usage
 from personalens.prompts.render import SPEAKERS, judge_messages
 from personalens.prompts.templates import Templates
 from personalens.store import (
@@ -99,21 +99,20 @@ def judge(
             f"judge: {outside} dialogues in {folder.parent.parent} are outside the data selection and are not judged"
         )
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
-    engine = load_engine() if items else None
-    bar = Progress(total=len(items), label="judge", unit="judgment", enabled=progress)
-    started, failed, prompt_tokens, cached_tokens = time.monotonic(), 0, 0, 0
-    for start in range(0, len(items), CHUNK):
-        chunk = items[start : start + CHUNK]
-        prompts = [render(templates, i) for i in chunk]
-        requests = [
-            Request(messages=p, sampling=sampling, grammar=format_for(i.dimension, formats).grammar)
-            for i, p in zip(chunk, prompts)
+    counts = {"failed": 0, "prompt_tokens": 0, "cached_tokens": 0}
+    started = time.monotonic()
+
+    def requests(chunk: Sequence[Item]) -> list[Request]:
+        return [
+            Request(messages=render(templates, i), sampling=sampling, grammar=format_for(i.dimension, formats).grammar)
+            for i in chunk
         ]
-        generations = generate_with_progress(engine, requests, bar, remaining=len(items) - start)
+
+    def write(chunk: Sequence[Item], generations: list, engine: Engine) -> None:
         rows = []
-        for item, prompt, gen in zip(chunk, prompts, generations):
+        for item, gen in zip(chunk, generations):
             verdict = format_for(item.dimension, formats).parse(gen.text)
-            failed += not verdict.parsed
+            counts["failed"] += not verdict.parsed
             rows.append(
                 {
                     **{k: item.dialogue[k] for k in _ID_NAMES},
@@ -124,16 +123,19 @@ def judge(
                     "parsed": verdict.parsed,
                     "judge_text": gen.text,
                     "judge_model": engine.name,
-                    "prompt_hash": prompt_hash(prompt),
+                    "prompt_hash": prompt_hash(render(templates, item)),  # rendering is cheap; prompts are not kept
                 }
             )
         writer.write(rows)
-        prompt_tokens += sum(g.prompt_tokens for g in generations)
-        cached_tokens += sum(g.cached_tokens for g in generations)
-    bar.close()
+        counts["prompt_tokens"] += sum(g.prompt_tokens for g in generations)
+        counts["cached_tokens"] += sum(g.cached_tokens for g in generations)
+
+    generate_in_chunks(
+        items, requests, load_engine, write, label="judge", unit="judgment", progress=progress, chunk=CHUNK
+    )
     log.info(
         f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "
-        f"{failed} outputs without a valid score; {prompt_usage(prompt_tokens, cached_tokens)}"
+        f"{counts['failed']} outputs without a valid score; {prompt_usage(counts['prompt_tokens'], counts['cached_tokens'])}"
     )
     return len(items)
 

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.engines.base import Engine, Request, Sampling
-from personalens.engines.progress import generate_with_progress
+from personalens.engines.progress import generate_in_chunks
 from personalens.personalbench.extraction import Rules
 from personalens.personalbench.histories import Filters
 from personalens.personalbench.relevance import Rule
 from personalens.personalbench.schema import TABLES
-from personalens.progress import Progress
 from personalens.store import PartWriter, existing_values, read_table, shard_dir
 
 STAGES = ("extract", "relevance", "generate", "judge")  # the model stages, in order
@@ -72,15 +71,7 @@ def batched(
     progress: bool,
     write: Callable[[list, list, Engine], None],
 ) -> None:
-    if not items:
-        return
-    engine = load()
-    bar = Progress(total=len(items), label=label, unit="request", enabled=progress)
-    for start in range(0, len(items), CHUNK):
-        chunk = items[start : start + CHUNK]
-        generations = generate_with_progress(engine, requests(chunk), bar, remaining=len(items) - start)
-        write(chunk, generations, engine)
-    bar.close()
+    generate_in_chunks(items, requests, load, write, label=label, unit="request", progress=progress, chunk=CHUNK)
 
 
 def messages(text: str, system: str | None = None) -> list[dict]:
