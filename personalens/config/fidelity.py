@@ -50,6 +50,12 @@ class Fidelity:
         raw = saved_config.get("fidelity")
         return cls.from_mapping(raw if raw is not None else _BEFORE_OPTION, "saved fidelity")
 
+    @property
+    def reproduces_release(self) -> bool:
+        """Whether results are comparable with the paper's printed numbers, which the released code
+        produced: Table 3 then shows the paper's rows beside the run's."""
+        return self.name == "official"
+
     def identity(self) -> dict:
         """The option as it shapes results, for fingerprints: its rules, not where its template folder
         lies (the templates' text is fingerprinted by itself)."""

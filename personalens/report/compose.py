@@ -64,7 +64,7 @@ def compute_report(
     kinds and whether Table 3 shows the paper's published rows (`official` only)."""
     j = data.judgments
     shared = common_fidelity(setups) if setups else None
-    official = shared is not None and shared.fidelity == "official"
+    official = shared is not None and shared.option.reproduces_release
     notes = (_setup_note(setups),) if setups else ()
     return Report(
         run_dirs=run_dirs,
@@ -75,7 +75,7 @@ def compute_report(
         table4=tuple(table4(j, boot)),
         table12=table12(j, boot),
         table13=table13(data.dialogues, boot),
-        by_domain=by_domain(j, boot, shared.figure4_kinds if shared else KINDS),
+        by_domain=by_domain(j, boot, shared.option.figure4_kinds if shared else KINDS),
         by_turn=by_turn(j, figure5_domains, boot),
         parse_failures=parse_failures(j),
         setups=setups,
@@ -89,7 +89,7 @@ def _setup_note(setups: tuple[RunSetup, ...]) -> str:
         return ", ".join(sorted(v or "unknown" for v in values))
 
     return (
-        f"Fidelity option: {setups[0].fidelity} (docs/fidelity.md). "
+        f"Fidelity option: {setups[0].option.name} (docs/fidelity.md). "
         f"User agent: {names({s.user_agent for s in setups})}. Judge: {names({s.judge for s in setups})}."
     )
 

@@ -20,14 +20,13 @@ PUBLISHED_TABLE3 = Path(__file__).with_name("paper_table3.csv")
 @dataclass(frozen=True)
 class RunSetup:
     run_dir: Path
-    fidelity: str
-    figure4_kinds: tuple[str, ...]  # task kinds whose dialogues Figure 4 counts
+    option: Fidelity
     user_agent: str | None  # model names; None when the run's config does not say
     judge: str | None
 
     def line(self) -> str:
         return (
-            f"`{self.run_dir}`: fidelity option **{self.fidelity}**, user agent {self.user_agent or 'unknown'}, "
+            f"`{self.run_dir}`: fidelity option **{self.option.name}**, user agent {self.user_agent or 'unknown'}, "
             f"judge {self.judge or 'unknown'}"
         )
 
@@ -53,8 +52,7 @@ def read_setup(run_dir: Path) -> RunSetup:
 
     return RunSetup(
         run_dir=run_dir,
-        fidelity=options[0].name,
-        figure4_kinds=options[0].figure4_kinds,
+        option=options[0],
         user_agent=model("generate", "user_agent"),
         judge=model("judge", "judge"),
     )
@@ -62,11 +60,11 @@ def read_setup(run_dir: Path) -> RunSetup:
 
 def common_fidelity(setups: Sequence[RunSetup]) -> RunSetup:
     """The setup the runs share for reporting; runs of different fidelity options are not comparable."""
-    options = sorted({s.fidelity for s in setups})
+    options = sorted({s.option.name for s in setups})
     if len(options) > 1:
         raise ReportError(
             "the runs were made with different fidelity options ("
-            + "; ".join(f"{s.run_dir}: {s.fidelity}" for s in setups)
+            + "; ".join(f"{s.run_dir}: {s.option.name}" for s in setups)
             + "); report them separately"
         )
     return setups[0]
