@@ -3,12 +3,12 @@ seeded requests to an engine."""
 
 from __future__ import annotations
 
-import random
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from personalens.engines.base import Engine, Request, Sampling
+from personalens.engines.base import Engine, Request, Sampling, derive_seed
 from personalens.engines.progress import generate_in_chunks
 from personalens.personalbench.extraction import Rules
 from personalens.personalbench.histories import Filters
@@ -79,10 +79,5 @@ def messages(text: str, system: str | None = None) -> list[dict]:
 
 
 def seeded(sampling: Sampling, seed: int, *key: object) -> Sampling:
-    return Sampling(
-        sampling.temperature,
-        sampling.max_tokens,
-        sampling.top_p,
-        seed=random.Random("/".join(map(str, (seed, *key)))).randrange(2**31),
-        min_tokens=sampling.min_tokens,
-    )
+    """`sampling` with the request's own seed, derived as every pipeline derives it."""
+    return dataclasses.replace(sampling, seed=derive_seed(seed, *key))
