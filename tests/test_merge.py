@@ -7,6 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from run_rows import dialogue_row, judgment_row
 
 from personalens.merge.check import merge
 from personalens.store import DIALOGUE_SCHEMA, JUDGMENT_SCHEMA
@@ -23,46 +24,17 @@ EXPECTED = {
 }
 
 
-def dialogue_row(key: tuple) -> dict:
+def dialogue_of(key: tuple) -> dict:
     user, task, setting, trial = key
-    return {
-        "run_id": "test",
-        "user_id": user,
-        "user_index": int(user[4:]),
-        "task_id": task,
-        "kind": task[:2],
-        "domains": ["Alarm"],
-        "setting": setting,
-        "trial": trial,
-        "seed": trial,
-        "assistant_model": "a",
-        "user_model": "u",
-        "turns": [{"role": "user", "text": "hi", "prompt_tokens": 3, "completion_tokens": 1}],
-        "rounds": 1,
-        "ended": "terminated",
-        "opening_terminate": False,
-        "seconds": 0.5,
-        "config_hash": "abc",
-    }
+    turns = [{"role": "user", "text": "hi", "prompt_tokens": 3, "completion_tokens": 1}]
+    return dialogue_row(user, task, task[:2], ["Alarm"], setting=setting, trial=trial, seed=trial, turns=turns)
 
 
 def judgment_rows(key: tuple) -> list[dict]:
-    ids = {k: v for k, v in dialogue_row(key).items() if k in JUDGMENT_SCHEMA.names}
     speakers = {"naturalness": ["assistant", "user"], "coherence": ["assistant", "user"]}
+    dialogue = dialogue_of(key)
     return [
-        {
-            **ids,
-            "dimension": dim,
-            "speaker": speaker,
-            "turn": -1,
-            "score": 1.0,
-            "parsed": True,
-            "judge_text": "1",
-            "judge_model": "j",
-            "prompt_hash": "h",
-        }
-        for dim in DIMENSIONS
-        for speaker in speakers.get(dim, [""])
+        judgment_row(dialogue, dim, 1.0, speaker=speaker) for dim in DIMENSIONS for speaker in speakers.get(dim, [""])
     ]
 
 
@@ -78,7 +50,7 @@ def write_run(out_dir: Path, keys=EXPECTED) -> None:
     for shard in (0, 1):
         mine = [key for key in keys if keys[key] == shard]
         for part, half in enumerate((mine[: len(mine) // 2], mine[len(mine) // 2 :])):
-            write_part(out_dir, "dialogues", shard, [dialogue_row(k) for k in half], part)
+            write_part(out_dir, "dialogues", shard, [dialogue_of(k) for k in half], part)
             write_part(out_dir, "judgments", shard, [r for k in half for r in judgment_rows(k)], part)
 
 
@@ -131,7 +103,7 @@ def test_duplicated_dialogue_is_refused(tmp_path):
     write_run(tmp_path)
     again = ("user0", "MD-task-3", "base", 1)
     # a re-submitted job that wrote the same dialogue again, with its judgments
-    write_part(tmp_path, "dialogues", 0, [dialogue_row(again)], part=7)
+    write_part(tmp_path, "dialogues", 0, [dialogue_of(again)], part=7)
     write_part(tmp_path, "judgments", 0, judgment_rows(again), part=7)
 
     result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
@@ -145,7 +117,7 @@ def test_duplicated_dialogue_is_refused(tmp_path):
 def test_same_dialogue_in_two_shard_folders_is_refused_in_both(tmp_path):
     write_run(tmp_path)
     moved = ("user2", "SD-Alarm-task-1", "base", 0)
-    write_part(tmp_path, "dialogues", 0, [dialogue_row(moved)], part=7)
+    write_part(tmp_path, "dialogues", 0, [dialogue_of(moved)], part=7)
 
     result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
     assert [(p.index, p.duplicated_dialogues) for p in result.problems] == [(0, (moved,)), (1, (moved,))]
@@ -175,7 +147,7 @@ def test_missing_judgments_are_refused(tmp_path):
 def test_dialogue_outside_the_selection_is_refused(tmp_path):
     write_run(tmp_path)
     stray = ("user9", "SD-Alarm-task-1", "base", 0)
-    write_part(tmp_path, "dialogues", 1, [dialogue_row(stray)], part=7)
+    write_part(tmp_path, "dialogues", 1, [dialogue_of(stray)], part=7)
 
     result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
     assert [(p.index, p.unexpected_dialogues) for p in result.problems] == [(1, (stray,))]
@@ -192,7 +164,7 @@ def test_only_whole_part_files_are_read(tmp_path):
 def test_only_the_requested_dimensions_are_required(tmp_path, dimensions, per_dialogue):
     for shard in (0, 1):
         keys = [k for k, s in EXPECTED.items() if s == shard]
-        write_part(tmp_path, "dialogues", shard, [dialogue_row(k) for k in keys])
+        write_part(tmp_path, "dialogues", shard, [dialogue_of(k) for k in keys])
         write_part(
             tmp_path, "judgments", shard, [r for k in keys for r in judgment_rows(k) if r["dimension"] in dimensions]
         )

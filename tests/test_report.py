@@ -12,53 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from run_rows import dialogue_row, judgment_row
 
 from personalens.errors import PersonalensError
 from personalens.report import ReportError, build_report
+from personalens.store import DIALOGUE_SCHEMA, JUDGMENT_SCHEMA
 from personalens.tables.stats import Estimate, bootstrap_ci
 
-TURN = pa.struct(
-    [("role", pa.string()), ("text", pa.string()), ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32())]
-)
-COPIED = [
-    ("run_id", pa.string()),
-    ("user_id", pa.string()),
-    ("user_index", pa.int32()),
-    ("task_id", pa.string()),
-    ("kind", pa.string()),
-    ("domains", pa.list_(pa.string())),
-    ("setting", pa.string()),
-    ("trial", pa.int32()),
-]
-DIALOGUE_SCHEMA = pa.schema(
-    COPIED
-    + [
-        ("seed", pa.int64()),
-        ("assistant_model", pa.string()),
-        ("user_model", pa.string()),
-        ("turns", pa.list_(TURN)),
-        ("rounds", pa.int32()),
-        ("ended", pa.string()),
-        ("opening_terminate", pa.bool_()),
-        ("seconds", pa.float64()),
-        ("config_hash", pa.string()),
-    ]
-)
-JUDGMENT_SCHEMA = pa.schema(
-    COPIED
-    + [
-        ("assistant_model", pa.string()),
-        ("user_model", pa.string()),
-        ("dimension", pa.string()),
-        ("speaker", pa.string()),
-        ("turn", pa.int32()),
-        ("score", pa.float64()),
-        ("parsed", pa.bool_()),
-        ("judge_text", pa.string()),
-        ("judge_model", pa.string()),
-        ("prompt_hash", pa.string()),
-    ]
-)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -77,54 +37,9 @@ def make_dialogue(
         for k, t in enumerate(tokens)
     ]
     task = f"SD-{domains[0]}-task-{i}" if kind == "SD" else f"MD-task-{i}"
-    return {
-        "run_id": run_id,
-        "user_id": f"user{i}",
-        "user_index": i,
-        "task_id": task,
-        "kind": kind,
-        "domains": domains,
-        "setting": setting,
-        "trial": 0,
-        "seed": i,
-        "assistant_model": model,
-        "user_model": "u",
-        "turns": turns,
-        "rounds": len(tokens) // 2,
-        "ended": "terminated",
-        "opening_terminate": False,
-        "seconds": 1.0,
-        "config_hash": "h",
-    }
-
-
-def make_judgment(d: dict, dimension: str, score: float | None, *, speaker: str = "", turn: int = -1) -> dict:
-    copied = {
-        k: d[k]
-        for k in (
-            "run_id",
-            "user_id",
-            "user_index",
-            "task_id",
-            "kind",
-            "domains",
-            "setting",
-            "trial",
-            "assistant_model",
-            "user_model",
-        )
-    }
-    return {
-        **copied,
-        "dimension": dimension,
-        "speaker": speaker,
-        "turn": turn,
-        "score": score,
-        "parsed": score is not None,
-        "judge_text": "...",
-        "judge_model": "j",
-        "prompt_hash": "p",
-    }
+    return dialogue_row(
+        f"user{i}", task, kind, domains, setting=setting, seed=i, turns=turns, model=model, run_id=run_id
+    )
 
 
 def judge_all(
@@ -138,13 +53,13 @@ def judge_all(
     turn_p: list[float] = (),
 ) -> list[dict]:
     return [
-        make_judgment(d, "task_completion", tc),
-        make_judgment(d, "personalization", p),
-        make_judgment(d, "naturalness", nat, speaker="assistant"),
-        make_judgment(d, "coherence", coh, speaker="assistant"),
-        make_judgment(d, "naturalness", user_nat, speaker="user"),
-        make_judgment(d, "coherence", user_coh, speaker="user"),
-        *(make_judgment(d, "personalization", s, turn=k + 1) for k, s in enumerate(turn_p)),
+        judgment_row(d, "task_completion", tc),
+        judgment_row(d, "personalization", p),
+        judgment_row(d, "naturalness", nat, speaker="assistant"),
+        judgment_row(d, "coherence", coh, speaker="assistant"),
+        judgment_row(d, "naturalness", user_nat, speaker="user"),
+        judgment_row(d, "coherence", user_coh, speaker="user"),
+        *(judgment_row(d, "personalization", s, turn=k + 1) for k, s in enumerate(turn_p)),
     ]
 
 

@@ -10,7 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_report import judge_all, make_dialogue, make_judgment, write_run
+from run_rows import judgment_row
+from test_report import judge_all, make_dialogue, write_run
 
 from personalens.report import ReportError, build_report
 from personalens.tables import render
@@ -65,7 +66,7 @@ def report(tmp_path_factory):
         d = make_dialogue(i, kind, domains, model=model, setting=setting)
         d["turns"][1]["text"] = f"reply of dialogue {i}: {NASTY}"
         dialogues.append(d)
-        judgments += judge_all(d, tc, p) + [make_judgment(d, "personalization", 2.0, turn=1)]
+        judgments += judge_all(d, tc, p) + [judgment_row(d, "personalization", 2.0, turn=1)]
     for j in judgments:
         j["judge_text"] = f"explanation of {j['dimension']}/{j['speaker']} for {j['user_id']}"
     run = write_run(tmp / "run", dialogues, judgments)
