@@ -82,7 +82,8 @@ def judge_and_report(tmp_path: Path, fidelity: str):
     judgments = read_rows(out / "judgments")
     (table3,) = [r for r in csv_rows(out / "report" / "table3.csv") if not r["assistant_model"].endswith("(paper)")]
     failures = {r["dimension"]: r for r in csv_rows(out / "report" / "parse_failures.csv")}
-    return judgments, table3, failures, (out / "report" / "report.md").read_text()
+    pages = (out / "report" / "report.md").read_text() + (out / "report" / "report.html").read_text()
+    return judgments, table3, failures, pages
 
 
 def whole(judgments, kind: str, dimension: str, speaker: str = "") -> list[dict]:
@@ -103,7 +104,7 @@ COLUMNS = {
 
 @pytest.mark.parametrize("fidelity", ["official", "paper"])
 def test_out_of_range_scores_in_table3_and_the_parse_failure_counts(tmp_path, fidelity):
-    judgments, table3, failures, report_md = judge_and_report(tmp_path, fidelity)
+    judgments, table3, failures, pages = judge_and_report(tmp_path, fidelity)
     kept = fidelity == "official"
     off_scale_total = 0
     for kind in ("SD", "MD"):
@@ -134,10 +135,12 @@ def test_out_of_range_scores_in_table3_and_the_parse_failure_counts(tmp_path, fi
         assert float(table3[f"{kind}_TCR_mean"]) == pytest.approx(100 * mean(tc))
         assert int(failures["task_completion"][f"{kind}_out_of_range"]) == 0
     if kept:
-        assert "Out-of-range scores:" in report_md and "kept in the means" in report_md
+        total = off_scale_total + _user_speaker_off_scale(judgments)
+        assert pages.count(f"Out-of-range scores: {total}**") == 1  # report.md
+        assert pages.count(f"Out-of-range scores: {total}</strong>") == 1  # report.html
     else:
-        assert "Out-of-range scores:" not in report_md
-        assert f"**Unparsed judgments: {off_scale_total + _user_speaker_off_scale(judgments)} of" in report_md
+        assert "Out-of-range scores:" not in pages
+        assert f"**Unparsed judgments: {off_scale_total + _user_speaker_off_scale(judgments)} of" in pages
 
 
 def _user_speaker_off_scale(judgments) -> int:
