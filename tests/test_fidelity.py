@@ -174,7 +174,8 @@ RELEASED = PROJECT_ROOT.parent / "shared" / "official-code"
 )
 def test_every_official_output_is_read_alike_by_the_released_gathering_code(tmp_path, monkeypatch):
     """Outputs of the official grammars, read by the release's own util/gather_evaluation.py from its
-    file layout, and by our parser: the same scores; a TC output without a verdict is False for both."""
+    file layout, and by our parser: the same scores, a number off the scale included; a TC output
+    without a verdict is False for both."""
     monkeypatch.syspath_prepend(str(RELEASED))
     for name in [n for n in list(sys.modules) if n == "util" or n.startswith("util.")]:
         monkeypatch.delitem(sys.modules, name)
@@ -187,14 +188,16 @@ def test_every_official_output_is_read_alike_by_the_released_gathering_code(tmp_
             layout("task_completion", "False", ["VERDICT: True was not earned"]),
             "EXPLANATION: the judge forgot its verdict",
         ],
-        "personalization": [layout("personalization", s, ["k", "Personalization Score: 9", "i"]) for s in "1234"],
-        "naturalness": [layout("naturalness", s, ["j"]) for s in "15"],
-        "coherence": [layout("coherence", s, ["j"]) for s in "24"],
+        "personalization": [layout("personalization", s, ["k", "Personalization Score: 9", "i"]) for s in "12340"],
+        "naturalness": [layout("naturalness", s, ["j"]) for s in "150"],
+        "coherence": [layout("coherence", s, ["j"]) for s in "247"],
     }
     base = tmp_path / "evaluation"
     for dimension, outputs in cases.items():
         for k, text in enumerate(outputs):
-            if "forgot" not in text:
+            # the last scored output is off the scale (the grammar forbids it; an endpoint without
+            # structured output may write it): the release keeps its number, and so does official
+            if "forgot" not in text and k < len(outputs) - 1:
                 assert accepts(formats[dimension].grammar, text)
             folder = base / f"user{k}" / "asst" / dimension / "judge"
             folder.mkdir(parents=True)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from personalens.engines.grammar import class_chars, literal
+from personalens.store import SCORE_RANGES
 
 # Whitespace before the first token and between the score and the first label: bounded, since a
 # constrained model that may write unbounded whitespace sometimes never stops writing it.
@@ -44,9 +45,13 @@ class JudgeFormat:
     score_pattern: re.Pattern[str]  # group "score" holds the score token, "out_of" a "/N" if any
     score_words: tuple[str, ...] = ()  # lower-case words for the scores lo..hi; () means digits
     missing: Verdict = _UNPARSED  # the reading of an output without any verdict or score
+    # True: a whole-number score outside `score_range` is kept, as the released code keeps whatever
+    # its `<Dimension> Score: (\d+)` finds; False: it counts as unparsed (the paper's scale)
+    keep_out_of_range: bool = False
 
     def parse(self, text: str) -> Verdict:
-        """The first verdict or score in `text`; `missing` when absent, parsed=False when out of range."""
+        """The first verdict or score in `text`; `missing` when absent, parsed=False when out of
+        range unless `keep_out_of_range`."""
         match = self.score_pattern.search(text)
         if match is None:
             return self.missing
@@ -56,9 +61,15 @@ class JudgeFormat:
             return Verdict(float(lo + self.score_words.index(token)), True)
         out_of = match.groupdict().get("out_of")
         value = float(token)
-        if not value.is_integer() or not lo <= value <= hi or out_of not in (None, str(hi)):
+        if not value.is_integer() or out_of not in (None, str(hi)):
+            return _UNPARSED
+        if not self.in_range(value) and not self.keep_out_of_range:
             return _UNPARSED
         return Verdict(value, True)
+
+    def in_range(self, score: float) -> bool:
+        lo, hi = self.score_range
+        return lo <= score <= hi
 
 
 def score_led_grammar(
@@ -138,34 +149,32 @@ _NUMERIC_SCORE = re.compile(
 _BOOLEAN_VERDICT = re.compile(rf"(?:^|\bverdict\b{_DECOR}:?){_DECOR}[\[(]?\s*(?P<score>true|false)\b", re.IGNORECASE)
 
 
-def _tagged_format(dimension: str, score_label: str, hi: int, fields: Sequence[str]) -> JudgeFormat:
-    """The <response>...</response> format of Figs. 17-20: a 1-`hi` score, then free text."""
-    grammar = score_led_grammar(
-        score_label,
-        [str(s) for s in range(1, hi + 1)],
-        fields,
-        opening="<response>",
-        closing="</response>",
-    )
-    return JudgeFormat(dimension, grammar, (1, hi), _NUMERIC_SCORE)
+def _scores(dimension: str) -> list[str]:
+    lo, hi = SCORE_RANGES[dimension]
+    return [str(s) for s in range(lo, hi + 1)]
+
+
+def _tagged_format(dimension: str, score_label: str, fields: Sequence[str]) -> JudgeFormat:
+    """The <response>...</response> format of Figs. 17-20: a score on the dimension's scale, then free text."""
+    grammar = score_led_grammar(score_label, _scores(dimension), fields, opening="<response>", closing="</response>")
+    return JudgeFormat(dimension, grammar, SCORE_RANGES[dimension], _NUMERIC_SCORE)
 
 
 FORMATS: dict[str, JudgeFormat] = {
     "task_completion": JudgeFormat(
         "task_completion",
         score_led_grammar("", ["False", "True"], ["EXPLANATION:"]),
-        (0, 1),
+        SCORE_RANGES["task_completion"],
         _BOOLEAN_VERDICT,
         score_words=("false", "true"),
     ),
     "personalization": _tagged_format(
         "personalization",
         "Personalization Score:",
-        4,
         ["Key Observations:", "Justification:", "Improvement Suggestions:"],
     ),
-    "naturalness": _tagged_format("naturalness", "Naturalness Score:", 5, ["Justification:"]),
-    "coherence": _tagged_format("coherence", "Coherence Score:", 5, ["Justification:"]),
+    "naturalness": _tagged_format("naturalness", "Naturalness Score:", ["Justification:"]),
+    "coherence": _tagged_format("coherence", "Coherence Score:", ["Justification:"]),
 }
 
 
@@ -214,12 +223,17 @@ def bounded_grammar(
     )
 
 
-def _official_scored(dimension: str, label: str, hi: int, separators: Sequence[str], max_tokens: int) -> JudgeFormat:
-    """``<response>`` then ``<label>: <1-hi>`` and the fields, read by the released `<label>: (\\d+)`."""
-    grammar = bounded_grammar(
-        f"<response>\n{label}: ", [str(s) for s in range(1, hi + 1)], separators, "\n</response>", max_tokens
+def _official_scored(dimension: str, label: str, separators: Sequence[str], max_tokens: int) -> JudgeFormat:
+    """``<response>`` then ``<label>: <score>`` and the fields, read by the released `<label>: (\\d+)`
+    (util/gather_evaluation.py, `extract_score`), which keeps any number it finds."""
+    grammar = bounded_grammar(f"<response>\n{label}: ", _scores(dimension), separators, "\n</response>", max_tokens)
+    return JudgeFormat(
+        dimension,
+        grammar,
+        SCORE_RANGES[dimension],
+        re.compile(rf"{label}: (?P<score>\d+)"),
+        keep_out_of_range=True,
     )
-    return JudgeFormat(dimension, grammar, (1, hi), re.compile(rf"{label}: (?P<score>\d+)"))
 
 
 def official_formats(max_tokens: int) -> dict[str, JudgeFormat]:
@@ -229,7 +243,7 @@ def official_formats(max_tokens: int) -> dict[str, JudgeFormat]:
         "task_completion": JudgeFormat(
             "task_completion",
             bounded_grammar("VERDICT: ", ["True", "False"], ["\nEXPLANATION: "], "", max_tokens),
-            (0, 1),
+            SCORE_RANGES["task_completion"],
             re.compile(r"VERDICT: (?P<score>True|False)", re.IGNORECASE),
             score_words=("false", "true"),
             missing=Verdict(0.0, True),
@@ -237,12 +251,11 @@ def official_formats(max_tokens: int) -> dict[str, JudgeFormat]:
         "personalization": _official_scored(
             "personalization",
             "Personalization Score",
-            4,
             ["\nKey Observations:\n", "\n\nJustification: ", "\n\nImprovement Suggestions:\n"],
             max_tokens,
         ),
-        "naturalness": _official_scored("naturalness", "Naturalness Score", 5, ["\nJustification: "], max_tokens),
-        "coherence": _official_scored("coherence", "Coherence Score", 5, ["\nJustification: "], max_tokens),
+        "naturalness": _official_scored("naturalness", "Naturalness Score", ["\nJustification: "], max_tokens),
+        "coherence": _official_scored("coherence", "Coherence Score", ["\nJustification: "], max_tokens),
     }
 
 

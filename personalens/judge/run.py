@@ -99,7 +99,7 @@ def judge(
             f"judge: {outside} dialogues in {folder.parent.parent} are outside the data selection and are not judged"
         )
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
-    counts = {"failed": 0, "prompt_tokens": 0, "cached_tokens": 0}
+    counts = {"failed": 0, "kept_out_of_range": 0, "prompt_tokens": 0, "cached_tokens": 0}
     started = time.monotonic()
 
     def requests(chunk: Sequence[Item]) -> list[Request]:
@@ -111,8 +111,10 @@ def judge(
     def write(chunk: Sequence[Item], generations: list, engine: Engine) -> None:
         rows = []
         for item, gen in zip(chunk, generations):
-            verdict = format_for(item.dimension, formats).parse(gen.text)
+            judge_format = format_for(item.dimension, formats)
+            verdict = judge_format.parse(gen.text)
             counts["failed"] += not verdict.parsed
+            counts["kept_out_of_range"] += verdict.score is not None and not judge_format.in_range(verdict.score)
             rows.append(
                 {
                     **{k: item.dialogue[k] for k in _ID_NAMES},
@@ -135,7 +137,8 @@ def judge(
     )
     log.info(
         f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "
-        f"{counts['failed']} outputs without a valid score; {prompt_usage(counts['prompt_tokens'], counts['cached_tokens'])}"
+        f"{counts['failed']} outputs without a valid score, {counts['kept_out_of_range']} out-of-range scores "
+        f"kept as the released code keeps them; {prompt_usage(counts['prompt_tokens'], counts['cached_tokens'])}"
     )
     return len(items)
 

@@ -131,7 +131,13 @@ def report_markdown(report: Report) -> str:
         f"({report.bootstrap.resamples} resamples, seed {report.bootstrap.seed}). "
         "TCR is in percent; P is 1-4; Nat. and Coh. are 1-5.",
         f"**Unparsed judgments: {report.unparsed} of {report.judged}**, excluded from every mean "
-        "(per dimension in the last table).",
+        "(per dimension in the last table)."
+        + (
+            f" **Out-of-range scores: {report.out_of_range}**, kept in the means as the released code "
+            "keeps them (fidelity=official; docs/fidelity.md)."
+            if report.out_of_range
+            else ""
+        ),
         render.markdown([report.table3]),
         render.markdown(report.table4)
         if report.table4

@@ -41,6 +41,7 @@ def write_html(report: Report, figures: Sequence[Path], path: Path, *, dialogues
         run_dirs=[str(d) for d in report.run_dirs],
         bootstrap=report.bootstrap,
         unparsed=report.unparsed,
+        out_of_range=report.out_of_range,
         judged=report.judged,
         tables=[table_view(t) for t in tables],
         figures=[figure_view(f) for f in figures],

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from personalens.report.errors import ReportError
+from personalens.store import SCORE_RANGES
 
 KINDS = ("SD", "MD")
 DIMENSIONS = ("task_completion", "personalization", "naturalness", "coherence")
@@ -35,6 +36,13 @@ class Judgment:
     turn: int  # -1: whole dialogue; k >= 1: dialogue cut after the k-th assistant reply
     score: float | None  # None exactly when the judge output did not parse
     parsed: bool
+
+    @property
+    def out_of_range(self) -> bool:
+        """A parsed score off the dimension's scale: kept only under fidelity=official, as the
+        released code keeps it (docs/fidelity.md)."""
+        lo, hi = SCORE_RANGES[self.dimension]
+        return self.score is not None and not lo <= self.score <= hi
 
 
 @dataclass(frozen=True)

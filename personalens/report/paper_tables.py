@@ -313,8 +313,17 @@ def _dimension_label(j: Judgment) -> str:
     return f"{j.dimension} ({detail})" if detail else j.dimension
 
 
+OUT_OF_RANGE_NOTE = (
+    "Out of range, kept: a score off the dimension's scale (TC 0/1, P 1-4, Nat./Coh. 1-5) that the "
+    "judge wrote although its grammar forbids it (an endpoint without structured output); under "
+    "fidelity=official it enters the means as the released util/gather_evaluation.py keeps it, under "
+    "fidelity=paper it counts as unparsed (docs/fidelity.md)."
+)
+
+
 def parse_failures(judgments: Sequence[Judgment]) -> Table:
-    """Judgments whose output did not parse, per group and dimension (with speaker / turn level)."""
+    """Judgments whose output did not parse, and parsed scores off the dimension's scale, per
+    group and dimension (with speaker / turn level)."""
     group_rows, header = _group_rows(judgments)
     counts = _by(judgments, lambda j: (j.assistant_model, j.setting, _dimension_label(j), j.kind))
     columns = tuple(
@@ -322,6 +331,7 @@ def parse_failures(judgments: Sequence[Judgment]) -> Table:
         for kind in KINDS
         for c in (
             Column(f"{kind}_unparsed", kind, "Unparsed", holds="count"),
+            Column(f"{kind}_out_of_range", kind, "Out of range, kept", holds="count"),
             Column(f"{kind}_judged", kind, "Judged", holds="count"),
         )
     )
@@ -331,12 +341,13 @@ def parse_failures(judgments: Sequence[Judgment]) -> Table:
             cells: list[Cell] = []
             for kind in KINDS:
                 js = counts.get((*g, dimension, kind), [])
-                cells += [sum(not j.parsed for j in js), len(js)]
+                cells += [sum(not j.parsed for j in js), sum(j.out_of_range for j in js), len(js)]
             rows.append(((*labels, dimension), tuple(cells)))
     return Table(
         "parse_failures",
-        "Judgments whose output did not parse (excluded from all means)",
+        "Judgments whose output did not parse (excluded from all means), and scores off the scale",
         (*header, "Dimension"),
         columns,
         tuple(rows),
+        notes=(OUT_OF_RANGE_NOTE,),
     )

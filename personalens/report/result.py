@@ -37,6 +37,11 @@ class Report:
         return self._failure_total("_unparsed")
 
     @property
+    def out_of_range(self) -> int:
+        """Scores off their dimension's scale kept in the means (fidelity=official only)."""
+        return self._failure_total("_out_of_range")
+
+    @property
     def judged(self) -> int:
         return self._failure_total("_judged")
 

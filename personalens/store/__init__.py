@@ -2,7 +2,15 @@
 pipelines, which all write through it."""
 
 from personalens.store.parts import PartWriter, existing_values, read_table, shard_dir
-from personalens.store.schema import DIALOGUE_SCHEMA, ID_FIELDS, JUDGMENT_KEY, JUDGMENT_SCHEMA, KEY_COLUMNS, TURN_TYPE
+from personalens.store.schema import (
+    DIALOGUE_SCHEMA,
+    ID_FIELDS,
+    JUDGMENT_KEY,
+    JUDGMENT_SCHEMA,
+    KEY_COLUMNS,
+    SCORE_RANGES,
+    TURN_TYPE,
+)
 
 __all__ = [
     "PartWriter",
@@ -14,5 +22,6 @@ __all__ = [
     "JUDGMENT_KEY",
     "JUDGMENT_SCHEMA",
     "KEY_COLUMNS",
+    "SCORE_RANGES",
     "TURN_TYPE",
 ]

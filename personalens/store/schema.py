@@ -50,3 +50,13 @@ JUDGMENT_SCHEMA = pa.schema(
     ]
 )
 JUDGMENT_KEY = KEY_COLUMNS + ["dimension", "speaker", "turn"]
+
+# The scale of each judge dimension (inclusive): the judge's grammars and parsers and the report's
+# out-of-range count read it here. Under fidelity=official a parsed score may lie outside it, as the
+# released code keeps whatever number its regex finds (docs/fidelity.md).
+SCORE_RANGES: dict[str, tuple[int, int]] = {
+    "task_completion": (0, 1),
+    "personalization": (1, 4),
+    "naturalness": (1, 5),
+    "coherence": (1, 5),
+}
