@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from personalens.data import files
 from personalens.data.errors import DataError, Problems, summarize_warnings
 from personalens.data.records import (
     DOMAINS,
@@ -60,7 +61,7 @@ DEMOGRAPHIC_KEYS: tuple[str, ...] = (
 TEXT_FIELDS: dict[str, str] = {"Task Description": "description", "User Intent": "user_intent", "Task Goal": "goal"}
 LIST_FIELDS: dict[str, str] = {"Relevant Domains": "domains", "Relevant Affinity Types": "affinity_types"}
 
-_USER_DIR = re.compile(r"user(0|[1-9]\d*)")
+_USER_DIR = re.compile(r"user(0|[1-9][0-9]*)", re.ASCII)
 _SD_ID = re.compile(r"SD-(.+)-task-(\d+)")
 _MD_ID = re.compile(r"MD-task-(\d+)")
 _UNREADABLE = object()  # a file that is missing or not JSON (already reported)
@@ -69,6 +70,8 @@ _STRAY = re.compile(r"[^\w ]+")  # what may surround a domain name in a key ("Bu
 # the kinds of warning (see the module docstring)
 TASK_COPY_DIFFERS = "a user's task copy differs from its definition; the user's copy is used, as the released code does"
 DOMAIN_KEY_NORMALISED = "a domain key with stray punctuation is read as that domain"
+IGNORED_ENTRY = "an entry of profile/ that is not a user directory is ignored"
+NO_USERS = "profile/ holds no user directory"
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +80,44 @@ log = logging.getLogger(__name__)
 
 
 def list_user_indices(root: str | Path) -> list[int]:
-    """Indices of every `profile/userN` directory under root, ascending."""
-    profile_dir = _existing_root(root) / PROFILE_DIR
+    """Indices of every `profile/userN` directory under root, ascending; what else is in profile/
+    is logged as warnings (`validate` lists them)."""
+    problems = Problems()
+    indices = read_user_listing(_existing_root(root), problems)
+    for line in summarize_warnings(problems.warnings):
+        log.warning("%s: %s", files.printable(str(root)), line)
+    return indices
+
+
+def read_user_listing(root: Path, problems: Problems) -> list[int]:
+    """The user indices of `profile/`; each entry that is not a `user<ASCII digits>` directory is a
+    warning naming it (printable even when the name is not UTF-8), a symlink loop included."""
+    profile_dir = root / PROFILE_DIR
     if not profile_dir.is_dir():
-        raise DataError(f"{PROFILE_DIR}/: missing in {root}; point the data root at the release's data/ directory")
+        raise DataError(
+            f"{PROFILE_DIR}/: missing in {files.printable(str(root))}; point the data root at the release's "
+            "data/ directory"
+        )
+    indices = []
     with os.scandir(profile_dir) as entries:
-        return sorted(int(m.group(1)) for e in entries if e.is_dir() and (m := _USER_DIR.fullmatch(e.name)))
+        for entry in entries:
+            name = files.printable(entry.name)
+            rel = f"{PROFILE_DIR}/{name}"
+            match = _USER_DIR.fullmatch(entry.name)
+            try:
+                is_dir = entry.is_dir() and os.path.isdir(os.path.realpath(entry.path, strict=True))
+            except OSError:
+                problems.add(rel, "", "a broken symbolic link or link loop: ignored", IGNORED_ENTRY)
+                continue
+            if match and is_dir:
+                indices.append(int(match.group(1)))
+            elif match:
+                problems.add(rel, "", "a user entry that is not a directory: ignored", IGNORED_ENTRY)
+            elif not entry.name.startswith("."):
+                problems.add(rel, "", "not named user<digits 0-9>: ignored", IGNORED_ENTRY)
+    if not indices:
+        problems.add(f"{PROFILE_DIR}/", "", "no user directories (profile/user0, profile/user1, ...)", NO_USERS)
+    return sorted(indices)
 
 
 def domains_of(root: str | Path) -> tuple[str, ...]:
@@ -134,11 +169,13 @@ def load_scenarios(
     path = _existing_root(root)
     selected = user_indices(users)
     kind_list = task_kinds(kinds)
+    problems = Problems()
     if selected is None:
-        selected = tuple(list_user_indices(path))
+        selected = tuple(read_user_listing(path, problems))
     else:
         _require_user_dirs(path, selected)
-    problems = Problems()
+    if not selected:
+        raise DataError(f"0 users selected in {files.printable(str(root))}: profile/ holds no user directory")
     domains = domains_of(path)
     definitions = read_task_definitions(path, domains, problems)
     scenarios: list[Scenario] = []
@@ -234,14 +271,12 @@ class _At:
 
 def _read_text(root: Path, rel: str, problems: Problems) -> str | None:
     try:
-        return (root / rel).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        problems.add(rel, "", "missing")
-    except UnicodeDecodeError as e:
-        problems.add(rel, f"byte {e.start}", "not UTF-8 text")
-    except OSError as e:
-        problems.add(rel, "", f"cannot read: {e.strerror}")
-    return None
+        text, warnings = files.read_text(root / rel, rel)
+    except DataError as e:
+        problems.items.extend(e.problems)
+        return None
+    problems.items.extend(warnings)
+    return text
 
 
 def _read_json(root: Path, rel: str, problems: Problems) -> Any:
@@ -249,23 +284,24 @@ def _read_json(root: Path, rel: str, problems: Problems) -> Any:
     if text is None:
         return _UNREADABLE
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        problems.add(rel, f"line {e.lineno} column {e.colno}", f"malformed JSON: {e.msg}")
+        value, warnings = files.loads(text, rel)
+    except DataError as e:
+        problems.items.extend(e.problems)
         return _UNREADABLE
+    problems.items.extend(warnings)
+    return value
 
 
 def _read_jsonl(root: Path, rel: str, problems: Problems) -> Iterator[tuple[_At, Any]]:
     """(place, object) for each non-blank line that is valid JSON; lazily, so problems come in line order."""
     text = _read_text(root, rel, problems)
-    for number, line in enumerate([] if text is None else text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in files.json_lines(text or ""):
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            problems.add(rel, f"line {number} column {e.colno}", f"malformed JSON: {e.msg}")
+            obj, warnings = files.loads(line, rel, number)
+        except DataError as e:
+            problems.items.extend(e.problems)
             continue
+        problems.items.extend(warnings)
         yield _At(problems, rel, number), obj
 
 
@@ -559,7 +595,7 @@ def _parse_situation(entry: dict, at: _At) -> Situation | None:
 def _existing_root(root: str | Path) -> Path:
     path = Path(root)
     if not path.is_dir():
-        raise DataError(f"data root {root} does not exist or is not a directory")
+        raise DataError(f"data root {files.printable(str(root))} does not exist or is not a directory")
     return path
 
 
