@@ -124,3 +124,55 @@ def test_an_empty_profile_folder_warns_and_selecting_0_users_is_an_error(root):
     assert [(p.file, p.kind) for p in report.problems] == [("profile/", NO_USERS)]
     with pytest.raises(DataError, match="0 users selected"):
         load_scenarios(root)
+
+
+SPECIAL_NAMES = [
+    "a ${x} b",
+    "a[1]",
+    "(a)",
+    "a=b",
+    "a,b",
+    "it's",
+    "two  spaces ",
+    "emoji 😀",
+    "back\\slash\\",
+    "q\\'${y}",
+]
+
+
+@pytest.mark.parametrize("name", SPECIAL_NAMES)
+def test_quoted_value_composes_back_to_the_same_path(name):
+    from hydra import compose, initialize_config_dir
+
+    from personalens.config import register_resolvers
+    from personalens.config.core import quoted_value
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
+        assert compose("config", overrides=[f"data.root={quoted_value(name)}"]).data.root == name
+
+
+def test_a_data_root_with_hydra_special_characters_is_taken_as_the_shell_passed_it(sample_root, tmp_path):
+    import subprocess
+    import sys
+
+    roots = []
+    for i, name in enumerate(SPECIAL_NAMES):
+        root = tmp_path / str(i) / name
+        shutil.copytree(sample_root, root)
+        roots.append(root)
+    repo = Path(__file__).resolve().parents[1]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "personalens.cli", "validate", str(root)],
+            cwd=repo,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for root in roots
+    ]
+    for root, proc in zip(roots, procs):
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, (root, err[-2000:])
+        assert f"{root}: OK" in out
