@@ -204,8 +204,9 @@ def test_the_default_build_grows_a_cut_off_consistency_check_past_its_budget():
 
 @pytest.mark.vllm
 def test_a_cut_off_temperature_0_output_is_retried_with_a_larger_budget_on_the_real_engine(tmp_path, engine):
-    # a grammar with one fixed output of several tokens: 2 tokens cut it off; the doubled budgets reach it
-    text = "the quick brown fox jumps over the lazy dog"
+    # a grammar with one fixed output of several tokens (the constrained model may spell it in short
+    # tokens): a budget of 2 cuts it off; the doubled budgets of the retries reach it
+    text = "qzxjvkwpfy"
     job = Job(
         ("k",), 0, [{"role": "user", "content": "Say it."}], f'root ::= "{text}"', lambda t: t if t == text else None
     )
@@ -215,7 +216,7 @@ def test_a_cut_off_temperature_0_output_is_retried_with_a_larger_budget_on_the_r
         engine=lambda: engine,
         sampling=lambda stage: Sampling(temperature=0.0, max_tokens=2),
         seed=0,
-        retries=4,
+        retries=5,
         chunk=8,
         config_hash="h",
         progress=False,
@@ -223,9 +224,9 @@ def test_a_cut_off_temperature_0_output_is_retried_with_a_larger_budget_on_the_r
     )
     assert runner.run("consistency", [job], active=True) == {("k",): text}
     rows = sorted(read_table(tmp_path / "consistency").to_pylist(), key=lambda r: r["try"])
-    assert [r["completion_tokens"] for r in rows[:2]] == [2, 4]  # each cut-off try used its whole, doubled budget
+    assert rows[0]["completion_tokens"] == 2 and rows[0]["value"] is None  # cut off at the stage budget
+    assert rows[1]["completion_tokens"] > 2  # the retry was a different request: a larger budget
     assert rows[-1]["value"] is not None and all(r["value"] is None for r in rows[:-1])
-    assert len(rows) >= 3
 
 
 @pytest.mark.vllm
