@@ -179,3 +179,32 @@ def test_review_drops_low_confidence_and_near_duplicates_and_marks_sensitive():
     assert [r["attribute_id"] for r in rows] == [f"{history.user_id}-a{k}" for k in range(4)]
     strict = review(history, attrs, Rules(categories=rules.categories, drop_failed_evidence=True, min_confidence=0.0))
     assert strict[2]["drop_reason"] == "evidence not found"
+
+
+def test_rows_arrow_cannot_convert_and_map_categories_are_counted_not_crashed(tmp_path):
+    good = pa.Table.from_pylist([_record(conversation_hash=f"h{i}") for i in range(3)])
+    # row 1: a timestamp past Python's datetime range; row 2: a hashed_ip that is not UTF-8
+    stamps = pa.array([None, 2**62, None], pa.timestamp("us"))
+    ip = good.column("hashed_ip").combine_chunks()
+    data = b"ipip\xff"
+    ips = pa.Array.from_buffers(
+        pa.string(), 3, [None, pa.py_buffer(pa.array([0, 2, 4, 5], pa.int32()).buffers()[1]), pa.py_buffer(data)]
+    )
+    assert ip.type == ips.type
+    table = good.set_column(good.schema.get_field_index("timestamp"), "timestamp", stamps)
+    table = table.set_column(table.schema.get_field_index("hashed_ip"), "hashed_ip", ips)
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(table, bad)
+    moderation = pa.array(
+        [[{"flagged": True, "categories": [("harassment", True), ("violence", False)]}]],
+        pa.list_(pa.struct([("flagged", pa.bool_()), ("categories", pa.map_(pa.string(), pa.bool_()))])),
+    )
+    one = pa.Table.from_pylist([_record()])
+    mapped = tmp_path / "map.parquet"
+    pq.write_table(
+        one.set_column(one.schema.get_field_index("openai_moderation"), "openai_moderation", moderation), mapped
+    )
+    conversations, stats = _read([bad, mapped])
+    assert stats.rows == 4 and stats.conversations == 2
+    assert stats.bad == Counter({"a value out of range (e.g. a timestamp)": 1, "a string field that is not UTF-8": 1})
+    assert conversations[-1].flagged_categories == ("harassment",)
