@@ -3,6 +3,7 @@ records, grouping into users, the filters, and the evidence check of extracted a
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -208,3 +209,19 @@ def test_rows_arrow_cannot_convert_and_map_categories_are_counted_not_crashed(tm
     assert stats.rows == 4 and stats.conversations == 2
     assert stats.bad == Counter({"a value out of range (e.g. a timestamp)": 1, "a string field that is not UTF-8": 1})
     assert conversations[-1].flagged_categories == ("harassment",)
+
+
+def test_the_prompts_file_is_read_by_the_safe_reader(tmp_path):
+    from personalens.data import DataError
+    from personalens.personalbench.pipeline import load_prompts
+
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(b'{"prompt_id": 1, "text": "a\xe2\x80\xa8b"}\r\n\n{"prompt_id": 2, "text": "\xff"}\n')
+    with pytest.raises(DataError, match=r"prompts.jsonl: byte \d+: not UTF-8 text"):
+        load_prompts(str(path))
+    path.write_bytes(b'{"prompt_id": 1, "text": "a\xe2\x80\xa8b"}\r\n\n')
+    assert load_prompts(str(path)) == [{"prompt_id": "1", "prompt": "a\u2028b", "sensitive": False}]
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="is a named pipe"):
+        load_prompts(str(fifo))
