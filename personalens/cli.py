@@ -95,8 +95,11 @@ def _hydra_args(rest: list[str]) -> list[str]:
     into data.strict=true."""
     strict = ["data.strict=true"] if "--strict" in rest else []
     rest = [arg for arg in rest if arg != "--strict"]
-    if rest and not rest[0].startswith("-") and "=" not in rest[0]:
-        rest = [f"data.root={rest[0]}", *rest[1:]]
+    # a path that exists is the data root even when it holds "=" (a key=value override otherwise)
+    if rest and not rest[0].startswith("-") and ("=" not in rest[0] or Path(rest[0]).exists()):
+        from personalens.config.core import quoted_value
+
+        rest = [f"data.root={quoted_value(rest[0])}", *rest[1:]]
     return [*rest, *strict]
 
 

@@ -14,7 +14,7 @@ from personalens import cli
 from personalens.config import register_resolvers
 from personalens.data import DOMAINS, domains_of, load_scenarios, validate
 from personalens.datagen import command as datagen_command
-from personalens.datagen.batch import Job, Runner
+from personalens.datagen.batch import Job, Runner, retry_sampling
 from personalens.datagen.demographics import DemographicsError, load_demographics
 from personalens.engines.base import Generation, Sampling
 from personalens.errors import PersonalensError
@@ -130,9 +130,11 @@ def test_a_cut_off_output_is_retried_with_a_new_seed_and_counted_once_by_the_pro
 
         def __init__(self):
             self.seeds: list[list[int]] = []
+            self.budgets: list[list[int]] = []
 
         def generate(self, requests):
             self.seeds.append([r.sampling.seed for r in requests])
+            self.budgets.append([r.sampling.max_tokens for r in requests])
             first_call = len(self.seeds) == 1
             return [
                 Generation("cut" if first_call and r.messages[0]["content"] == "a" else "{}", 5, 3) for r in requests
@@ -143,12 +145,13 @@ def test_a_cut_off_output_is_retried_with_a_new_seed_and_counted_once_by_the_pro
         root=tmp_path,
         shard=(0, 1),
         engine=lambda: engine,
-        sampling=lambda stage: Sampling(),
+        sampling=lambda stage: Sampling(temperature=0.0, max_tokens=100),
         seed=7,
         retries=2,
         chunk=8,
         config_hash="h",
         progress=True,
+        max_tokens_cap=1000,
     )
     jobs = [
         Job(
@@ -159,6 +162,7 @@ def test_a_cut_off_output_is_retried_with_a_new_seed_and_counted_once_by_the_pro
     assert runner.run("stage", jobs, active=True) == {("a",): {}, ("b",): {}}
     assert [len(call) for call in engine.seeds] == [2, 1]  # only the cut-off job went again
     assert engine.seeds[1][0] != engine.seeds[0][0]  # with another seed
+    assert engine.budgets == [[100, 100], [200]]  # and a doubled budget: at temperature 0 only that can help
     count = runner.counts["stage"]
     assert (count.requests, count.retries, count.completion_tokens) == (3, 1, 9)
     bar = capsys.readouterr().err
@@ -177,6 +181,52 @@ def test_a_cut_off_output_is_retried_with_a_new_seed_and_counted_once_by_the_pro
     )
     assert again.run("stage", jobs, active=True) == {("a",): {}, ("b",): {}}
     assert again.counts["stage"].skipped == 2
+
+
+def test_a_retry_doubles_the_budget_up_to_the_cap_and_never_below_the_stage_budget():
+    base = Sampling(temperature=0.0, max_tokens=512)
+    assert [retry_sampling(base, attempt, 1536, seed=attempt).max_tokens for attempt in range(4)] == [
+        512,
+        1024,
+        1536,
+        1536,
+    ]
+    assert retry_sampling(base, 2, 0, seed=1).max_tokens == 512  # a cap below the stage budget keeps it
+    again = retry_sampling(base, 1, 4096, seed=9)
+    assert (again.seed, again.temperature, again.top_p) == (9, 0.0, base.top_p)
+
+
+def test_the_default_build_grows_a_cut_off_consistency_check_past_its_budget():
+    cfg = config()
+    budgets = [int(cfg.build.max_tokens.consistency) * 2**t for t in range(int(cfg.build.retries) + 1)]
+    assert int(cfg.build.max_tokens_cap) >= budgets[-1] > budgets[0]
+
+
+@pytest.mark.vllm
+def test_a_cut_off_temperature_0_output_is_retried_with_a_larger_budget_on_the_real_engine(tmp_path, engine):
+    # a grammar with one fixed output of several tokens (the constrained model may spell it in short
+    # tokens): a budget of 2 cuts it off; the doubled budgets of the retries reach it
+    text = "qzxjvkwpfy"
+    job = Job(
+        ("k",), 0, [{"role": "user", "content": "Say it."}], f'root ::= "{text}"', lambda t: t if t == text else None
+    )
+    runner = Runner(
+        root=tmp_path,
+        shard=(0, 1),
+        engine=lambda: engine,
+        sampling=lambda stage: Sampling(temperature=0.0, max_tokens=2),
+        seed=0,
+        retries=5,
+        chunk=8,
+        config_hash="h",
+        progress=False,
+        max_tokens_cap=64,
+    )
+    assert runner.run("consistency", [job], active=True) == {("k",): text}
+    rows = sorted(read_table(tmp_path / "consistency").to_pylist(), key=lambda r: r["try"])
+    assert rows[0]["completion_tokens"] == 2 and rows[0]["value"] is None  # cut off at the stage budget
+    assert rows[1]["completion_tokens"] > 2  # the retry was a different request: a larger budget
+    assert rows[-1]["value"] is not None and all(r["value"] is None for r in rows[:-1])
 
 
 @pytest.mark.vllm

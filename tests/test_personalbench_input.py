@@ -3,6 +3,7 @@ records, grouping into users, the filters, and the evidence check of extracted a
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -179,3 +180,48 @@ def test_review_drops_low_confidence_and_near_duplicates_and_marks_sensitive():
     assert [r["attribute_id"] for r in rows] == [f"{history.user_id}-a{k}" for k in range(4)]
     strict = review(history, attrs, Rules(categories=rules.categories, drop_failed_evidence=True, min_confidence=0.0))
     assert strict[2]["drop_reason"] == "evidence not found"
+
+
+def test_rows_arrow_cannot_convert_and_map_categories_are_counted_not_crashed(tmp_path):
+    good = pa.Table.from_pylist([_record(conversation_hash=f"h{i}") for i in range(3)])
+    # row 1: a timestamp past Python's datetime range; row 2: a hashed_ip that is not UTF-8
+    stamps = pa.array([None, 2**62, None], pa.timestamp("us"))
+    ip = good.column("hashed_ip").combine_chunks()
+    data = b"ipip\xff"
+    ips = pa.Array.from_buffers(
+        pa.string(), 3, [None, pa.py_buffer(pa.array([0, 2, 4, 5], pa.int32()).buffers()[1]), pa.py_buffer(data)]
+    )
+    assert ip.type == ips.type
+    table = good.set_column(good.schema.get_field_index("timestamp"), "timestamp", stamps)
+    table = table.set_column(table.schema.get_field_index("hashed_ip"), "hashed_ip", ips)
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(table, bad)
+    moderation = pa.array(
+        [[{"flagged": True, "categories": [("harassment", True), ("violence", False)]}]],
+        pa.list_(pa.struct([("flagged", pa.bool_()), ("categories", pa.map_(pa.string(), pa.bool_()))])),
+    )
+    one = pa.Table.from_pylist([_record()])
+    mapped = tmp_path / "map.parquet"
+    pq.write_table(
+        one.set_column(one.schema.get_field_index("openai_moderation"), "openai_moderation", moderation), mapped
+    )
+    conversations, stats = _read([bad, mapped])
+    assert stats.rows == 4 and stats.conversations == 2
+    assert stats.bad == Counter({"a value out of range (e.g. a timestamp)": 1, "a string field that is not UTF-8": 1})
+    assert conversations[-1].flagged_categories == ("harassment",)
+
+
+def test_the_prompts_file_is_read_by_the_safe_reader(tmp_path):
+    from personalens.data import DataError
+    from personalens.personalbench.pipeline import load_prompts
+
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(b'{"prompt_id": 1, "text": "a\xe2\x80\xa8b"}\r\n\n{"prompt_id": 2, "text": "\xff"}\n')
+    with pytest.raises(DataError, match=r"prompts.jsonl: byte \d+: not UTF-8 text"):
+        load_prompts(str(path))
+    path.write_bytes(b'{"prompt_id": 1, "text": "a\xe2\x80\xa8b"}\r\n\n')
+    assert load_prompts(str(path)) == [{"prompt_id": "1", "prompt": "a\u2028b", "sensitive": False}]
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="is a named pipe"):
+        load_prompts(str(fifo))

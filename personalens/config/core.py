@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,14 @@ _RUNTIME_ONLY = {"gpu_memory_utilization", "max_num_seqs", "block_size", "server
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("pl_path"):
         OmegaConf.register_new_resolver("pl_path", lambda rel: str(PROJECT_ROOT / rel))
+
+
+def quoted_value(text: str) -> str:
+    """`text` as a single-quoted Hydra override value that composes back to exactly `text`: a quote
+    and the backslashes before a quote, an interpolation or the end are escaped (Hydra's grammar),
+    and `${` is escaped so OmegaConf keeps it literal. Any path the shell passed survives."""
+    body = re.sub(r"(\\+)(?='|\$\{|$)", lambda m: m.group(1) * 2, text)
+    return "'" + body.replace("'", "\\'").replace("${", "\\${") + "'"
 
 
 def plain(cfg: Any) -> Any:

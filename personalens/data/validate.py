@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.data.errors import Problem, Problems, summarize_warnings
-from personalens.data.loading import PROFILE_DIR, domains_of, list_user_indices, read_task_definitions, read_user_files
+from personalens.data.loading import PROFILE_DIR, domains_of, read_task_definitions, read_user_files, read_user_listing
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def validate(root: str | Path, strict: bool = False) -> Report:
     domains = domains_of(path)
     definitions = read_task_definitions(path, domains, problems)
     if (path / PROFILE_DIR).is_dir():
-        indices = list_user_indices(path)
+        indices = read_user_listing(path, problems)
     else:
         problems.add(f"{PROFILE_DIR}/", "", "missing directory (the user profiles)")
         indices = []

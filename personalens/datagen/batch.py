@@ -2,7 +2,8 @@
 
 A stage's table is `<root>/<stage>/shard-KKK-of-NNN/part-*.parquet` with one row per try of a job. A
 job is done once a row of it parses; an output that does not (cut off by max_tokens) is tried again
-with another seed, up to `retries` more times. A stage that is not selected only reads: any job it
+with another seed and a doubled token budget (capped), up to `retries` more times: the budget is
+what changes the outcome of a stage sampled at temperature 0, where the seed changes nothing. A stage that is not selected only reads: any job it
 lacks is an error that names the stage to run."""
 
 from __future__ import annotations
@@ -59,6 +60,13 @@ class StageCount:
     seconds: float = 0.0
 
 
+def retry_sampling(base: Sampling, attempt: int, cap: int, seed: int) -> Sampling:
+    """The sampling of try `attempt` (0 = first): its own seed, and a budget doubled per earlier try up
+    to `cap` (a cap below the stage's budget keeps the stage's)."""
+    budget = min(base.max_tokens * 2**attempt, max(cap, base.max_tokens))
+    return dataclasses.replace(base, seed=seed, max_tokens=budget)
+
+
 def encode_key(key: Sequence) -> str:
     return json.dumps(list(key), ensure_ascii=False)
 
@@ -74,6 +82,7 @@ class Runner:
     chunk: int  # jobs per generate call: each chunk is written as soon as it is done
     config_hash: str
     progress: bool = True
+    max_tokens_cap: int = 0  # the largest budget a retry may grow to (never below the stage's own)
     counts: dict[str, StageCount] = field(default_factory=dict)
 
     def folder(self, stage: str) -> Path:
@@ -104,8 +113,8 @@ class Runner:
         if failed:
             raise PersonalensError(
                 f"build stage {stage!r}: {len(failed)} outputs unusable after {self.retries + 1} tries "
-                f"(e.g. {list(failed[0])}): they were cut off; raise build.max_tokens.{stage} "
-                "or lower build.limits"
+                f"(e.g. {list(failed[0])}): they were cut off even with the budget doubled per retry up to "
+                f"build.max_tokens_cap; raise build.max_tokens.{stage} and build.max_tokens_cap, or lower build.limits"
             )
         return {j.key: valid[encode_key(j.key)] for j in jobs}
 
@@ -139,7 +148,10 @@ class Runner:
         started = time.monotonic()
         seeds = [derive_seed(self.seed, stage, encode_key(j.key), tries[encode_key(j.key)]) for j in jobs]
         outputs = engine.generate(
-            [Request(j.messages, dataclasses.replace(base, seed=s), j.grammar) for j, s in zip(jobs, seeds)]
+            [
+                Request(j.messages, retry_sampling(base, tries[encode_key(j.key)], self.max_tokens_cap, s), j.grammar)
+                for j, s in zip(jobs, seeds)
+            ]
         )
         rows = []
         settled = 0  # jobs that parsed or ran out of tries: they leave the bar, so retries never push it past 100%

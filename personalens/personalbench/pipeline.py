@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from personalens import console
+from personalens.data import files
 from personalens.data.sharding import assign_shards
 from personalens.engines.base import Embedder, Engine, Request
 from personalens.errors import PersonalensError
@@ -37,15 +38,11 @@ def load_histories(settings: Settings, shard: Shard) -> tuple[list[History], Rea
 def load_prompts(path: str) -> list[dict]:
     """The bundled prompt file: JSON lines with prompt_id, text and an optional sensitive flag."""
     prompts = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise PersonalensError(f"personalbench.prompts_file: cannot read {path}: {err}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    text, warnings = files.read_text(Path(path), path)  # a DataError names the file (bad UTF-8, not a file, ...)
+    for n, line in files.json_lines(text):
+        item, more = files.loads(line, path, n)
+        warnings += more
         try:
-            item = json.loads(line)
             prompts.append(
                 {
                     "prompt_id": str(item["prompt_id"]),
@@ -55,6 +52,8 @@ def load_prompts(path: str) -> list[dict]:
             )
         except (ValueError, KeyError, TypeError) as err:
             raise PersonalensError(f"{path} line {n}: expected a JSON object with prompt_id and text ({err})") from None
+    for warning in warnings:
+        print(f"warning: {warning}", file=console.err())
     return prompts
 
 

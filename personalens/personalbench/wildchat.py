@@ -113,9 +113,11 @@ def read_conversations(paths: Sequence[Path], stats: ReadStats, batch_size: int 
             batches = reader.iter_batches(batch_size=batch_size, columns=[c for c in COLUMNS if c in names])
             row = 0
             for batch in batches:
-                for record in batch.to_pylist():
+                for record in _records(batch):
                     stats.rows += 1
                     try:
+                        if isinstance(record, BadRecord):
+                            raise record
                         conversation = parse_record(record)
                     except BadRecord as err:
                         stats.note(str(err), f"{path} row {row}")
@@ -125,6 +127,37 @@ def read_conversations(paths: Sequence[Path], stats: ReadStats, batch_size: int 
                     row += 1
         except (OSError, pa.ArrowException) as err:  # a truncated or non-Parquet file
             stats.note("unreadable file", f"{path}: {err}")
+
+
+def _records(batch: pa.RecordBatch) -> list[dict | BadRecord]:
+    """The batch's rows as dicts; a row that Arrow cannot turn into Python values (a timestamp out
+    of Python's range, a string column holding bytes that are not UTF-8) becomes a BadRecord in
+    its place, so one bad row costs that row only, counted and named."""
+    try:
+        return batch.to_pylist()
+    except (OverflowError, ValueError):  # UnicodeDecodeError is a ValueError
+        rows: list[dict | BadRecord] = []
+        for i in range(batch.num_rows):
+            try:
+                rows.extend(batch.slice(i, 1).to_pylist())
+            except OverflowError:
+                rows.append(BadRecord("a value out of range (e.g. a timestamp)"))
+            except UnicodeDecodeError:
+                rows.append(BadRecord("a string field that is not UTF-8"))
+            except ValueError as err:
+                rows.append(BadRecord(f"an unreadable value ({err})"))
+        return rows
+
+
+def _categories(value: object) -> dict:
+    """A moderation entry's categories: a struct (dict) or an Arrow map (a list of pairs)."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, list) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        return dict(value)
+    raise BadRecord("wrong type: openai_moderation.categories")
 
 
 def parse_record(record: dict) -> Conversation:
@@ -140,7 +173,7 @@ def parse_record(record: dict) -> Conversation:
     if not isinstance(moderation, list):
         raise BadRecord("wrong type: openai_moderation")
     categories = sorted(
-        {name for m in moderation if isinstance(m, dict) for name, on in (m.get("categories") or {}).items() if on}
+        {name for m in moderation if isinstance(m, dict) for name, on in _categories(m.get("categories")).items() if on}
     )
     timestamp = record.get("timestamp")
     return Conversation(

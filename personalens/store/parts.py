@@ -1,7 +1,9 @@
 """Parquet part-file datasets: results stream to disk as they finish, and a re-run resumes.
 
 A table is a folder `<name>/shard-KKK-of-NNN/` of part files. Each write is one whole file,
-written under a temporary name and renamed, so a killed run leaves only complete files."""
+written under a temporary name and renamed, so a killed run leaves only complete files; a write
+that fails (full disk, read-only folder) removes its temporary file and stops with a message, and a
+part file damaged by hand is named when the table is read."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from personalens.errors import PersonalensError
+
 
 def shard_dir(out_dir: Path, table: str, index: int, count: int) -> Path:
     return Path(out_dir) / table / f"shard-{index:03d}-of-{count:03d}"
@@ -25,7 +29,10 @@ class PartWriter:
     def __init__(self, folder: Path, schema: pa.Schema):
         self.folder = Path(folder)
         self.schema = schema
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise PersonalensError(f"cannot create the output folder {self.folder}: {err.strerror or err}") from None
 
     def write(self, rows: Sequence[dict]) -> Path | None:
         if not rows:
@@ -34,8 +41,15 @@ class PartWriter:
         # a unique name, so concurrent writers (a re-submitted job next to a stale one) never clash
         name = f"part-{_next_index(self.folder):05d}-{uuid.uuid4().hex[:8]}.parquet"
         tmp = self.folder / f".{name}.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.folder / name)
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, self.folder / name)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise PersonalensError(
+                f"cannot write {self.folder / name}: {err.strerror or err}; nothing partial was left, the parts "
+                "written before are kept: free space or fix the folder's permissions, then run again to resume"
+            ) from None
         return self.folder / name
 
 
@@ -49,7 +63,18 @@ def read_table(folder: Path, columns: Sequence[str] | None = None) -> pa.Table |
     files = sorted(folder.rglob("part-*.parquet")) if folder.exists() else []
     if not files:
         return None
-    return ds.dataset([str(f) for f in files], format="parquet").to_table(columns=columns)
+    try:
+        return ds.dataset([str(f) for f in files], format="parquet").to_table(columns=columns)
+    except (pa.ArrowException, OSError):
+        for f in files:  # name the damaged part
+            try:
+                pq.ParquetFile(f).read(columns=columns)
+            except (pa.ArrowException, OSError) as err:
+                raise PersonalensError(
+                    f"{f}: not a readable Parquet part ({err}); it was cut off or damaged: delete it and run "
+                    "again to regenerate its rows"
+                ) from None
+        raise
 
 
 def existing_values(folder: Path, columns: Sequence[str]) -> set[tuple]:
