@@ -10,28 +10,13 @@ sizes as real users, and times Table 1, Tables 6-9 and Figure 3 on it.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from personalens.data import list_user_indices
+from release_copy import replicate
+
 from personalens.validation.build import build_stats
-
-
-def replicate(root: Path, users: int, into: Path) -> Path:
-    """A copy of `root`'s tasks with `users` user directories cycling through its users."""
-    shutil.copytree(root / "task", into / "task")
-    sources = list_user_indices(root)
-    for i in range(users):
-        target = into / "profile" / f"user{i}"
-        shutil.copytree(root / "profile" / f"user{sources[i % len(sources)]}", target)
-        path = target / "profile.json"
-        profile = json.loads(path.read_text())
-        profile["demographics"]["user_id"] = f"user{i}"  # must match its directory
-        path.write_text(json.dumps(profile, indent=4))
-    return into
 
 
 def main() -> None:

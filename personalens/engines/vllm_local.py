@@ -21,6 +21,7 @@ from personalens.engines.chat import format_messages, resolve_system_role
 from personalens.engines.config import ModelConfig
 from personalens.engines.dtype import local_dtype
 from personalens.engines.embedded import embedded_model_dir
+from personalens.engines.tokens import ChatTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class VllmEngine:
             structured_outputs_config={"backend": "xgrammar"},
         )
         self._system_role = resolve_system_role(config.system_role, self._llm.get_tokenizer().chat_template)
+        # the template and tokenizer LLM.chat applies, for callers that keep prompts as token ids
+        self.chat_tokenizer = ChatTokenizer(self._llm.get_tokenizer(), self._system_role)
         log.info(
             f"loaded {self.name}: {self.dtype.describe()}, on {current_platform.device_type}, "
             f"in {time.monotonic() - started:.1f} s"
@@ -63,12 +66,18 @@ class VllmEngine:
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         if not requests:
             return []
-        outputs = self._llm.chat(
-            [format_messages(r.messages, self._system_role) for r in requests],
-            [sampling_params(r) for r in requests],
-            # callers draw their own progress; vLLM's bar, drawn nowhere, tells them as requests finish
-            use_tqdm=False if on_finished is None else partial(_FinishedRequests, on_finished=on_finished),
-        )
+        params = [sampling_params(r) for r in requests]
+        # callers draw their own progress; vLLM's bar, drawn nowhere, tells them as requests finish
+        bar = False if on_finished is None else partial(_FinishedRequests, on_finished=on_finished)
+        if all(r.prompt_ids is not None for r in requests):
+            from vllm.inputs import TokensPrompt
+
+            prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
+            outputs = self._llm.generate(prompts, params, use_tqdm=bar)
+        else:
+            outputs = self._llm.chat(
+                [format_messages(r.messages, self._system_role) for r in requests], params, use_tqdm=bar
+            )
         return [
             Generation(
                 text=out.outputs[0].text,

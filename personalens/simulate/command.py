@@ -63,5 +63,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         config_hash=digest,
         progress=bool(cfg.progress),
         family=family,
+        chunk=int(cfg.lockstep.max_requests_per_call),
+        keep_ids=bool(cfg.lockstep.token_ids),
     )
     return 0

@@ -137,8 +137,11 @@ def generate(
     config_hash: str,
     progress: bool = True,
     family: str = "default",
+    chunk: int = 8192,
+    keep_ids: bool = True,
 ) -> GenerateSummary:
-    """`load_engines` is called only when there is something to simulate."""
+    """`load_engines` is called only when there is something to simulate; `chunk` and `keep_ids` are
+    run_lockstep's."""
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
     engines = load_engines() if todo else {}
 
@@ -156,7 +159,8 @@ def generate(
         bar.update(stats.finished, active=stats.active, tokens=stats.completion_tokens)
 
     started = time.monotonic()
-    run_lockstep(todo, engines, renderer(templates, setting, family), protocol.sampling, on_finished, on_step)
+    render = renderer(templates, setting, family)
+    run_lockstep(todo, engines, render, protocol.sampling, on_finished, on_step, chunk=chunk, keep_ids=keep_ids)
     bar.close()
     summary = GenerateSummary(
         len(todo),

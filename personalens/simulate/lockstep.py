@@ -2,7 +2,11 @@
 generate call per engine, finished dialogues drop out.
 
 When the user agent and the assistant share an engine, both roles' requests of a step go into the
-same call, so the engine always sees the largest batch there is."""
+same call, so the engine always sees the largest batch there is; a step of more than `chunk`
+requests for one engine is sent in calls of `chunk`, so a step's prompts in memory stay bounded.
+
+An engine with a `chat_tokenizer` gets each prompt as token ids kept per dialogue and role
+(engines/tokens.py): a turn costs the tokens it adds, not a new tokenization of the history."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from personalens.data.records import Role
 from personalens.engines.base import Engine, Message, Request, Sampling
+from personalens.engines.tokens import PromptIds
 from personalens.simulate.dialogue import Dialogue
 
 Render = Callable[[Dialogue, Role], Sequence[Message]]
@@ -43,6 +48,30 @@ def plan_step(
     return list(groups.values())
 
 
+def token_prompts(engines: Mapping[Role, Engine]) -> dict[int, PromptIds]:
+    """Kept prompt ids per engine (by id) for the engines that tokenize in this process."""
+    kept = {}
+    for engine in engines.values():
+        tokenizer = getattr(engine, "chat_tokenizer", None)
+        if tokenizer is not None and id(engine) not in kept:
+            kept[id(engine)] = PromptIds(tokenizer)
+    return kept
+
+
+def build_requests(
+    waiting: Sequence[tuple[Dialogue, Role]],
+    render: Render,
+    sampling: Mapping[Role, Sampling],
+    kept: PromptIds | None,
+) -> list[Request]:
+    messages = [render(d, role) for d, role in waiting]
+    ids = kept.ids([((d.key, role), m) for (d, role), m in zip(waiting, messages)]) if kept else [None] * len(waiting)
+    return [
+        Request(messages=m, sampling=replace(sampling[role], seed=d.turn_seed()), prompt_ids=i)
+        for (d, role), m, i in zip(waiting, messages, ids)
+    ]
+
+
 def run_lockstep(
     dialogues: Sequence[Dialogue],
     engines: Mapping[Role, Engine],
@@ -51,20 +80,27 @@ def run_lockstep(
     on_finished: Callable[[list[Dialogue]], None],
     on_step: Callable[[StepStats], None] = lambda stats: None,
     clock: Callable[[], float] = time.monotonic,
+    *,
+    chunk: int = 8192,
+    keep_ids: bool = True,
 ) -> None:
     """Run every dialogue to its end. `on_finished` receives each step's finished dialogues
-    (so the caller can write them out at once); `on_step` receives per-step statistics."""
+    (so the caller can write them out at once); `on_step` receives per-step statistics.
+    `keep_ids=False` sends chat messages even to engines that could take token ids."""
     active = [d for d in dialogues if d.waiting_on is not None]
+    kept = token_prompts(engines) if keep_ids else {}
     step = 0
     while active:
         step += 1
         started = clock()
         requests = tokens = prompt = cached = 0
-        for engine, waiting in plan_step(active, engines):
-            batch = [
-                Request(messages=render(d, role), sampling=replace(sampling[role], seed=d.turn_seed()))
-                for d, role in waiting
-            ]
+        calls = [
+            (engine, waiting[i : i + chunk])
+            for engine, waiting in plan_step(active, engines)
+            for i in range(0, len(waiting), chunk)
+        ]
+        for engine, waiting in calls:
+            batch = build_requests(waiting, render, sampling, kept.get(id(engine)))
             generations = engine.generate(batch)
             if len(generations) != len(batch):
                 raise RuntimeError(
@@ -79,6 +115,8 @@ def run_lockstep(
             requests += len(batch)
         finished = [d for d in active if d.ended is not None]
         active = [d for d in active if d.ended is None]
+        for ids in kept.values():
+            ids.forget([(d.key, role) for d in finished for role in ("user", "assistant")])
         if finished:
             on_finished(finished)
         on_step(StepStats(step, requests, len(active), len(finished), tokens, clock() - started, prompt, cached))

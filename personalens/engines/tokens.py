@@ -1,0 +1,201 @@
+"""Prompts as token ids, made the way vLLM's chat path makes them: the model's chat template rendered
+to text (with the generation prompt), then tokenized without added special tokens.
+
+`PromptIds` keeps one prompt per dialogue and role as text and ids, so that when the dialogue grows
+only the changed end is tokenized again: the new text is cut at the last place before the change
+where a space sits between two letters. Byte-level BPE (GPT-2, Llama 3, SmolLM2) and SentencePiece
+(Mistral, Llama 2) tokenizers never join a letter with the following " word" into one token, so the
+ids before the cut stay what they were and the text after it tokenizes alone (behind a one-letter
+guard, so that it is not taken for the start of a text). The first splices of each tokenizer, and
+one in `verify_every` after that, are checked against a full tokenization; on a mismatch that
+tokenizer falls back to full tokenization for the rest of the run, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from array import array
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from personalens.engines.base import Message
+from personalens.engines.chat import format_messages, resolve_system_role
+from personalens.engines.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+# a space between two letters: where a tokenizer of the kinds above always starts a new token
+_CUT = re.compile(r"(?<=[^\W\d_]) (?=[^\W\d_])")
+_GUARD = "a"  # a letter before the tail, so the tail's " word" tokenizes as it does mid-text
+_BLOCK = 4096  # characters compared at a time when looking for where two prompts differ
+
+
+class ChatTokenizer:
+    """A model's chat template and tokenizer, as vLLM's `LLM.chat` applies them."""
+
+    def __init__(self, tokenizer: Any, system_role: bool):
+        self.tokenizer = tokenizer
+        self.system_role = system_role
+
+    @classmethod
+    def load(cls, config: ModelConfig) -> ChatTokenizer:
+        """The tokenizer of a model config from its local directory (the embedded model's when
+        `path` is null); loads no model and imports no vLLM."""
+        from transformers import AutoTokenizer
+
+        from personalens.engines.embedded import embedded_model_dir
+
+        source = config.tokenizer or config.path or str(embedded_model_dir())
+        tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(source))
+        return cls(tokenizer, resolve_system_role(config.system_role, tokenizer.chat_template))
+
+    def render(self, messages: Sequence[Message]) -> str:
+        return self.tokenizer.apply_chat_template(
+            format_messages(messages, self.system_role), tokenize=False, add_generation_prompt=True
+        )
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, in one batched call (fast tokenizers encode a batch in parallel)."""
+        if not texts:
+            return []
+        return self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+
+    def encode_ends(self, texts: Sequence[str]) -> list[tuple[list[int], list[int]]]:
+        """Token ids of each text with the character offset where each token ends."""
+        if not texts:
+            return []
+        out = self.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+        return [(ids, [end for _, end in spans]) for ids, spans in zip(out["input_ids"], out["offset_mapping"])]
+
+    def encode_chat(self, messages: Sequence[Message]) -> list[int]:
+        return self.encode([self.render(messages)])[0]
+
+    def encode_chats(self, conversations: Sequence[Sequence[Message]]) -> list[list[int]]:
+        return self.encode([self.render(m) for m in conversations])
+
+
+@dataclass
+class _Prompt:
+    """One prompt as text and ids; `ends` holds the character end of every token from `first` on
+    (the region where the next cut can fall: a dialogue only grows after its last change)."""
+
+    text: str
+    ids: array
+    ends: array
+    first: int = 0
+
+
+def common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of `a` and `b`, compared block by block."""
+    n = min(len(a), len(b))
+    lo = 0
+    while lo < n and a[lo : lo + _BLOCK] == b[lo : lo + _BLOCK]:
+        lo += _BLOCK
+    hi = min(lo + _BLOCK, n)
+    while lo < hi:  # a[:lo] == b[:lo]; find the first difference in [lo, hi)
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return min(lo, n)
+
+
+@dataclass
+class SpliceStats:
+    prompts: int = 0  # prompts made
+    spliced: int = 0  # made from an earlier prompt's ids and a tokenized tail
+    full: int = 0  # tokenized whole (first prompts, and where no cut was found)
+    tokenized: int = 0  # tokens tokenized (tails and whole prompts)
+    checked: int = 0  # splices compared with a full tokenization
+    mismatches: int = 0
+
+
+@dataclass
+class PromptIds:
+    """The prompts of many dialogues, kept per (dialogue key, role) between turns."""
+
+    tokenizer: ChatTokenizer
+    verify_first: int = 64  # splices checked against a full tokenization at the start
+    verify_every: int = 1000  # then one in this many
+    stats: SpliceStats = field(default_factory=SpliceStats)
+    _prompts: dict = field(default_factory=dict)
+    _incremental: bool = True
+
+    def ids(self, keyed: Sequence[tuple[object, Sequence[Message]]]) -> list[list[int]]:
+        """Token ids of each (key, messages) prompt, reusing the ids of the key's previous prompt."""
+        texts = [self.tokenizer.render(messages) for _, messages in keyed]
+        plans = [self._plan(key, text) for (key, _), text in zip(keyed, texts)]
+        encoded = self.tokenizer.encode_ends([tail for _, tail, _ in plans])
+        result = []
+        for (key, _), text, (cut, _, keep), (ids, ends) in zip(keyed, texts, plans, encoded):
+            self.stats.tokenized += len(ids)
+            if cut is not None and not self._incremental:  # a mismatch earlier in this call
+                cut, (ids, ends) = None, self.tokenizer.encode_ends([text])[0]
+            if cut is None:
+                prompt = _Prompt(text, array("i", ids), array("i", ends))
+                self.stats.full += 1
+            else:
+                skip = bisect_right(ends, len(_GUARD))  # the guard's own token(s)
+                old = self._prompts[key]
+                prompt = _Prompt(
+                    text,
+                    old.ids[:keep] + array("i", ids[skip:]),
+                    array("i", (e - len(_GUARD) + cut for e in ends[skip:])),
+                    keep,
+                )
+                self.stats.spliced += 1
+                if self._should_check():
+                    self._check(prompt)
+            self.stats.prompts += 1
+            self._prompts[key] = prompt
+            result.append(prompt.ids.tolist())
+        return result
+
+    def forget(self, keys: Sequence[object]) -> None:
+        """Drop the prompts of these keys (a finished dialogue's roles)."""
+        for key in keys:
+            self._prompts.pop(key, None)
+
+    def _plan(self, key: object, text: str) -> tuple[int | None, str, int]:
+        """(cut, text to tokenize, ids kept): cut is None when the whole text is tokenized."""
+        old = self._prompts.get(key)
+        if old is None or not self._incremental:
+            return None, text, 0
+        differ = common_prefix(old.text, text)
+        cut = _last_cut(text, old.ends[0] if old.ends else 0, differ)
+        if cut is None:
+            return None, text, 0
+        # the last token ending at the cut (byte-level tokens of one character all end where it ends)
+        i = bisect_right(old.ends, cut)
+        if i == 0 or old.ends[i - 1] != cut:
+            return None, text, 0  # no token of the earlier prompt ends there: tokenize it whole
+        return cut, _GUARD + text[cut:], old.first + i
+
+    def _should_check(self) -> bool:
+        n = self.stats.spliced
+        return n <= self.verify_first or (self.verify_every > 0 and n % self.verify_every == 0)
+
+    def _check(self, prompt: _Prompt) -> None:
+        self.stats.checked += 1
+        (full,) = self.tokenizer.encode([prompt.text])
+        if full != prompt.ids.tolist():
+            self.stats.mismatches += 1
+            self._incremental = False
+            log.warning(
+                "incremental prompt tokenization differs from a full tokenization for this tokenizer; "
+                "tokenizing every prompt whole from now on (exact, slower)"
+            )
+            prompt.ids = array("i", full)
+
+
+def _last_cut(text: str, start: int, stop: int) -> int | None:
+    """The last position from `start` where a space sits between two letters, all three in text[:stop]."""
+    last = None
+    for match in _CUT.finditer(text, max(start, 1), max(start, stop)):
+        last = match.start()
+    return last

@@ -1,0 +1,155 @@
+"""Prompts as token ids, kept per dialogue between turns (personalens/engines/tokens.py): for every
+role, fidelity option, prompt family and setting, the ids made from the previous prompt's ids and a
+tokenized tail equal what the chat template plus the tokenizer give for the whole prompt."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from personalens.data import load_scenarios
+from personalens.data.records import Turn
+from personalens.engines.config import ModelConfig
+from personalens.engines.tokens import ChatTokenizer, PromptIds, common_prefix
+from personalens.paths import PROJECT_ROOT
+from personalens.prompts.render import FAMILIES, assistant_messages, user_agent_messages
+from personalens.prompts.setting import PromptSetting
+from personalens.prompts.templates import load_templates
+
+TEMPLATE_SETS = {
+    "official": dict(folder=PROJECT_ROOT / "prompts" / "official", style="official", verbatim=True),
+    "paper": dict(folder=None, style="paper", verbatim=False),
+}
+SETTINGS = [PromptSetting("base"), PromptSetting("vanilla"), PromptSetting("base", True, True, True)]
+# replies as models write them: words, punctuation, numbers, lists, newlines, quotes, non-ASCII, TERMINATE
+PIECES = [
+    "Sure", "I'd", "recommend", "the", "Italian", "place", "on", "Main", "Street.", "It", "opens", "at",
+    "7:30pm,", "costs", "$25", "per", "person", "(tip", "included).", "\n", "\n\n", "1.", "2)", "-",
+    "**Note:**", "café", "naïve", "東京", "😀", "TERMINATE", "'quoted'", '"double"', "  ", "\t", "100%",
+    "e-mail:", "x@y.com", "...", "—", "Okay,", "thanks!", "What", "about", "Tuesday?",
+]  # fmt: skip
+
+
+def reply(rng: random.Random) -> str:
+    words = [rng.choice(PIECES) for _ in range(rng.randint(1, 60))]
+    return " ".join(words).strip() or "ok"
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> ChatTokenizer:
+    return ChatTokenizer.load(ModelConfig(name="SmolLM2-135M-Instruct"))
+
+
+def scenarios(root: Path, n: int) -> list:
+    found = load_scenarios(root)
+    return random.Random(0).sample(found, min(n, len(found)))
+
+
+def grow_and_compare(tokenizer: ChatTokenizer, prompt_of, scenarios_, rng: random.Random, rounds: int) -> PromptIds:
+    """Grow one dialogue per scenario turn by turn; at each turn the kept ids must equal a full
+    tokenization of the role's whole prompt. Returns the PromptIds, whose counts say how much was
+    tokenized, and checks that this was well under the prompts' total."""
+    kept = PromptIds(tokenizer, verify_first=0, verify_every=0)  # no internal checks: this test is the check
+    total = 0
+    for scenario in scenarios_:
+        turns: list[Turn] = []
+        for _ in range(rounds * 2):
+            role = "user" if len(turns) % 2 == 0 else "assistant"
+            messages = prompt_of(scenario, turns, role)
+            (ids,) = kept.ids([((scenario.key, role), messages)])
+            assert ids == tokenizer.encode_chat(messages), (scenario.key, role, len(turns))
+            total += len(ids)
+            turns.append(Turn(role, reply(rng)))
+    assert kept.stats.tokenized < total / 2
+    return kept
+
+
+@pytest.mark.parametrize("fidelity", sorted(TEMPLATE_SETS))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_kept_ids_equal_a_full_tokenization_for_every_role_and_layout(tokenizer, sample_root, fidelity, family):
+    spec = TEMPLATE_SETS[fidelity]
+    templates = load_templates(spec["folder"], style=spec["style"], verbatim=spec["verbatim"])
+    rng = random.Random(f"{fidelity}-{family}")
+    for setting in SETTINGS:
+
+        def prompt_of(scenario, turns, role, setting=setting):
+            if role == "user":
+                return user_agent_messages(templates, scenario, turns)
+            return assistant_messages(templates, scenario, turns, setting, family)
+
+        kept = grow_and_compare(tokenizer, prompt_of, scenarios(sample_root, 4), rng, rounds=6)
+        # the point of it: most prompts were made from the previous ones, not tokenized whole
+        assert kept.stats.spliced > kept.stats.full
+
+
+def test_kept_ids_on_the_release_excerpt_under_the_official_prompts(tokenizer, shared_data_root):
+    spec = TEMPLATE_SETS["official"]
+    templates = load_templates(spec["folder"], style=spec["style"], verbatim=spec["verbatim"])
+
+    def prompt_of(scenario, turns, role):
+        if role == "user":
+            return user_agent_messages(templates, scenario, turns)
+        return assistant_messages(templates, scenario, turns, PromptSetting("base", True, True, True), "llama")
+
+    kept = grow_and_compare(tokenizer, prompt_of, scenarios(shared_data_root, 8), random.Random(24), rounds=8)
+    assert kept.stats.spliced > 5 * kept.stats.full
+
+
+def test_without_a_system_role_the_folded_prompt_is_kept_exactly(tokenizer, sample_root):
+    folded = ChatTokenizer(tokenizer.tokenizer, system_role=False)
+    templates = load_templates(None)
+
+    def prompt_of(scenario, turns, role):
+        if role == "user":
+            return user_agent_messages(templates, scenario, turns)
+        return assistant_messages(templates, scenario, turns, PromptSetting("base", True, False, True))
+
+    kept = grow_and_compare(folded, prompt_of, scenarios(sample_root, 3), random.Random(5), rounds=5)
+    assert kept.stats.spliced > 0
+
+
+class _NonLocal:
+    """A tokenizer double whose first id counts the text's characters, so no tail can be kept: every
+    splice differs from a full tokenization (pure logic; the real tokenizer is tested above)."""
+
+    chat_template = None
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        return "".join(m["content"] for m in messages)
+
+    def __call__(self, texts, add_special_tokens, return_offsets_mapping=False):
+        ids, spans = [], []
+        for text in texts:
+            ids.append([len(text)] + [ord(c) for c in text])
+            spans.append([(0, 0)] + [(i, i + 1) for i in range(len(text))])
+        return {"input_ids": ids, "offset_mapping": spans} if return_offsets_mapping else {"input_ids": ids}
+
+
+def test_a_tokenizer_that_is_not_local_falls_back_to_whole_prompts_and_stays_exact():
+    tokenizer = ChatTokenizer(_NonLocal(), system_role=True)
+    kept = PromptIds(tokenizer, verify_first=1, verify_every=0)
+    text = "hello world and more words"
+    for n in range(1, 6):
+        messages = [{"role": "user", "content": text * n + " tail end"}]
+        (ids,) = kept.ids([(("d", "user"), messages)])
+        assert ids == tokenizer.encode_chat(messages)
+    assert kept.stats.mismatches == 1 and kept.stats.checked == 1
+    assert kept.stats.full == 4  # after the mismatch every prompt is tokenized whole
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("", ""),
+        ("abc", "abd"),
+        ("abc", "abc"),
+        ("abc", "abcdef"),
+        ("x" * 10_000, "x" * 9_000 + "y"),
+        ("a" * 4096, "a" * 4097),
+    ],
+)
+def test_common_prefix(a, b):
+    expected = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    assert common_prefix(a, b) == expected == common_prefix(b, a)

@@ -1,0 +1,84 @@
+"""Token-id prompts through the real vLLM engine: the ids personalens makes are the ids vLLM's own
+chat path makes, and lockstep dialogues come out the same whether prompts go as kept token ids or
+as chat messages (same seeds, same text)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from engine_fixtures import chat
+
+from personalens.data import load_scenarios
+from personalens.engines.base import Request, Sampling
+from personalens.engines.tokens import ChatTokenizer
+from personalens.paths import PROJECT_ROOT
+from personalens.prompts.setting import PromptSetting
+from personalens.prompts.templates import load_templates
+from personalens.simulate.dialogue import EndRules
+from personalens.simulate.generate import Protocol, plan_dialogues, renderer
+from personalens.simulate.lockstep import run_lockstep
+
+pytestmark = pytest.mark.vllm
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello there."}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a fruit.\n\nOnly one."}],
+    [
+        {"role": "system", "content": "You plan trips. Café naïve 東京 😀"},
+        {"role": "user", "content": "I need a flight to Rome on Tuesday, around 7:30pm?"},
+        {"role": "assistant", "content": "Sure - here are 2 options:\n1. AZ 611\n2. FR 9012"},
+        {"role": "user", "content": "The first one, thanks!  TERMINATE"},
+    ],
+]
+
+
+def test_ids_equal_what_vllm_chat_tokenizes(engine):
+    outputs = engine._llm.chat(CONVERSATIONS, [engine_params(2)] * len(CONVERSATIONS), use_tqdm=False)
+    ours = engine.chat_tokenizer.encode_chats(CONVERSATIONS)
+    assert ours == [list(out.prompt_token_ids) for out in outputs]
+    folded = ChatTokenizer(engine.chat_tokenizer.tokenizer, system_role=False)
+    assert folded.encode_chat(CONVERSATIONS[1])[: len(ours[1])] != ours[1]  # folding changes the prompt
+
+
+def engine_params(max_tokens: int):
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=max_tokens, temperature=0)
+
+
+def test_token_prompts_generate_what_messages_generate(engine):
+    requests = [chat(c[-1]["content"], max_tokens=12, temperature=0.8, seed=7) for c in CONVERSATIONS]
+    # both from a cold prefix cache: KV served from the cache is computed in another batch, and at
+    # temperature > 0 its rounding can change a sampled token
+    engine.reset_prefix_cache()
+    by_messages = engine.generate(requests)
+    ids = engine.chat_tokenizer.encode_chats([r.messages for r in requests])
+    engine.reset_prefix_cache()
+    by_ids = engine.generate([Request(r.messages, r.sampling, prompt_ids=i) for r, i in zip(requests, ids)])
+    assert [g.text for g in by_ids] == [g.text for g in by_messages]
+    assert [g.prompt_tokens for g in by_ids] == [len(i) for i in ids]
+
+
+def test_lockstep_dialogues_are_the_same_with_kept_ids_and_with_messages(engine, sample_root):
+    """The quickstart's path (official prompts, quick protocol's sampling, short replies here) on a
+    few sample scenarios, once per prompt route: every turn's text is the same."""
+    templates = load_templates(PROJECT_ROOT / "prompts" / "official", style="official", verbatim=True)
+    scenarios = random.Random(3).sample(load_scenarios(sample_root), 4)
+    protocol = Protocol(
+        2,
+        2,
+        {"user": Sampling(temperature=0.5, max_tokens=24), "assistant": Sampling(temperature=0.0, max_tokens=24)},
+        EndRules("substring", reply_after_cap=True),
+    )
+    runs = {}
+    for keep_ids in (True, False):
+        todo, _ = plan_dialogues(scenarios, PromptSetting("base"), 1, 0, protocol, set())
+        engine.reset_prefix_cache()  # each route from a cold cache, so both compute alike
+        engines = {"user": engine, "assistant": engine}
+        run_lockstep(
+            todo, engines, renderer(templates, PromptSetting("base")), protocol.sampling, lambda _: None, keep_ids=keep_ids
+        )
+        runs[keep_ids] = [[(t.role, t.text, t.prompt_tokens) for t in d.turns] for d in todo]
+    assert runs[True] == runs[False]
+    assert sum(len(turns) for turns in runs[True]) >= 4 * 4
