@@ -58,7 +58,7 @@ def grow_and_compare(tokenizer: ChatTokenizer, prompt_of, scenarios_, rng: rando
         for _ in range(rounds * 2):
             role = "user" if len(turns) % 2 == 0 else "assistant"
             messages = prompt_of(scenario, turns, role)
-            (ids,) = kept.ids([((scenario.key, role), messages)])
+            (ids,) = kept.ids([((scenario.key, role), role, messages)])
             assert ids == tokenizer.encode_chat(messages), (scenario.key, role, len(turns))
             total += len(ids)
             turns.append(Turn(role, reply(rng)))
@@ -129,14 +129,16 @@ class _NonLocal:
 
 def test_a_tokenizer_that_is_not_local_falls_back_to_whole_prompts_and_stays_exact():
     tokenizer = ChatTokenizer(_NonLocal(), system_role=True)
-    kept = PromptIds(tokenizer, verify_first=1, verify_every=0)
+    kept = PromptIds(tokenizer, verify_first=10, verify_every=0)
     text = "hello world and more words"
-    for n in range(1, 6):
+    fulls = []
+    for n in range(1, 7):
         messages = [{"role": "user", "content": text * n + " tail end"}]
-        (ids,) = kept.ids([(("d", "user"), messages)])
+        (ids,) = kept.ids([(("d", "user"), "user", messages)])
         assert ids == tokenizer.encode_chat(messages)
-    assert kept.stats.mismatches == 1 and kept.stats.checked == 1
-    assert kept.stats.full == 4  # after the mismatch every prompt is tokenized whole
+        fulls.append(kept.stats.full)
+    assert kept.stats.mismatches == 1 and kept.stats.checked == kept.stats.spliced
+    assert fulls[-1] - fulls[-3] == 2  # after the mismatch every prompt is tokenized whole
 
 
 @pytest.mark.parametrize(

@@ -77,7 +77,12 @@ def test_lockstep_dialogues_are_the_same_with_kept_ids_and_with_messages(engine,
         engine.reset_prefix_cache()  # each route from a cold cache, so both compute alike
         engines = {"user": engine, "assistant": engine}
         run_lockstep(
-            todo, engines, renderer(templates, PromptSetting("base")), protocol.sampling, lambda _: None, keep_ids=keep_ids
+            todo,
+            engines,
+            renderer(templates, PromptSetting("base")),
+            protocol.sampling,
+            lambda _: None,
+            keep_ids=keep_ids,
         )
         runs[keep_ids] = [[(t.role, t.text, t.prompt_tokens) for t in d.turns] for d in todo]
     assert runs[True] == runs[False]

@@ -2,7 +2,8 @@
 to text (with the generation prompt), then tokenized without added special tokens.
 
 `PromptIds` keeps one prompt per dialogue and role as text and ids, so that when the dialogue grows
-only the changed end is tokenized again: the new text is cut at the last place before the change
+only the changed end is tokenized again (a dialogue's first prompt starts from the first prompt of
+its group, e.g. its role, which shares the system prompt and fixed instructions): the new text is cut at the last place before the change
 where a space sits between two letters. Byte-level BPE (GPT-2, Llama 3, SmolLM2) and SentencePiece
 (Mistral, Llama 2) tokenizers never join a letter with the following " word" into one token, so the
 ids before the cut stay what they were and the text after it tokenizes alone (behind a one-letter
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -28,8 +28,6 @@ from personalens.engines.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
-# a space between two letters: where a tokenizer of the kinds above always starts a new token
-_CUT = re.compile(r"(?<=[^\W\d_]) (?=[^\W\d_])")
 _GUARD = "a"  # a letter before the tail, so the tail's " word" tokenizes as it does mid-text
 _BLOCK = 4096  # characters compared at a time when looking for where two prompts differ
 
@@ -124,15 +122,24 @@ class PromptIds:
     verify_every: int = 1000  # then one in this many
     stats: SpliceStats = field(default_factory=SpliceStats)
     _prompts: dict = field(default_factory=dict)
+    _firsts: dict = field(default_factory=dict)  # group -> the first prompt tokenized whole
     _incremental: bool = True
 
-    def ids(self, keyed: Sequence[tuple[object, Sequence[Message]]]) -> list[list[int]]:
-        """Token ids of each (key, messages) prompt, reusing the ids of the key's previous prompt."""
-        texts = [self.tokenizer.render(messages) for _, messages in keyed]
-        plans = [self._plan(key, text) for (key, _), text in zip(keyed, texts)]
-        encoded = self.tokenizer.encode_ends([tail for _, tail, _ in plans])
+    def ids(self, keyed: Sequence[tuple[object, object, Sequence[Message]]]) -> list[list[int]]:
+        """Token ids of each (key, group, messages) prompt, made from the key's previous prompt, or
+        for a new key from its group's first prompt."""
+        texts = [self.tokenizer.render(messages) for _, _, messages in keyed]
+        # a group's first prompt is tokenized whole before the rest of the call is planned, so that
+        # the call's other new dialogues (in lockstep: all of them, at the start) start from it
+        for (key, group, _), text in zip(keyed, texts):
+            if group not in self._firsts and key not in self._prompts and self._incremental:
+                ((ids, ends),) = self.tokenizer.encode_ends([text])
+                self._firsts[group] = _Prompt(text, array("i", ids), array("i", ends))
+                self.stats.tokenized += len(ids)
+        plans = [self._plan(key, group, text) for (key, group, _), text in zip(keyed, texts)]
+        encoded = self.tokenizer.encode_ends([tail for _, tail, _, _ in plans])
         result = []
-        for (key, _), text, (cut, _, keep), (ids, ends) in zip(keyed, texts, plans, encoded):
+        for (key, _, _), text, (cut, _, keep, old), (ids, ends) in zip(keyed, texts, plans, encoded):
             self.stats.tokenized += len(ids)
             if cut is not None and not self._incremental:  # a mismatch earlier in this call
                 cut, (ids, ends) = None, self.tokenizer.encode_ends([text])[0]
@@ -141,7 +148,6 @@ class PromptIds:
                 self.stats.full += 1
             else:
                 skip = bisect_right(ends, len(_GUARD))  # the guard's own token(s)
-                old = self._prompts[key]
                 prompt = _Prompt(
                     text,
                     old.ids[:keep] + array("i", ids[skip:]),
@@ -161,20 +167,21 @@ class PromptIds:
         for key in keys:
             self._prompts.pop(key, None)
 
-    def _plan(self, key: object, text: str) -> tuple[int | None, str, int]:
-        """(cut, text to tokenize, ids kept): cut is None when the whole text is tokenized."""
-        old = self._prompts.get(key)
+    def _plan(self, key: object, group: object, text: str) -> tuple[int | None, str, int, _Prompt | None]:
+        """(cut, text to tokenize, ids kept, the prompt they are kept from): cut is None when the
+        whole text is tokenized."""
+        old = self._prompts.get(key) or self._firsts.get(group)
         if old is None or not self._incremental:
-            return None, text, 0
+            return None, text, 0, None
         differ = common_prefix(old.text, text)
         cut = _last_cut(text, old.ends[0] if old.ends else 0, differ)
         if cut is None:
-            return None, text, 0
+            return None, text, 0, None
         # the last token ending at the cut (byte-level tokens of one character all end where it ends)
         i = bisect_right(old.ends, cut)
         if i == 0 or old.ends[i - 1] != cut:
-            return None, text, 0  # no token of the earlier prompt ends there: tokenize it whole
-        return cut, _GUARD + text[cut:], old.first + i
+            return None, text, 0, None  # no token of the earlier prompt ends there: tokenize it whole
+        return cut, _GUARD + text[cut:], old.first + i, old
 
     def _should_check(self) -> bool:
         n = self.stats.spliced
@@ -194,8 +201,11 @@ class PromptIds:
 
 
 def _last_cut(text: str, start: int, stop: int) -> int | None:
-    """The last position from `start` where a space sits between two letters, all three in text[:stop]."""
-    last = None
-    for match in _CUT.finditer(text, max(start, 1), max(start, stop)):
-        last = match.start()
-    return last
+    """The last position from `start` where a space sits between two letters (Unicode letters, the
+    tokenizers' \\p{L}), all three in text[:stop]; searched backwards, as it is usually near `stop`."""
+    space = text.rfind(" ", max(start, 1), stop - 1)
+    while space > 0:
+        if text[space - 1].isalpha() and text[space + 1].isalpha():
+            return space
+        space = text.rfind(" ", max(start, 1), space)
+    return None

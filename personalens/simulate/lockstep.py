@@ -65,7 +65,11 @@ def build_requests(
     kept: PromptIds | None,
 ) -> list[Request]:
     messages = [render(d, role) for d, role in waiting]
-    ids = kept.ids([((d.key, role), m) for (d, role), m in zip(waiting, messages)]) if kept else [None] * len(waiting)
+    ids = (
+        kept.ids([((d.key, role), role, m) for (d, role), m in zip(waiting, messages)])
+        if kept
+        else [None] * len(waiting)
+    )
     return [
         Request(messages=m, sampling=replace(sampling[role], seed=d.turn_seed()), prompt_ids=i)
         for (d, role), m, i in zip(waiting, messages, ids)
