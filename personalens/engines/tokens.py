@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 _GUARD = "a"  # a letter before the tail, so the tail's " word" tokenizes as it does mid-text
 _BLOCK = 4096  # characters compared at a time when looking for where two prompts differ
+_SUB_BATCH = 256  # prompts tokenized at a time
 
 
 class ChatTokenizer:
@@ -78,13 +79,19 @@ class ChatTokenizer:
 
 @dataclass
 class _Prompt:
-    """One prompt as text and ids; `ends` holds the character end of every token from `first` on
-    (the region where the next cut can fall: a dialogue only grows after its last change)."""
+    """One prompt as ids, with what the next cut needs: the text from `head` on, a hash of the text
+    before it (memory: a dialogue's prompt is kept as ids, not text, up to where it last changed), and
+    the character end of every token from `first` on (the next cut falls after the last change)."""
 
-    text: str
     ids: array
     ends: array
+    tail: str
+    head: int = 0
+    head_hash: int = 0
     first: int = 0
+
+    def text_matches(self, text: str) -> bool:
+        return self.head == 0 or (len(text) >= self.head and hash(text[: self.head]) == self.head_hash)
 
 
 def common_prefix(a: str, b: str) -> int:
@@ -128,13 +135,19 @@ class PromptIds:
     def ids(self, keyed: Sequence[tuple[object, object, Sequence[Message]]]) -> list[list[int]]:
         """Token ids of each (key, group, messages) prompt, made from the key's previous prompt, or
         for a new key from its group's first prompt."""
+        result = []
+        for start in range(0, len(keyed), _SUB_BATCH):  # bounds the tokenizer's per-token output objects
+            result += self._ids(keyed[start : start + _SUB_BATCH])
+        return result
+
+    def _ids(self, keyed: Sequence[tuple[object, object, Sequence[Message]]]) -> list[list[int]]:
         texts = [self.tokenizer.render(messages) for _, _, messages in keyed]
         # a group's first prompt is tokenized whole before the rest of the call is planned, so that
         # the call's other new dialogues (in lockstep: all of them, at the start) start from it
         for (key, group, _), text in zip(keyed, texts):
             if group not in self._firsts and key not in self._prompts and self._incremental:
                 ((ids, ends),) = self.tokenizer.encode_ends([text])
-                self._firsts[group] = _Prompt(text, array("i", ids), array("i", ends))
+                self._firsts[group] = _Prompt(array("i", ids), array("i", ends), text)
                 self.stats.tokenized += len(ids)
         plans = [self._plan(key, group, text) for (key, group, _), text in zip(keyed, texts)]
         encoded = self.tokenizer.encode_ends([tail for _, tail, _, _ in plans])
@@ -144,19 +157,21 @@ class PromptIds:
             if cut is not None and not self._incremental:  # a mismatch earlier in this call
                 cut, (ids, ends) = None, self.tokenizer.encode_ends([text])[0]
             if cut is None:
-                prompt = _Prompt(text, array("i", ids), array("i", ends))
+                prompt = _Prompt(array("i", ids), array("i", ends), text)
                 self.stats.full += 1
             else:
                 skip = bisect_right(ends, len(_GUARD))  # the guard's own token(s)
                 prompt = _Prompt(
-                    text,
                     old.ids[:keep] + array("i", ids[skip:]),
                     array("i", (e - len(_GUARD) + cut for e in ends[skip:])),
+                    text[cut:],
+                    cut,
+                    hash(text[:cut]),
                     keep,
                 )
                 self.stats.spliced += 1
                 if self._should_check():
-                    self._check(prompt)
+                    self._check(prompt, text)
             self.stats.prompts += 1
             self._prompts[key] = prompt
             result.append(prompt.ids.tolist())
@@ -171,10 +186,10 @@ class PromptIds:
         """(cut, text to tokenize, ids kept, the prompt they are kept from): cut is None when the
         whole text is tokenized."""
         old = self._prompts.get(key) or self._firsts.get(group)
-        if old is None or not self._incremental:
+        if old is None or not self._incremental or not old.text_matches(text):
             return None, text, 0, None
-        differ = common_prefix(old.text, text)
-        cut = _last_cut(text, old.ends[0] if old.ends else 0, differ)
+        differ = old.head + common_prefix(old.tail, text[old.head :])
+        cut = _last_cut(text, max(old.head, old.ends[0] if old.ends else 0), differ)
         if cut is None:
             return None, text, 0, None
         # the last token ending at the cut (byte-level tokens of one character all end where it ends)
@@ -187,9 +202,9 @@ class PromptIds:
         n = self.stats.spliced
         return n <= self.verify_first or (self.verify_every > 0 and n % self.verify_every == 0)
 
-    def _check(self, prompt: _Prompt) -> None:
+    def _check(self, prompt: _Prompt, text: str) -> None:
         self.stats.checked += 1
-        (full,) = self.tokenizer.encode([prompt.text])
+        (full,) = self.tokenizer.encode([text])
         if full != prompt.ids.tolist():
             self.stats.mismatches += 1
             self._incremental = False

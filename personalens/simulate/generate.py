@@ -137,7 +137,7 @@ def generate(
     config_hash: str,
     progress: bool = True,
     family: str = "default",
-    chunk: int = 8192,
+    chunk: int = 4096,
     keep_ids: bool = True,
 ) -> GenerateSummary:
     """`load_engines` is called only when there is something to simulate; `chunk` and `keep_ids` are

@@ -85,7 +85,7 @@ def run_lockstep(
     on_step: Callable[[StepStats], None] = lambda stats: None,
     clock: Callable[[], float] = time.monotonic,
     *,
-    chunk: int = 8192,
+    chunk: int = 4096,
     keep_ids: bool = True,
 ) -> None:
     """Run every dialogue to its end. `on_finished` receives each step's finished dialogues
