@@ -19,6 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from personalens.personalbench.wildchat import COLUMNS as READ_COLUMNS  # the columns the reader uses
+
 REPO = Path(__file__).resolve().parents[1]
 SEED = 22
 MUTATIONS = 200
@@ -151,15 +155,16 @@ def _classify(mutation: str, result: subprocess.CompletedProcess | None, expecte
     return Outcome(mutation, "warning" if "warning:" in text else "accepted", "")
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess | None:
+def _run(args: list[str], timeout: float = TIMEOUT_S, **kwargs) -> subprocess.CompletedProcess | None:
     try:
         return subprocess.run(
             [sys.executable, "-m", "personalens.cli", *args],
             cwd=REPO,
             capture_output=True,
             text=True,
-            timeout=TIMEOUT_S,
+            timeout=timeout,
             stdin=subprocess.DEVNULL,
+            **kwargs,
         )
     except subprocess.TimeoutExpired:
         return None
@@ -189,3 +194,312 @@ def test_seeded_mutations_of_the_sample_never_crash_hang_or_change_counts_silent
     print(f"\n{len(outcomes)} mutations (seed {SEED}): " + ", ".join(f"{k}: {n}" for k, n in sorted(table.items())))
     bad = [o for o in outcomes if o.kind in ("traceback", "hang", "silent change", "unnamed error")]
     assert not bad, "\n\n".join(f"{o.kind}: {o.mutation}\n{o.detail}" for o in bad[:8])
+
+
+# ---- PersonalBench: the WildChat reader and the prompts file, up to reading (no model) -----------
+
+PB_MUTATIONS = 72
+PB_SAMPLE = REPO / "data" / "personalbench"
+WILDCHAT = re.compile(r"wildchat: (\d+) files, (\d+) records, (\d+) conversations read, (\d+) bad records skipped")
+UNREADABLE = re.compile(r"(\d+) x unreadable file")
+PROMPTS = re.compile(r"until=read: (\d+) users, (\d+) prompts read")
+SHARD_KINDS = [
+    "truncate", "empty", "not parquet", "directory", "fifo", "column type", "nested type", "rename column",
+    "drop column", "null column", "null value", "nested null", "bad utf8", "timestamp range",
+]  # fmt: skip
+PROMPT_KINDS = [
+    "truncate", "empty", "directory", "fifo", "bad utf8", "not json", "bom", "crlf", "blank lines", "u2028",
+    "duplicate key", "surrogate", "nesting", "long int", "delete key", "rename key", "wrong type", "same id",
+]  # fmt: skip
+
+
+def _rows_mutation(rng: random.Random, table, how: str):
+    """`table` with one column or value changed as `how` says; its description."""
+    import pyarrow as pa
+
+    names = table.column_names
+    read = [c for c in names if c in READ_COLUMNS]
+    name = rng.choice(read if read and rng.random() < 0.75 else names)  # mostly columns the reader uses
+    index = names.index(name)
+    n = table.num_rows
+    if how == "column type":  # every value of a column replaced by another type
+        kind = rng.choice(["int", "string", "list"])
+        values = (
+            pa.array(range(n), pa.int64())
+            if kind == "int"
+            else pa.array([f"x{i}" for i in range(n)])
+            if kind == "string"
+            else pa.array([[i] for i in range(n)], pa.list_(pa.int64()))
+        )
+        return table.set_column(index, name, values), f"{name} as {kind}"
+    if how == "rename column":
+        return table.rename_columns([f"{c}_renamed" if c == name else c for c in names]), name
+    if how == "drop column":
+        return table.drop_columns([name]), name
+    if how == "null column":
+        return table.set_column(index, name, pa.nulls(n, table.schema.field(name).type)), name
+    if how == "bad utf8":  # a string column's value that is not UTF-8 (Arrow does not check a view)
+        strings = [c for c in read if pa.types.is_string(table.schema.field(c).type)]
+        name = rng.choice(strings)
+        values = table.column(name).to_pylist()
+        row = rng.randrange(n)
+        raw = [None if v is None else v.encode() for v in values]
+        raw[row] = (raw[row] or b"") + b"\xff\xfe"
+        column = pa.array(raw, pa.binary()).view(pa.string())
+        return table.set_column(names.index(name), name, column), f"{name} row {row}"
+    if how == "timestamp range":  # past Python's datetime range
+        row = rng.randrange(n)
+        field = table.schema.field("timestamp")
+        ints = table.column("timestamp").cast(pa.int64()).to_pylist() if pa.types.is_timestamp(field.type) else [0] * n
+        ints[row] = 2**62
+        column = pa.array(ints, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+        return table.set_column(names.index("timestamp"), "timestamp", column), f"row {row}"
+    rows = table.to_pylist()
+    row = rng.randrange(n)
+    if how == "null value":
+        rows[row][name] = None
+        return pa.Table.from_pylist(rows, schema=table.schema), f"{name} row {row}"
+    messages = [(i, m) for i, r in enumerate(rows) for m in r["conversation"] or [] if isinstance(m, dict)]
+    if not messages:
+        return table, "unchanged (no message)"
+    _, message = rng.choice(messages)
+    key = rng.choice(["role", "content", "turn_identifier", "header"])
+    if how == "nested null":
+        message[key] = None
+        return pa.Table.from_pylist(rows, schema=table.schema), f"conversation.{key}"
+    # nested type: one message field of every row takes another type
+    for r in rows:
+        for m in r["conversation"] or []:
+            if isinstance(m, dict):
+                m[key] = {"role": 3, "content": 1.5, "turn_identifier": "x", "header": "h"}[key]
+    return pa.Table.from_pylist(rows), f"conversation.{key}"
+
+
+def _mutate_shard(rng: random.Random, path: Path, how: str) -> str:
+    import pyarrow.parquet as pq
+
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[: rng.randrange(1, len(data) - 1)])
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "not parquet":
+        path.write_bytes(b"this is not parquet\n")
+    elif how == "directory":
+        path.unlink()
+        path.mkdir()
+    elif how == "fifo":
+        path.unlink()
+        os.mkfifo(path)
+    else:
+        table, detail = _rows_mutation(rng, pq.read_table(path), how)
+        pq.write_table(table, path)
+        how = f"{how} {detail}"
+    return f"{how} in {path.name}"
+
+
+def _mutate_prompts(rng: random.Random, path: Path, how: str) -> str:
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    if how == "truncate":  # inside a line, so that its JSON object is cut
+        k = rng.randrange(len(lines))
+        path.write_bytes(b"".join(lines[:k]) + lines[k][: rng.randrange(1, len(lines[k].rstrip()) - 1)])
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "directory":
+        path.unlink()
+        path.mkdir()
+    elif how == "fifo":
+        path.unlink()
+        os.mkfifo(path)
+    elif how == "bad utf8":
+        cut = rng.randrange(len(data))
+        path.write_bytes(data[:cut] + b"\xff\xfe" + data[cut:])
+    elif how == "not json":
+        path.write_bytes(b"this is not json\n")
+    elif how == "bom":
+        path.write_bytes(b"\xef\xbb\xbf" + data)
+    elif how == "crlf":
+        path.write_bytes(data.replace(b"\n", b"\r\n"))
+    elif how == "blank lines":
+        path.write_bytes(data.replace(b"\n", b"\n\n  \n"))
+    elif how == "u2028":
+        path.write_bytes(data.replace(b'"text": "', '"text": "\u2028'.encode(), 1))
+    elif how == "duplicate key":
+        path.write_bytes(data.replace(b'{"prompt_id"', b'{"prompt_id": "dup", "prompt_id"', 1))
+    elif how == "surrogate":
+        path.write_bytes(data.replace(b'"text": "', b'"text": "\\ud800', 1))
+    elif how == "nesting":
+        path.write_bytes(b"[" * 50_000 + b"]" * 50_000 + b"\n")
+    elif how == "long int":
+        path.write_bytes(re.sub(rb'"prompt_id": "[^"]*"', b'"prompt_id": ' + b"9" * 5000, data, count=1))
+    elif how in ("delete key", "rename key", "wrong type"):
+        k = rng.randrange(len(lines))
+        item = json.loads(lines[k])
+        key = rng.choice(sorted(item))
+        if how == "delete key":
+            del item[key]
+        elif how == "rename key":
+            item[f"{key}_renamed"] = item.pop(key)
+        else:
+            item[key] = rng.choice([None, 1.5, True, [], {}, "yes"] if key == "sensitive" else [None, 1.5, [], {}])
+        lines[k] = json.dumps(item).encode() + b"\n"
+        path.write_bytes(b"".join(lines))
+        how = f"{how} {key} line {k + 1}"
+    else:  # same id: a line repeated
+        path.write_bytes(data + lines[rng.randrange(len(lines))])
+    return f"{how} in {path.name}"
+
+
+def _counts(text: str) -> tuple[tuple[int, ...], int, int] | None:
+    read, prompts = WILDCHAT.search(text), PROMPTS.search(text)
+    if read is None or prompts is None:
+        return None
+    unreadable = sum(int(n) for n in UNREADABLE.findall(text))
+    return tuple(map(int, read.groups())), unreadable, int(prompts[2])
+
+
+def _classify_read(mutation: str, target: str, result, baseline) -> Outcome:
+    """clean error (rc != 0 naming the file), bad records counted (more skipped records, or an
+    unreadable shard, each named), accepted (the counts of the sample, or more conversations),
+    silent change (fewer conversations or prompts with nothing counted), unnamed error, traceback, hang."""
+    if result is None:
+        return Outcome(mutation, "hang", f"no answer in {TIMEOUT_S} s, nor alone in {3 * TIMEOUT_S} s")
+    text = result.stdout + result.stderr
+    if "Traceback" in text:
+        return Outcome(mutation, "traceback", text[-1500:])
+    if result.returncode != 0:
+        return Outcome(mutation, "clean error" if target in text else "unnamed error", text[-300:])
+    counts = _counts(text)
+    if counts is None:
+        return Outcome(mutation, "silent change", f"no counts printed: {text[-300:]}")
+    (files, rows, conversations, bad), unreadable, prompts = counts
+    (_, rows0, conversations0, bad0), _, prompts0 = baseline
+    if prompts != prompts0:
+        return Outcome(mutation, "silent change", f"{prompts} prompts read, not {prompts0}")
+    if (conversations < conversations0 or rows < rows0) and bad <= bad0 and not unreadable:
+        return Outcome(mutation, "silent change", text[-600:])
+    if bad > bad0 or unreadable:
+        named = target in text
+        return Outcome(mutation, "bad records counted" if named else "unnamed error", text[-300:])
+    return Outcome(mutation, "warning" if "warning:" in text else "accepted", "")
+
+
+def test_seeded_mutations_of_wildchat_shards_and_prompts_never_crash_hang_or_lose_records(tmp_path):
+    """The PersonalBench reader up to extraction (`personalbench.until=read`, no model) on mutated
+    copies of the bundled WildChat-format shards and prompts file."""
+
+    def command(root: Path, out: Path) -> list[str]:
+        return [
+            "personalbench",
+            "run",
+            "personalbench.until=read",
+            f"personalbench.input=[{root / 'wildchat-sample' / 'data'}/train-*.parquet]",
+            f"personalbench.prompts_file={root / 'prompts.jsonl'}",
+            f"run.out_dir={out}",
+            "progress=false",
+        ]
+
+    clean = _run(command(PB_SAMPLE, tmp_path / "clean"))
+    assert clean is not None and clean.returncode == 0, clean
+    baseline = _counts(clean.stdout + clean.stderr)
+    assert baseline is not None, clean.stderr
+    rng = random.Random(SEED)
+    kinds = []
+    while len(kinds) < PB_MUTATIONS:  # every kind in each round, in a seeded order
+        batch = [("shard", k) for k in SHARD_KINDS] + [("prompts", k) for k in PROMPT_KINDS]
+        rng.shuffle(batch)
+        kinds += batch
+    cases = []
+    for i, (target, how) in enumerate(kinds[:PB_MUTATIONS]):
+        root = tmp_path / f"pb{i:03d}"
+        shutil.copytree(PB_SAMPLE, root, ignore=shutil.ignore_patterns("annotations", "*.py"))
+        if target == "shard":
+            # mostly the first shard: 23 rows; the second holds one row, already a bad record
+            shards = sorted((root / "wildchat-sample" / "data").glob("*.parquet"))
+            path = shards[0] if rng.random() < 0.75 else rng.choice(shards)
+            mutation = _mutate_shard(rng, path, how)
+        else:
+            path = root / "prompts.jsonl"
+            mutation = _mutate_prompts(rng, path, how)
+        cases.append((mutation, path.name, command(root, tmp_path / f"out{i:03d}")))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda case: _run(case[2]), cases))
+    # a run that timed out beside the others (a loaded CI machine) runs again alone, with more time:
+    # a hang is a run that does not end either way
+    results = [_run(case[2], timeout=3 * TIMEOUT_S) if r is None else r for case, r in zip(cases, results)]
+    outcomes = [_classify_read(m, target, r, baseline) for (m, target, _), r in zip(cases, results)]
+    table = Counter(o.kind for o in outcomes)
+    print(f"\n{len(outcomes)} mutations (seed {SEED}): " + ", ".join(f"{k}: {n}" for k, n in sorted(table.items())))
+    for o in outcomes:
+        print(f"  {o.kind}: {o.mutation}")
+    bad = [o for o in outcomes if o.kind in ("traceback", "hang", "silent change", "unnamed error")]
+    assert not bad, "\n\n".join(f"{o.kind}: {o.mutation}\n{o.detail}" for o in bad[:8])
+
+
+# ---- permission denied ---------------------------------------------------------------------------
+
+CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, PR_CAPBSET_DROP = 1, 2, 24
+
+
+def _without_root_file_access() -> None:
+    """preexec_fn: as root, drop the two capabilities that let root read any file whatever its mode
+    (from the bounding set, so the exec'd CLI never has them). The process stays uid 0, so it still
+    reaches the interpreter and packages that only root may read (a pyenv under /root, mode 0700),
+    where switching to `nobody` could not even start Python."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def _unreadable(path: Path) -> dict:
+    """chmod 000 `path`; the subprocess keyword arguments under which the CLI then cannot read it.
+    Skips when that cannot be arranged."""
+    path.chmod(0)
+    kwargs = {"preexec_fn": _without_root_file_access} if os.geteuid() == 0 else {}
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", f"open({str(path)!r}, 'rb')"], capture_output=True, text=True, timeout=60, **kwargs
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        pytest.skip(f"cannot run a process without root's file access here ({err})")
+    if "PermissionError" not in probe.stderr:
+        pytest.skip(f"a file of mode 000 stays readable here, even without CAP_DAC_OVERRIDE: {probe.stderr[-300:]}")
+    return kwargs
+
+
+@pytest.mark.parametrize("which", ["data root file", "prompts file", "wildchat shard"])
+def test_a_file_that_cannot_be_read_for_its_permissions_is_named_not_a_crash(which, sample_root, tmp_path):
+    if which == "data root file":
+        root = tmp_path / "data"
+        shutil.copytree(sample_root, root)
+        target = root / "profile" / "user0" / "tasks.json"
+        args = ["validate", str(root)]
+    else:
+        root = tmp_path / "pb"
+        shutil.copytree(PB_SAMPLE, root, ignore=shutil.ignore_patterns("annotations", "*.py"))
+        shards = root / "wildchat-sample" / "data"
+        target = root / "prompts.jsonl" if which == "prompts file" else shards / "train-00000-of-00002.parquet"
+        args = [
+            "personalbench",
+            "run",
+            "personalbench.until=read",
+            f"personalbench.input=[{shards}/train-*.parquet]",
+            f"personalbench.prompts_file={root / 'prompts.jsonl'}",
+            f"run.out_dir={tmp_path / 'out'}",
+            "progress=false",
+        ]
+    result = _run(args, **_unreadable(target))
+    assert result is not None, "no answer"
+    text = result.stdout + result.stderr
+    assert "Traceback" not in text, text
+    if which == "wildchat shard":  # an unreadable shard is counted and named, as a damaged one is
+        assert result.returncode == 0, text
+        assert re.search(rf"1 x unreadable file \(first: {re.escape(str(target))}: .*Permission denied", text), text
+    else:
+        assert result.returncode != 0
+        name = "profile/user0/tasks.json" if which == "data root file" else str(target)
+        assert re.search(rf"{re.escape(name)}: (line \d+ )?.*Permission denied", text), text

@@ -225,3 +225,67 @@ def test_the_prompts_file_is_read_by_the_safe_reader(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(DataError, match="is a named pipe"):
         load_prompts(str(fifo))
+
+
+def test_a_fifo_or_directory_where_a_shard_should_be_is_counted_without_blocking(tmp_path):
+    fifo = tmp_path / "train-0.parquet"
+    os.mkfifo(fifo)
+    folder = tmp_path / "train-1.parquet"
+    folder.mkdir()
+    good = _write(tmp_path, "train-2.parquet", [_record()])
+    conversations, stats = _read(shard_paths([str(tmp_path / "train-*.parquet")]))
+    assert len(conversations) == 1 and stats.files == 3
+    assert stats.bad == Counter({"unreadable file": 2})
+    assert "is a named pipe (FIFO), not a regular file" in stats.format() and str(fifo) in stats.format()
+    assert str(good) not in stats.format()
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (b"", "no prompts"),
+        (b"\n  \n", "no prompts"),
+        (b"[1, 2]\n", "expected a JSON object .* not list"),
+        (b'{"prompt_id": "a"}\n', "no text"),
+        (b'{"text": "hi"}\n', "no prompt_id"),
+        (b'{"prompt_id": null, "text": "hi"}\n', "prompt_id is null"),
+        (b'{"prompt_id": true, "text": "hi"}\n', "prompt_id is true"),
+        (b'{"prompt_id": "a", "text": null}\n', "text is null"),
+        (b'{"prompt_id": "a", "text": " "}\n', 'text is " "'),
+        (b'{"prompt_id": "a", "text": "hi", "sensitive": "false"}\n', 'sensitive is "false"'),
+        (
+            b'{"prompt_id": "a", "text": "hi"}\n{"prompt_id": "a", "text": "ho"}\n',
+            "line 2: prompt_id 'a' is also on line 1",
+        ),
+    ],
+)
+def test_a_prompts_file_with_bad_fields_or_no_prompts_is_an_error_naming_it(tmp_path, lines, message):
+    from personalens.personalbench.pipeline import load_prompts
+
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(lines)
+    with pytest.raises(PersonalensError, match=rf"prompts.jsonl.*{message}"):
+        load_prompts(str(path))
+
+
+def test_until_read_reads_counts_and_pairs_without_loading_a_model(tmp_path):
+    import json
+
+    from personalbench_helpers import config
+
+    from personalens.personalbench import command
+    from personalens.store import read_table
+
+    def no_model():
+        raise AssertionError("until=read must not load a model")
+
+    cfg = config(f"run.out_dir={tmp_path}", "personalbench.until=read", "personalbench.embedding.path=null")
+    assert command.run(cfg, no_model, no_model) == 0
+    out = tmp_path / "personalbench"
+    summary = json.loads((out / "input" / "shard-000-of-001.json").read_text())
+    assert summary["input"]["rows"] == 24 and summary["histories"]["kept"] == 3
+    pairs = read_table(out / "pairs")
+    assert pairs is not None and pairs.num_rows == 3 * 3  # 3 users, prompts_per_user 3
+    assert not (out / "extractions").exists()
+    with pytest.raises(PersonalensError, match=r"personalbench.until: 'reading', expected one of \['read', 'extract'"):
+        command.run(config(f"run.out_dir={tmp_path}", "personalbench.until=reading"), no_model)

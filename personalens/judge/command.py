@@ -42,6 +42,9 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
             "fidelity": fidelity.identity(),
         }
     )
+    chunk = int(cfg.judging.chunk)
+    if chunk < 1:
+        raise PersonalensError(f"judging.chunk must be at least 1 (judgments per generate call), not {chunk}")
     R.check_models(cfg, ("judge",))
     C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",)))
     load = engines or functools.cache(lambda: R.engines(cfg, ("judge",)))
@@ -57,5 +60,6 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         folder=shard_dir(out_dir, "judgments", cfg.shard.index, cfg.shard.count),
         progress=bool(cfg.progress),
         formats=formats,
+        chunk=chunk,
     )
     return 0

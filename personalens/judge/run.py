@@ -27,7 +27,7 @@ from personalens.store import (
 
 log = logging.getLogger(__name__)
 _ID_NAMES = [name for name, _ in ID_FIELDS]
-CHUNK = 512  # judgments per generate call: large batches, yet results reach disk steadily
+CHUNK = 512  # judgments per generate call (`judging.chunk`): large batches, yet results reach disk steadily
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,11 @@ def judge(
     folder: Path,
     progress: bool = True,
     formats: Mapping[str, JudgeFormat] = FORMATS,
+    chunk: int = CHUNK,
 ) -> int:
     """Judge what is not judged yet; returns the number of judgments written. `load_engine` is
-    called only when there is something to judge; `formats` are the output grammars and parsers."""
+    called only when there is something to judge; `formats` are the output grammars and parsers;
+    each `chunk` judgments are one generate call and one part file."""
     for dim in dimensions:
         format_for(dim, formats)  # an unknown dimension fails before any model call
     writer = PartWriter(folder, JUDGMENT_SCHEMA)
@@ -133,7 +135,7 @@ def judge(
         counts["cached_tokens"] += sum(g.cached_tokens for g in generations)
 
     generate_in_chunks(
-        items, requests, load_engine, write, label="judge", unit="judgment", progress=progress, chunk=CHUNK
+        items, requests, load_engine, write, label="judge", unit="judgment", progress=progress, chunk=chunk
     )
     log.info(
         f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "

@@ -15,7 +15,7 @@ from personalens.errors import PersonalensError
 from personalens.personalbench.extraction import Rules
 from personalens.personalbench.histories import Filters
 from personalens.personalbench.relevance import Rule
-from personalens.personalbench.stage import STAGES, Settings, Shard
+from personalens.personalbench.stage import UNTIL, Settings, Shard
 from personalens.personalbench.templates import Prompts
 
 # settings that change what is read, reported or where, not what the models produce
@@ -149,11 +149,11 @@ def run(
         model_dir(embedding)  # so does a missing embedding model
     chosen = settings(cfg)
     until = str(cfg.personalbench.until)
-    if until not in STAGES:
-        raise PersonalensError(f"personalbench.until: {until!r}, expected one of {list(STAGES)}")
+    if until not in UNTIL:
+        raise PersonalensError(f"personalbench.until: {until!r}, expected one of {list(UNTIL)}")
     selection, responses = digests(cfg, prompts, chosen)
     C.check_or_save(out_dir, "personalbench", cfg, selection)
-    if STAGES.index(until) >= STAGES.index("generate"):
+    if UNTIL.index(until) >= UNTIL.index("generate"):
         C.check_or_save(out_dir, "personalbench-responses", cfg, responses)
     if engines is None:
         from personalens.engines.factory import build_engines

@@ -20,7 +20,7 @@ from personalens.personalbench.extraction import review, sensitive_conversation,
 from personalens.personalbench.histories import History, group, histories
 from personalens.personalbench.responses import generate, judge
 from personalens.personalbench.selection import select
-from personalens.personalbench.stage import STAGES, Settings, Shard, batched, messages, seeded
+from personalens.personalbench.stage import STAGES, UNTIL, Settings, Shard, batched, messages, seeded
 from personalens.personalbench.templates import Prompts
 from personalens.personalbench.wildchat import ReadStats, read_conversations, shard_paths
 
@@ -36,25 +36,44 @@ def load_histories(settings: Settings, shard: Shard) -> tuple[list[History], Rea
 
 
 def load_prompts(path: str) -> list[dict]:
-    """The bundled prompt file: JSON lines with prompt_id, text and an optional sensitive flag."""
+    """The bundled prompt file: JSON lines with prompt_id (a string or an integer), text (a string)
+    and an optional sensitive flag (true or false); at least one, no prompt_id twice."""
     prompts = []
+    lines: dict[str, int] = {}
     text, warnings = files.read_text(Path(path), path)  # a DataError names the file (bad UTF-8, not a file, ...)
     for n, line in files.json_lines(text):
         item, more = files.loads(line, path, n)
         warnings += more
-        try:
-            prompts.append(
-                {
-                    "prompt_id": str(item["prompt_id"]),
-                    "prompt": str(item["text"]),
-                    "sensitive": bool(item.get("sensitive", False)),
-                }
-            )
-        except (ValueError, KeyError, TypeError) as err:
-            raise PersonalensError(f"{path} line {n}: expected a JSON object with prompt_id and text ({err})") from None
+        problem = _prompt_problem(item)
+        if problem:
+            raise PersonalensError(f"{path} line {n}: {problem}")
+        prompt_id = str(item["prompt_id"])
+        if prompt_id in lines:
+            raise PersonalensError(f"{path} line {n}: prompt_id {prompt_id!r} is also on line {lines[prompt_id]}")
+        lines[prompt_id] = n
+        prompts.append({"prompt_id": prompt_id, "prompt": item["text"], "sensitive": item.get("sensitive", False)})
+    if not prompts:
+        raise PersonalensError(f"{path}: no prompts (expected JSON lines with prompt_id and text)")
     for warning in warnings:
         print(f"warning: {warning}", file=console.err())
     return prompts
+
+
+def _prompt_problem(item: object) -> str | None:
+    expected = "expected a JSON object with prompt_id (a string or an integer), text (a string) and an optional"
+    expected += " sensitive (true or false)"
+    if not isinstance(item, dict):
+        return f"{expected}, not {type(item).__name__}"
+    for key in ("prompt_id", "text"):
+        if key not in item:
+            return f"{expected}: no {key}"
+    if isinstance(item["prompt_id"], bool) or not isinstance(item["prompt_id"], (str, int)) or item["prompt_id"] == "":
+        return f"{expected}: prompt_id is {json.dumps(item['prompt_id'])[:80]}"
+    if not isinstance(item["text"], str) or not item["text"].strip():
+        return f"{expected}: text is {json.dumps(item['text'])[:80]}"
+    if not isinstance(item.get("sensitive", False), bool):
+        return f"{expected}: sensitive is {json.dumps(item['sensitive'])[:80]}"
+    return None
 
 
 def pair_rows(history: History, prompts: Sequence[dict], settings: Settings) -> list[dict]:
@@ -82,7 +101,9 @@ def run(
     embedder: Callable[[], Embedder] | None = None,
 ) -> dict:
     """The stages for this shard up to `until`; returns the input and filter counts (also saved as JSON).
-    `embedder` loads the embedding model of the embedding baseline (settings.embedding)."""
+    `until="read"` reads the shards and the prompts file, writes the counts and the (user, prompt)
+    pairs, and stops before any model is loaded. `embedder` loads the embedding model of the
+    embedding baseline (settings.embedding)."""
     users, stats, counts = load_histories(settings, shard)
     print(stats.format(), file=console.err())
     print(f"histories: {counts}", file=console.err())
@@ -102,7 +123,12 @@ def run(
         "generate": lambda: generate(settings, prompts, shard, lambda: engines()["assistant"]),
         "judge": lambda: judge(settings, prompts, shard, lambda: engines()["judge"]),
     }
-    for name in STAGES[: STAGES.index(until) + 1]:
+    if until == "read":
+        print(
+            f"personalbench: until=read: {len(users)} users, {len(bundled)} prompts read; no model stage run",
+            file=console.err(),
+        )
+    for name in STAGES[: UNTIL.index(until)]:  # UNTIL is ("read", *STAGES)
         stages[name]()
     return summary
 

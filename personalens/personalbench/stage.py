@@ -17,6 +17,7 @@ from personalens.personalbench.schema import TABLES
 from personalens.store import PartWriter, existing_values, read_table, shard_dir
 
 STAGES = ("extract", "relevance", "generate", "judge")  # the model stages, in order
+UNTIL = ("read", *STAGES)  # personalbench.until: `read` stops before the first model stage
 
 
 CHUNK = 512  # requests per generate call: large batches, yet results reach disk steadily

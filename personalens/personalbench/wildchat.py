@@ -6,6 +6,7 @@ silently lost."""
 from __future__ import annotations
 
 import glob
+import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from personalens.data import files
+from personalens.data.errors import DataError
 from personalens.errors import PersonalensError
 
 # only the columns the pipeline uses are read (the moderation columns are wide)
@@ -107,6 +110,11 @@ def shard_paths(patterns: Sequence[str]) -> list[Path]:
 def read_conversations(paths: Sequence[Path], stats: ReadStats, batch_size: int = 1024) -> Iterator[Conversation]:
     for path in paths:
         stats.files += 1
+        try:  # a FIFO would block the Parquet reader forever; a directory or device is no shard either
+            files.check_regular(path, str(path), limit=sys.maxsize)
+        except DataError as err:
+            stats.note("unreadable file", str(err))
+            continue
         try:
             reader = pq.ParquetFile(path)
             names = set(reader.schema_arrow.names)

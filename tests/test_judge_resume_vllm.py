@@ -1,0 +1,57 @@
+"""`personalens judge` killed with SIGKILL mid-batch, then run again: every judgment present exactly
+once, those written before the kill kept as they were (through the real CLI and vLLM)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from cli_helpers import kill_once, read_rows, run_cli, start_cli
+
+pytestmark = pytest.mark.vllm
+
+# per dialogue: task completion, personalization, naturalness and coherence of each of the 2 speakers
+PER_DIALOGUE = 6
+
+
+def judgment_keys(rows: list[dict]) -> list[tuple]:
+    return [
+        (r["user_id"], r["task_id"], r["setting"], r["trial"], r["dimension"], r["speaker"], r["turn"]) for r in rows
+    ]
+
+
+def test_a_killed_judge_resumes_with_every_judgment_present_exactly_once(tmp_path):
+    out = tmp_path / "run"
+    common = ["data.users=0", "data.kinds=SD", "protocol=quick", f"run.out_dir={out}", "progress=false"]
+    # 4 single-domain dialogues of 1 round each: cheap to generate and to judge
+    run_cli("generate", *common, "protocol.max_rounds_sd=1")
+    dialogues = read_rows(out / "dialogues")
+    assert len(dialogues) == 4
+    expected = len(dialogues) * PER_DIALOGUE
+
+    # 6 judgments per generate call: 4 part files; killed once the first is on disk
+    args = ["judge", *common, "protocol.max_rounds_sd=1", "judging.chunk=6"]
+    folder = out / "judgments"
+    proc = start_cli(*args, log=tmp_path / "first.log")
+    kill_once(proc, lambda: any(folder.rglob("part-*.parquet")), tmp_path / "first.log")
+    parts_before = {p: p.read_bytes() for p in folder.rglob("part-*.parquet")}
+    before = read_rows(folder)
+    assert before and len(before) < expected, f"{len(before)} of {expected} judged before the kill"
+    assert len(before) % 6 == 0  # whole chunks only: a part is renamed into place once complete
+
+    resumed = run_cli(*args)
+    after = read_rows(folder)
+    counts = Counter(judgment_keys(after))
+    assert len(after) == expected and max(counts.values()) == 1
+    ids = {(d["user_id"], d["task_id"], d["setting"], d["trial"]) for d in dialogues}
+    assert {k[:4] for k in counts} == ids
+    assert Counter(k[4] for k in counts) == Counter(
+        {"task_completion": 4, "personalization": 4, "naturalness": 8, "coherence": 8}
+    )
+    # the judgments written before the kill were not judged again: their parts are untouched and
+    # the resumed run judged only the rest
+    assert all(p.read_bytes() == data for p, data in parts_before.items())
+    assert f"judge: {expected - len(before)} judgments in" in resumed.stderr + (out / "logs" / "judge.log").read_text(
+        errors="replace"
+    )
+    assert "Traceback" not in resumed.stderr
