@@ -240,9 +240,9 @@ def main() -> None:
         n, route, out = last
         overrides = compose(root, math.ceil(n / SCENARIOS_PER_USER), args.protocol, out)
         print(
-            f"resume scan of the finished {n:,}-dialogue run: `personalens generate` {timed_cli(['generate', *overrides])} s"
+            f"resume scan of the finished {n:,}-dialogue run: `personalens generate` {timed_cli(['generate', *overrides])}"
         )
-        print(f"`personalens merge` on it: {timed_cli(['merge', *overrides])} s")
+        print(f"`personalens merge` on it: {timed_cli(['merge', *overrides])}")
 
 
 def report(r: dict) -> None:
