@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 
 from personalens.store import DIALOGUE_SCHEMA
 from personalens.tables import render
-from personalens.validation.build import build_diversity
 from personalens.validation.diversity import Protocol
+from personalens.validation.pipeline import build_diversity
 
 
 def synthetic_dialogues(n: int, seed: int = 0, vocabulary: int = 50_000) -> pa.Table:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from release_copy import replicate
 
-from personalens.validation.build import build_stats
+from personalens.validation.pipeline import build_stats
 
 
 def main() -> None:

@@ -54,7 +54,7 @@ SUBCOMMANDS = (
     Subcommand("diversity", "print and write Table 10's lexical diversity of a run's dialogues (or any dialogue Parquet)",
                "personalens.validation.command:diversity"),
     Subcommand("build", "build a new PersonaLens-style dataset in the official layout (docs/build.md)",
-               "personalens.cli:build", lambda cfg: cfg.build.out_dir),
+               "personalens.cli:build", lambda cfg: cfg.datagen.out_dir),
     Subcommand("consistency", "check the profiles of a data root for conflicts (Figure 21) and print the flagged share",
                "personalens.datagen.command:consistency", _run_dir),
     Subcommand("agreement", "Table 5: annotation sheets and guide (export), kappas against the judge (score)",

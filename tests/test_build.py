@@ -23,11 +23,11 @@ from personalens.store import read_table
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = [
-    "build=quick",
-    "build.users=2",
-    "build.tasks.sd_per_domain=1",
-    "build.tasks.md_count=1",
-    "build.consistency.max_regenerations=1",
+    "datagen=quick",
+    "datagen.users=2",
+    "datagen.tasks.sd_per_domain=1",
+    "datagen.tasks.md_count=1",
+    "datagen.consistency.max_regenerations=1",
     "progress=false",
 ]
 
@@ -43,25 +43,25 @@ def no_engine():
 
 
 def test_a_changed_configuration_is_refused_before_any_work(tmp_path):
-    out = f"build.out_dir={tmp_path}"
-    assert cli.build(config(out, "build.stages=[]", *SMALL), engine=no_engine) == 0
+    out = f"datagen.out_dir={tmp_path}"
+    assert cli.build(config(out, "datagen.stages=[]", *SMALL), engine=no_engine) == 0
     assert (tmp_path / "build.yaml").read_text().startswith("fingerprint:")
     # stages and chunking only say what to run now: not a different configuration
-    assert cli.build(config(out, "build.stages=[]", "build.chunk=7", *SMALL), engine=no_engine) == 0
-    for change in ("build.seed=1", "build.limits.text_words=7", "build.users=3", "builder.max_model_len=4096"):
+    assert cli.build(config(out, "datagen.stages=[]", "datagen.chunk=7", *SMALL), engine=no_engine) == 0
+    for change in ("datagen.seed=1", "datagen.limits.text_words=7", "datagen.users=3", "builder.max_model_len=4096"):
         with pytest.raises(PersonalensError, match="different configuration"):
-            cli.build(config(out, "build.stages=[]", *SMALL, change), engine=no_engine)
+            cli.build(config(out, "datagen.stages=[]", *SMALL, change), engine=no_engine)
     with pytest.raises(PersonalensError, match="missing in"):  # a stage not run only reads, and says what is missing
-        cli.build(config(out, "build.stages=[assemble]", *SMALL), engine=no_engine)
+        cli.build(config(out, "datagen.stages=[assemble]", *SMALL), engine=no_engine)
     with pytest.raises(PersonalensError, match="without sharding"):
-        cli.build(config(out, "build.stages=[assemble]", "shard.count=2", *SMALL), engine=no_engine)
+        cli.build(config(out, "datagen.stages=[assemble]", "shard.count=2", *SMALL), engine=no_engine)
     with pytest.raises(PersonalensError, match="'sd_tasks'.*missing"):  # shards never make the shared tasks
-        cli.build(config(out, "build.stages=[tasks]", "shard.count=2", *SMALL), engine=no_engine)
+        cli.build(config(out, "datagen.stages=[tasks]", "shard.count=2", *SMALL), engine=no_engine)
 
 
 def test_demographics_plain_and_prism_style(tmp_path):
     people = load_demographics(
-        REPO / "data" / "build" / "demographics.csv",
+        REPO / "data" / "datagen" / "demographics.csv",
         {
             f: f
             for f in (
@@ -98,7 +98,7 @@ def test_demographics_plain_and_prism_style(tmp_path):
         {"user_id": "p2", "survey_only": True},
     ]
     survey.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    columns = dict(config("build=prism", "build.demographics.path=x").build.demographics.columns)
+    columns = dict(config("datagen=prism", "datagen.demographics.path=x").datagen.demographics.columns)
     people = load_demographics(survey, columns, skip_rows={"survey_only": True})
     assert people == [
         {
@@ -198,8 +198,8 @@ def test_a_retry_doubles_the_budget_up_to_the_cap_and_never_below_the_stage_budg
 
 def test_the_default_build_grows_a_cut_off_consistency_check_past_its_budget():
     cfg = config()
-    budgets = [int(cfg.build.max_tokens.consistency) * 2**t for t in range(int(cfg.build.retries) + 1)]
-    assert int(cfg.build.max_tokens_cap) >= budgets[-1] > budgets[0]
+    budgets = [int(cfg.datagen.max_tokens.consistency) * 2**t for t in range(int(cfg.datagen.retries) + 1)]
+    assert int(cfg.datagen.max_tokens_cap) >= budgets[-1] > budgets[0]
 
 
 @pytest.mark.vllm
@@ -232,7 +232,7 @@ def test_a_cut_off_temperature_0_output_is_retried_with_a_larger_budget_on_the_r
 @pytest.mark.vllm
 def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(tmp_path, engine, capsys):
     out = tmp_path / "data"
-    args = [f"build.out_dir={out}", *SMALL]
+    args = [f"datagen.out_dir={out}", *SMALL]
     load = lambda: engine  # noqa: E731
 
     # the real command in its own process, killed (with its vLLM workers) once the first stage is
@@ -257,7 +257,7 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     assert sorted(p.name for p in (out / "task").iterdir()) == sorted([*built, "Multi-Domain"])
     profile = json.loads((out / "profile" / "user0" / "profile.json").read_text())
     assert list(profile["interests"]) == list(DOMAINS)
-    assert sum(profile["interests"][d] for d in built) >= 2  # build=quick keeps at least 2 domains
+    assert sum(profile["interests"][d] for d in built) >= 2  # datagen=quick keeps at least 2 domains
     assert all(profile["interests"][d] == 0 and profile["affinities"][d] == {} for d in DOMAINS if d not in built)
     alarm = profile["affinities"]["Alarm"]
     assert alarm["Wake-up Time"] in [
@@ -319,7 +319,7 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
 
     # the consistency command on the new data root: one check per selected user, resumable
     check = tmp_path / "check"
-    cfg = config(f"data.root={out}", "build=quick", f"run.out_dir={check}", "progress=false")
+    cfg = config(f"data.root={out}", "datagen=quick", f"run.out_dir={check}", "progress=false")
     assert datagen_command.consistency(cfg, engine=load) == 0
     rows = read_table(check / "consistency").to_pylist()
     assert sorted(json.loads(r["key"])[0] for r in rows if r["value"] is not None) == ["user0", "user1"]
@@ -331,7 +331,7 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
 
 @pytest.mark.vllm
 def test_a_schema_with_an_added_domain_builds_validates_loads_and_generates(tmp_path, engine):
-    schema = json.loads((REPO / "data" / "build" / "schema.json").read_text())
+    schema = json.loads((REPO / "data" / "datagen" / "schema.json").read_text())
     games = ["chess", "go", "catan", "scrabble"]
     added = {
         "domain": "Board Games",
@@ -358,11 +358,11 @@ def test_a_schema_with_an_added_domain_builds_validates_loads_and_generates(tmp_
     path.write_text(json.dumps([*schema, added]))
     out = tmp_path / "data"
     args = [
-        f"build.out_dir={out}",
+        f"datagen.out_dir={out}",
         *SMALL,
-        "build.users=1",
-        f"build.schema={path}",
-        "build.domains=[Alarm,Board Games]",
+        "datagen.users=1",
+        f"datagen.schema={path}",
+        "datagen.domains=[Alarm,Board Games]",
     ]
     assert cli.build(config(*args), engine=lambda: engine) == 0
 
@@ -371,7 +371,7 @@ def test_a_schema_with_an_added_domain_builds_validates_loads_and_generates(tmp_
     assert domains_of(out) == (*DOMAINS, "Board Games")
     profile = json.loads((out / "profile" / "user0" / "profile.json").read_text())
     assert list(profile["interests"]) == list(domains_of(out))
-    assert profile["interests"]["Board Games"] == 1  # build=quick keeps at least 2 of the 2 domains
+    assert profile["interests"]["Board Games"] == 1  # datagen=quick keeps at least 2 of the 2 domains
     assert profile["affinities"]["Board Games"]["Favourite Game"] in games
     scenarios = load_scenarios(out)
     assert "SD-Board Games-task-1" in {s.task.task_id for s in scenarios}

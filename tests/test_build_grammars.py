@@ -14,7 +14,7 @@ from personalens.data.schema import SchemaError, load_schema
 from personalens.datagen import grammars as G
 
 REPO = Path(__file__).resolve().parents[1]
-BUNDLED = REPO / "data" / "build" / "schema.json"
+BUNDLED = REPO / "data" / "datagen" / "schema.json"
 OFFICIAL = REPO.parent / "shared" / "official-code" / "res" / "schema.json"
 LIMITS = G.Limits(text_words=6, summary_words=12, list_items=2, word_chars=10)
 
@@ -234,5 +234,5 @@ def test_schema_errors_name_the_file_and_field(tmp_path):
     bad.write_text(json.dumps([{"domain": "Cooking", "affinities": []}]))
     with pytest.raises(SchemaError, match="affinities: empty"):
         load_schema(bad)
-    with pytest.raises(SchemaError, match=r"build.domains: \['Flights'\] not in"):
+    with pytest.raises(SchemaError, match=r"datagen.domains: \['Flights'\] not in"):
         load_schema(BUNDLED, ["Flights"])

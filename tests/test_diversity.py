@@ -16,7 +16,6 @@ from cli_helpers import REPO, read_rows, run_cli
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
 from personalens.store import DIALOGUE_SCHEMA, PartWriter
-from personalens.validation.build import build_diversity
 from personalens.validation.diversity import (
     ALL_TURNS,
     DiversityError,
@@ -27,6 +26,7 @@ from personalens.validation.diversity import (
     table10,
     tokenize,
 )
+from personalens.validation.pipeline import build_diversity
 
 WHOLE = Protocol(token_budget=10**9, repeats=2, hypotheses=10**6)  # every utterance, every hypothesis
 

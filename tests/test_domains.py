@@ -15,7 +15,7 @@ from personalens.data import DOMAINS, domains_of, load_scenarios, load_task_defi
 from personalens.data.records import with_domains
 from personalens.data.schema import SchemaError, load_schema
 from personalens.report import ReportError, build_report
-from personalens.validation.build import build_stats, built_data_stats
+from personalens.validation.pipeline import build_stats, built_data_stats
 
 REPO = Path(__file__).resolve().parents[1]
 ADDED = "Knitting"
@@ -121,7 +121,7 @@ def test_every_profile_must_hold_an_added_domain_and_stray_punctuation_still_rea
 
 
 def test_schema_accepts_an_added_domain_and_refuses_names_that_cannot_be_a_folder(tmp_path):
-    schema = json.loads((REPO / "data" / "build" / "schema.json").read_text())
+    schema = json.loads((REPO / "data" / "datagen" / "schema.json").read_text())
     added = {**schema[0], "domain": ADDED}
     path = tmp_path / "schema.json"
     path.write_text(json.dumps([*schema, added]))
@@ -133,7 +133,7 @@ def test_schema_accepts_an_added_domain_and_refuses_names_that_cannot_be_a_folde
 
 
 def test_stats_count_and_describe_an_added_domain(extended_root, tmp_path):
-    schema = json.loads((REPO / "data" / "build" / "schema.json").read_text())
+    schema = json.loads((REPO / "data" / "datagen" / "schema.json").read_text())
     path = tmp_path / "schema.json"
     path.write_text(
         json.dumps(
@@ -168,7 +168,7 @@ def test_stats_count_and_describe_an_added_domain(extended_root, tmp_path):
 
 
 def test_built_data_stats_are_table1_and_tables_8_9_with_the_build_schema(sample_root, tmp_path):
-    schema = load_schema(REPO / "data" / "build" / "schema.json")
+    schema = load_schema(REPO / "data" / "datagen" / "schema.json")
     result = built_data_stats(sample_root, schema, tmp_path / "stats")
     assert [t.name for t in result.tables] == ["table1", "table8", "table9"]
     assert {p.name for p in result.files} == {

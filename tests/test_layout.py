@@ -60,3 +60,11 @@ def test_fidelity_of_a_run_saved_before_the_option_existed_is_paper_over_both_ki
 def test_a_malformed_fidelity_option_is_a_clear_error():
     with pytest.raises(PersonalensError, match="fidelity: not a fidelity option"):
         Fidelity.from_mapping({"prompts": {}})
+
+
+def test_no_folder_is_named_like_build_output():
+    """Standard .gitignore templates and linters skip `build/` and `dist/` at any depth: a source
+    folder named so would silently drop out of commits and lint runs."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    folders = {part for path in tracked.splitlines() for part in path.split("/")[:-1]}
+    assert not folders & {"build", "dist"}

@@ -22,11 +22,11 @@ PERSONALENS = str(Path(sys.executable).with_name("personalens"))
 # the smallest build that still has every stage: 2 users (one per shard), 1 task per domain, 1 MD task;
 # no torch.compile, so that vLLM starts in seconds instead of minutes on a small CPU
 OVERRIDES = [
-    "build=quick",
-    "build.users=2",
-    "build.tasks.sd_per_domain=1",
-    "build.tasks.md_count=1",
-    "build.consistency.max_regenerations=1",
+    "datagen=quick",
+    "datagen.users=2",
+    "datagen.tasks.sd_per_domain=1",
+    "datagen.tasks.md_count=1",
+    "datagen.consistency.max_regenerations=1",
     "builder.enforce_eager=true",
     "progress=false",
 ]
@@ -45,7 +45,7 @@ def sbatch(cluster: slurm_cluster.SlurmCluster, workdir: Path, phase: str, *flag
         *flags,
         str(REPO / "slurm" / "build.sbatch"),
         *OVERRIDES,
-        f"build.out_dir={workdir / 'data'}",
+        f"datagen.out_dir={workdir / 'data'}",
         cwd=workdir,
     )
     return out.strip().split(";")[0]

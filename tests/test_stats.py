@@ -16,7 +16,7 @@ from cli_helpers import run_cli
 from personalens.data.records import DOMAINS
 from personalens.data.schema import SchemaError
 from personalens.tables import render
-from personalens.validation.build import build_stats
+from personalens.validation.pipeline import build_stats
 from personalens.validation.regions import region_of
 
 SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "official-code" / "res" / "schema.json"

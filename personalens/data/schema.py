@@ -65,10 +65,10 @@ def find_schema(configured: str | None, data_root: str | Path | None) -> Path:
     elif data_root is not None:
         path = default_schema_path(data_root)
     else:
-        raise SchemaError("no domain schema: name a schema.json (build.schema)")
+        raise SchemaError("no domain schema: name a schema.json (datagen.schema)")
     if not path.is_file():
         raise SchemaError(
-            f"domain schema not found: {path} (set build.schema to the release's res/schema.json or a copy of it)"
+            f"domain schema not found: {path} (set datagen.schema to the release's res/schema.json or a copy of it)"
         )
     return path
 
@@ -104,7 +104,7 @@ def load_schema(path: str | Path, domains: Sequence[str] | str = "all") -> tuple
     wanted = list(domains)
     unknown = [d for d in wanted if d not in names]
     if unknown:
-        raise SchemaError(f"build.domains: {unknown} not in {path} (it has {names})")
+        raise SchemaError(f"datagen.domains: {unknown} not in {path} (it has {names})")
     return tuple(d for d in parsed if d.name in wanted)
 
 

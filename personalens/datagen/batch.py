@@ -99,7 +99,7 @@ class Runner:
             raise PersonalensError(
                 f"build stage {stage!r}: {len(todo)} of {len(jobs)} outputs missing in {self.folder(stage)} "
                 f"(e.g. {list(todo[0].key)}); run `personalens build` with the stage that makes them in "
-                f"build.stages first (the tasks stage without sharding)"
+                f"datagen.stages first (the tasks stage without sharding)"
             )
         if todo:
             writer = PartWriter(shard_dir(self.root, stage, *self.shard), STAGE_SCHEMA)
@@ -114,7 +114,7 @@ class Runner:
             raise PersonalensError(
                 f"build stage {stage!r}: {len(failed)} outputs unusable after {self.retries + 1} tries "
                 f"(e.g. {list(failed[0])}): they were cut off even with the budget doubled per retry up to "
-                f"build.max_tokens_cap; raise build.max_tokens.{stage} and build.max_tokens_cap, or lower build.limits"
+                f"datagen.max_tokens_cap; raise datagen.max_tokens.{stage} and datagen.max_tokens_cap, or lower datagen.limits"
             )
         return {j.key: valid[encode_key(j.key)] for j in jobs}
 

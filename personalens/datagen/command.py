@@ -55,18 +55,18 @@ def consistency(cfg: DictConfig, engine: Callable | None = None) -> int:
     selected = user_indices(cfg.data.users)
     indices = list(selected if selected is not None else list_user_indices(root))
     mine = indices[int(cfg.shard.index) :: int(cfg.shard.count)]
-    templates = load_build_templates(cfg.build.prompts)
-    limits = Limits(**C.plain(cfg.build.limits))
+    templates = load_build_templates(cfg.datagen.prompts)
+    limits = Limits(**C.plain(cfg.datagen.limits))
     out_dir = Path(cfg.run.out_dir)
     digest = C.fingerprint(
         {
             "builder": C.model_identity(cfg.builder),
-            "sampling": C.plain(cfg.build.check_sampling),
-            "max_tokens": int(cfg.build.max_tokens.consistency),
-            "max_tokens_cap": int(cfg.build.max_tokens_cap),
-            "limits": C.plain(cfg.build.limits),
+            "sampling": C.plain(cfg.datagen.check_sampling),
+            "max_tokens": int(cfg.datagen.max_tokens.consistency),
+            "max_tokens_cap": int(cfg.datagen.max_tokens_cap),
+            "limits": C.plain(cfg.datagen.limits),
             "template": templates.sources["consistency.txt"],
-            "seed": int(cfg.build.seed),
+            "seed": int(cfg.datagen.seed),
             "data_root": str(root.resolve()),
         }
     )
@@ -101,18 +101,18 @@ def _runner(cfg: DictConfig, root: Path, engine: Callable | None, digest: str):
     from personalens.engines.base import Sampling, sampling_from
 
     def sampling(stage: str) -> Sampling:
-        section = cfg.build.check_sampling if stage == "consistency" else cfg.build.sampling
-        return sampling_from(section, max_tokens=int(cfg.build.max_tokens[stage]))
+        section = cfg.datagen.check_sampling if stage == "consistency" else cfg.datagen.sampling
+        return sampling_from(section, max_tokens=int(cfg.datagen.max_tokens[stage]))
 
     return Runner(
         root=root,
         shard=(int(cfg.shard.index), int(cfg.shard.count)),
         engine=engine or functools.cache(lambda: R.engine(cfg, "builder")),
         sampling=sampling,
-        seed=int(cfg.build.seed),
-        retries=int(cfg.build.retries),
-        max_tokens_cap=int(cfg.build.max_tokens_cap),
-        chunk=int(cfg.build.chunk),
+        seed=int(cfg.datagen.seed),
+        retries=int(cfg.datagen.retries),
+        max_tokens_cap=int(cfg.datagen.max_tokens_cap),
+        chunk=int(cfg.datagen.chunk),
         config_hash=digest,
         progress=bool(cfg.progress),
     )
@@ -129,7 +129,7 @@ def _build_setup(cfg: DictConfig, engine: Callable | None):
     from personalens.datagen.pipeline import STAGE_TABLES, BuildPlan, stage_names
     from personalens.datagen.prompts import load_build_templates
 
-    b = cfg.build
+    b = cfg.datagen
     schema_path = find_schema(b.schema, cfg.data.root)
     domains = load_schema(schema_path, "all" if b.domains == "all" else list(b.domains))
     people = load_demographics(

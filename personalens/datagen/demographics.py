@@ -60,13 +60,13 @@ def load_demographics(
     participants who gave no survey answers). Empty cells become "N/A"."""
     missing = [f for f in FIELDS if f not in columns]
     if missing:
-        raise DemographicsError(f"build.demographics.columns: no column given for {missing}")
+        raise DemographicsError(f"datagen.demographics.columns: no column given for {missing}")
     rows = [r for r in read_rows(path) if not any(_lookup(r, c) == (True, v) for c, v in (skip_rows or {}).items())]
     if users != "all":
         if not isinstance(users, int) or users < 1:
-            raise DemographicsError(f"build.users: expected a positive number or 'all', got {users!r}")
+            raise DemographicsError(f"datagen.users: expected a positive number or 'all', got {users!r}")
         if users > len(rows):
-            raise DemographicsError(f"build.users={users} but {path} has only {len(rows)} usable rows")
+            raise DemographicsError(f"datagen.users={users} but {path} has only {len(rows)} usable rows")
         rows = rows[:users]
     people = []
     for number, row in enumerate(rows, start=1):
@@ -76,7 +76,7 @@ def load_demographics(
             if not found:
                 raise DemographicsError(
                     f"{path}: row {number}: no column {columns[field]!r} "
-                    f"(mapped to {field} in build.demographics.columns)"
+                    f"(mapped to {field} in datagen.demographics.columns)"
                 )
             text = "" if value is None else str(value).strip()
             person[field] = text or MISSING

@@ -80,7 +80,7 @@ class BuildResult:
 def stage_names(stages: Sequence[str]) -> frozenset[str]:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
-        raise PersonalensError(f"build.stages: unknown stage(s) {unknown}; stages are {list(STAGES)}")
+        raise PersonalensError(f"datagen.stages: unknown stage(s) {unknown}; stages are {list(STAGES)}")
     return frozenset(stages)
 
 
@@ -90,7 +90,7 @@ def build(plan: BuildPlan, runner: Runner, templates: BuildTemplates) -> BuildRe
     S = plan.stages
     if "assemble" in S and plan.sharded:
         raise PersonalensError(
-            "build.stages: assemble reads every user, so it runs without sharding "
+            "datagen.stages: assemble reads every user, so it runs without sharding "
             "(shard.count=1) after all shards are done; leave it out of sharded runs"
         )
     people, domains, limits = plan.people, plan.domains, plan.limits

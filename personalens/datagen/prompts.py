@@ -1,4 +1,4 @@
-"""The build stages' prompt templates (prompts/build/*.txt, Figures 6, 7, 9, 10, 11 and 21 of the
+"""The build stages' prompt templates (prompts/datagen/*.txt, Figures 6, 7, 9, 10, 11 and 21 of the
 paper) and the chat messages they render to."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from personalens.errors import PersonalensError
 from personalens.paths import PROJECT_ROOT
 from personalens.prompts.templates import read_template_files, strict_environment
 
-DEFAULT_DIR = PROJECT_ROOT / "prompts" / "build"
+DEFAULT_DIR = PROJECT_ROOT / "prompts" / "datagen"
 TEMPLATE_FILES = (
     "demographics.txt",
     "interests.txt",
@@ -50,5 +50,5 @@ def _label(key: str) -> str:
 
 def load_build_templates(folder: str | Path | None = None) -> BuildTemplates:
     folder = DEFAULT_DIR if folder is None else Path(folder)
-    sources = read_template_files(folder, TEMPLATE_FILES, "build.prompts")
+    sources = read_template_files(folder, TEMPLATE_FILES, "datagen.prompts")
     return BuildTemplates(folder, sources, strict_environment(sources, folder))

@@ -69,8 +69,8 @@ def md_tasks(
     lo, hi = min(span[0], len(domains)), min(span[1], len(domains))
     if lo < 2 or lo > hi:
         raise PersonalensError(
-            f"build.tasks.md_domains={list(span)}: a multi-domain task needs at least 2 of "
-            f"the {len(domains)} domains built; set build.tasks.md_count=0 or build more domains"
+            f"datagen.tasks.md_domains={list(span)}: a multi-domain task needs at least 2 of "
+            f"the {len(domains)} domains built; set datagen.tasks.md_count=0 or build more domains"
         )
     sizes = [min(per_request, total - start) for start in range(0, total, per_request)]
     jobs = [

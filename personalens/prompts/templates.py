@@ -79,7 +79,7 @@ def load_templates(folder: str | Path | None = None, *, style: str = "paper", ve
     if not folder.is_dir():
         raise PromptError(f"prompt template folder not found: {folder}")
     # A set is its role folders only: other sets (prompts/official/) and other pipelines' prompts
-    # (prompts/build/, prompts/personalbench/) beside them are not part of it, nor of its fingerprint.
+    # (prompts/datagen/, prompts/personalbench/) beside them are not part of it, nor of its fingerprint.
     sources = {
         p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8")
         for role in ROLE_FOLDERS

@@ -20,7 +20,7 @@ def validate(cfg: DictConfig) -> int:
 
 
 def stats(cfg: DictConfig) -> int:
-    from personalens.validation.build import build_stats
+    from personalens.validation.pipeline import build_stats
 
     result = build_stats(
         Path(cfg.data.root), cfg.data.users, cfg.stats.schema and Path(cfg.stats.schema), Path(cfg.stats.out_dir)
@@ -35,7 +35,7 @@ def stats(cfg: DictConfig) -> int:
 def describe_built(root: Path, schema: Sequence, out_dir: Path) -> int:
     """What `personalens stats` shows of data `personalens build` has just made, with the schema it
     was built from: Table 1 and Tables 8-9."""
-    from personalens.validation.build import built_data_stats
+    from personalens.validation.pipeline import built_data_stats
 
     result = built_data_stats(root, schema, out_dir)
     print(result.markdown(), file=console.out())
@@ -44,8 +44,8 @@ def describe_built(root: Path, schema: Sequence, out_dir: Path) -> int:
 
 
 def diversity(cfg: DictConfig) -> int:
-    from personalens.validation.build import build_diversity
     from personalens.validation.diversity import Protocol
+    from personalens.validation.pipeline import build_diversity
 
     d = cfg.diversity
     source = Path(d.input) if d.input else Path(cfg.run.out_dir) / "dialogues"
