@@ -7,6 +7,10 @@ from collections import Counter
 
 import pytest
 from cli_helpers import kill_once, read_rows, run_cli, start_cli
+from run_rows import dialogue_row
+
+from personalens.data import load_scenarios
+from personalens.store import DIALOGUE_SCHEMA, PartWriter, shard_dir
 
 pytestmark = pytest.mark.vllm
 
@@ -20,17 +24,35 @@ def judgment_keys(rows: list[dict]) -> list[tuple]:
     ]
 
 
-def test_a_killed_judge_resumes_with_every_judgment_present_exactly_once(tmp_path):
+def one_round_dialogues(sample_root, out) -> list[dict]:
+    """The 4 single-domain dialogues of user0, one short round each, written as `generate` writes
+    them (the judge under test needs dialogues, not a second engine start to make them)."""
+    turns = [
+        {
+            "role": "user",
+            "text": "Can you help me book a table for two tonight?",
+            "prompt_tokens": 9,
+            "completion_tokens": 9,
+        },
+        {"role": "assistant", "text": "Of course. Which time and cuisine?", "prompt_tokens": 9, "completion_tokens": 8},
+    ]
+    rows = [
+        dialogue_row(s.user.user_id, s.task.task_id, s.task.kind, list(s.task.domains), turns=turns)
+        for s in load_scenarios(sample_root, users="0", kinds="SD")
+    ]
+    PartWriter(shard_dir(out, "dialogues", 0, 1), DIALOGUE_SCHEMA).write(rows)
+    return rows
+
+
+def test_a_killed_judge_resumes_with_every_judgment_present_exactly_once(sample_root, tmp_path):
     out = tmp_path / "run"
     common = ["data.users=0", "data.kinds=SD", "protocol=quick", f"run.out_dir={out}", "progress=false"]
-    # 4 single-domain dialogues of 1 round each: cheap to generate and to judge
-    run_cli("generate", *common, "protocol.max_rounds_sd=1")
-    dialogues = read_rows(out / "dialogues")
-    assert len(dialogues) == 4
+    dialogues = one_round_dialogues(sample_root, out)
+    assert len(read_rows(out / "dialogues")) == len(dialogues) == 4
     expected = len(dialogues) * PER_DIALOGUE
 
     # 6 judgments per generate call: 4 part files; killed once the first is on disk
-    args = ["judge", *common, "protocol.max_rounds_sd=1", "judging.chunk=6"]
+    args = ["judge", *common, "judging.chunk=6"]
     folder = out / "judgments"
     proc = start_cli(*args, log=tmp_path / "first.log")
     kill_once(proc, lambda: any(folder.rglob("part-*.parquet")), tmp_path / "first.log")
