@@ -15,7 +15,7 @@ from personalens.config import register_resolvers
 from personalens.data import DOMAINS, domains_of, load_scenarios, validate
 from personalens.datagen import command as datagen_command
 from personalens.datagen.batch import Job, Runner, retry_sampling
-from personalens.datagen.demographics import DemographicsError, load_demographics
+from personalens.datagen.demographics import FIELDS, DemographicsError, load_demographics
 from personalens.engines.base import Generation, Sampling
 from personalens.errors import PersonalensError
 from personalens.simulate import command as simulate_command
@@ -62,21 +62,7 @@ def test_a_changed_configuration_is_refused_before_any_work(tmp_path):
 def test_demographics_plain_and_prism_style(tmp_path):
     people = load_demographics(
         REPO / "data" / "datagen" / "demographics.csv",
-        {
-            f: f
-            for f in (
-                "age",
-                "gender",
-                "employment_status",
-                "education",
-                "marital_status",
-                "english_proficiency",
-                "ethnicity",
-                "religion",
-                "birth_country",
-                "reside_country",
-            )
-        },
+        {f: f for f in FIELDS},
         users=2,
     )
     assert len(people) == 2 and people[0]["birth_country"] == "South Korea" and "user_id" not in people[0]
