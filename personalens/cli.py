@@ -3,7 +3,6 @@ over the one config in conf/, so `key=value`, `group=option`, `--cfg job` and `-
 
 from __future__ import annotations
 
-import functools
 import importlib
 import sys
 import traceback
@@ -86,7 +85,7 @@ def run(cfg: DictConfig) -> int:
     from personalens.report.command import report
     from personalens.simulate.command import generate
 
-    engines = functools.cache(lambda: R.engines(cfg, ("user_agent", "assistant", "judge")))
+    engines = R.engines(cfg, ("user_agent", "assistant", "judge"))
     return generate(cfg, engines) or judge(cfg, engines) or report(cfg)
 
 
