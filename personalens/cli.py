@@ -48,6 +48,8 @@ SUBCOMMANDS = (
                "personalens.report.command:report"),
     Subcommand("run", "generate, judge and report in one process, then print the Table 3 layout",
                "personalens.cli:run", _run_dir),
+    Subcommand("plan", "a dry run loading no model: selection, shards, each model's placement and memory, tokens, time",
+               "personalens.plan.command:plan"),
     Subcommand("stats", "print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)",
                "personalens.validation.command:stats"),
     Subcommand("diversity", "print and write Table 10's lexical diversity of a run's dialogues (or any dialogue Parquet)",
