@@ -100,6 +100,16 @@ def per_dialogue(
     return total
 
 
+def longest_prompts(fixed: Fixed, turns: Turns) -> dict[str, float]:
+    """The longest prompt of a dialogue's turns and of its judge's, over the dialogue lengths."""
+    n = max(turns.counts)
+    last_user = n if role_of(n) == "user" else n - 1
+    return {
+        "dialogue": max(fixed.user_next + turns.history * (last_user - 1), fixed.assistant + turns.history * (n - 1)),
+        "judge": max(fixed.judge.values()) + turns.history * n,
+    }
+
+
 def fit_history(prompts: Sequence[tuple[int, float, float]]) -> float | None:
     """Tokens an earlier turn adds to a prompt, from measured turns (turn number t >= 2, the prompt's
     tokens, its fixed part): the ratio of the summed growth to the summed earlier turns."""

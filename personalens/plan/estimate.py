@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from personalens.config import run as R
-from personalens.plan.budget import ZERO, Fixed, PerDialogue, Turns, cap_turns, per_dialogue, turns_at_cap
+from personalens.plan.budget import (
+    ZERO,
+    Fixed,
+    PerDialogue,
+    Turns,
+    cap_turns,
+    longest_prompts,
+    per_dialogue,
+    turns_at_cap,
+)
 from personalens.plan.calibration import Calibration, read_calibration
 from personalens.plan.options import PlanOptions
 from personalens.plan.prompt_tokens import count_prompts, fixed_by_kind, judged, load_tokenizers, sample
@@ -78,6 +87,14 @@ def estimate(cfg: DictConfig, options: PlanOptions, scenarios: Sequence, models:
         },
         "fixed_parts": {kind: {**vars(f), "judge": dict(f.judge)} for kind, f in fixed.items()},
         "at_cap": _totals(at_cap, dialogues),
+        # vLLM refuses a prompt longer than the model's max_model_len
+        "longest_prompts_at_cap": {k: longest_prompts(fixed[k], caps[k]) for k in fixed},
+        "max_model_len": {
+            "dialogue": min(
+                (m.max_model_len for r, m in models.items() if r != "judge" and m.max_model_len), default=None
+            ),
+            "judge": models["judge"].max_model_len,
+        },
     }
     assumptions.append(
         "at the cap: every dialogue runs to the protocol's round cap, every reply to its max_tokens, each earlier "

@@ -69,6 +69,13 @@ def _tokens(t: Mapping) -> list[str]:
             f"assistant {_n(f['assistant'])}; judge {len(f['judge'])} prompts, {_n(judge)} in all"
         )
     out += _estimate("at the protocol's cap", t["at_cap"])
+    for kind, longest in t["longest_prompts_at_cap"].items():
+        notes = [
+            f"{_n(tokens)} in a {where}" + (f", OVER its max_model_len {limit}" if limit and tokens > limit else "")
+            for where, tokens in longest.items()
+            for limit in [t["max_model_len"][where]]
+        ]
+        out.append(f"    the longest {kind} prompts at the cap: " + "; ".join(notes))
     if "calibrated" in t:
         out += _estimate("calibrated", t["calibrated"])
     return out
