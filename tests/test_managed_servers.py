@@ -115,6 +115,8 @@ def test_no_server_process_outlives_the_parent(tmp_path, sig, mode):
 def test_a_server_that_dies_at_start_is_reported_with_its_log(tmp_path):
     die = "import sys; print('no model here: /nowhere'); sys.exit(3)"
     launched = launch("broken", [sys.executable, "-c", die], os.environ, tmp_path / "broken.log", port=1)
+    # an http_proxy of the cluster must not take the requests to this machine's servers
+    assert "127.0.0.1" in os.environ["no_proxy"].split(",") and "127.0.0.1" in os.environ["NO_PROXY"].split(",")
     try:
         with pytest.raises(ServerStartError, match=r"(?s)broken exited with status 3 .*no model here: /nowhere"):
             launched.wait_healthy(timeout=60)

@@ -115,16 +115,6 @@ class Launched:
             f"{_tail(self.log)}"
         )
 
-    def stop(self) -> None:
-        """Asks the launcher to stop the server's process group; waits for it."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=GRACE_S + 15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()  # the launcher itself hung; its server is then stopped by nobody else
-                self.process.wait()
-
 
 _running: list[Launched] = []
 _lock = threading.Lock()
@@ -132,10 +122,19 @@ _installed: list[bool] = []  # the exit hooks, installed with the first server
 
 
 def stop_all() -> None:
+    """Asks every launcher to stop its server's process group, then waits for them all (together,
+    not one grace period after another)."""
     with _lock:
         running, _running[:] = list(_running), []
     for launched in running:
-        launched.stop()
+        if launched.process.poll() is None:
+            launched.process.send_signal(signal.SIGTERM)
+    for launched in running:
+        try:
+            launched.process.wait(timeout=GRACE_S + 15)
+        except subprocess.TimeoutExpired:
+            launched.process.kill()  # the launcher itself hung: its server may outlive it
+            launched.process.wait()
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -147,6 +146,10 @@ def _install_stops() -> None:
     if _installed:
         return
     _installed.append(True)
+    # cluster nodes often set http_proxy; the servers are on this machine, so urllib must not use it
+    for name in ("no_proxy", "NO_PROXY"):
+        kept = [h for h in os.environ.get(name, "").split(",") if h]
+        os.environ[name] = ",".join([*kept, "127.0.0.1"] if "127.0.0.1" not in kept else kept)
     atexit.register(stop_all)
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
