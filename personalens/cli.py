@@ -3,7 +3,6 @@ over the one config in conf/, so `key=value`, `group=option`, `--cfg job` and `-
 
 from __future__ import annotations
 
-import functools
 import importlib
 import sys
 import traceback
@@ -49,6 +48,8 @@ SUBCOMMANDS = (
                "personalens.report.command:report"),
     Subcommand("run", "generate, judge and report in one process, then print the Table 3 layout",
                "personalens.cli:run", _run_dir),
+    Subcommand("plan", "a dry run loading no model: selection, shards, each model's placement and memory, tokens, time",
+               "personalens.plan.command:plan"),
     Subcommand("stats", "print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)",
                "personalens.validation.command:stats"),
     Subcommand("diversity", "print and write Table 10's lexical diversity of a run's dialogues (or any dialogue Parquet)",
@@ -86,7 +87,7 @@ def run(cfg: DictConfig) -> int:
     from personalens.report.command import report
     from personalens.simulate.command import generate
 
-    engines = functools.cache(lambda: R.engines(cfg, ("user_agent", "assistant", "judge")))
+    engines = R.engines(cfg, ("user_agent", "assistant", "judge"))
     return generate(cfg, engines) or judge(cfg, engines) or report(cfg)
 
 

@@ -27,7 +27,8 @@ from personalens.engines.chat import (
     template_supports_system_role,
 )
 from personalens.engines.config import ModelConfig, ModelConfigError
-from personalens.engines.factory import build_engines, model_configs, plan_engines
+from personalens.engines.factory import build_engines, model_configs
+from personalens.engines.layout import plan_layout
 
 MODEL_CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 
@@ -169,14 +170,21 @@ OTHER = {"name": "other", "gpu_memory_utilization": 0.6}
 REMOTE = {"name": "remote", "engine": "server", "server": {"base_url": "http://127.0.0.1:9/v1"}}
 
 
+def _run_configs(models: dict) -> dict[str, ModelConfig]:
+    """Without GPUs: the config each role's engine is built from."""
+    configs = model_configs(models)
+    layout = plan_layout(configs, gpus=None)
+    return {role: layout.decision(config).run_config for role, config in configs.items()}
+
+
 def test_equal_configs_share_one_engine_with_all_its_memory():
-    plan = plan_engines(model_configs({"user_agent": SMALL, "assistant": dict(SMALL), "judge": REMOTE}))
+    plan = _run_configs({"user_agent": SMALL, "assistant": dict(SMALL), "judge": REMOTE})
     assert plan["user_agent"] is plan["assistant"]
     assert plan["assistant"].gpu_memory_utilization == pytest.approx(0.8)
 
 
 def test_distinct_in_process_models_split_memory():
-    plan = plan_engines(model_configs({"user_agent": SMALL, "assistant": OTHER, "judge": SMALL}))
+    plan = _run_configs({"user_agent": SMALL, "assistant": OTHER, "judge": SMALL})
     assert plan["user_agent"] is plan["judge"]
     assert plan["user_agent"].gpu_memory_utilization == pytest.approx(0.4)
     assert plan["assistant"].gpu_memory_utilization == pytest.approx(0.3)

@@ -4,6 +4,7 @@ engine with grammar-constrained judging: dialogues, judgments, report."""
 from __future__ import annotations
 
 import csv
+import json
 import re
 import struct
 from collections import Counter
@@ -23,12 +24,13 @@ RANGES = {
 }
 
 
+SELECTION = ("data.users=0", "protocol=quick", "judging.turn_level=true")
+
+
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     out = tmp_path_factory.mktemp("pipeline") / "run"
-    proc = run_cli(
-        "run", "data.users=0", "protocol=quick", "judging.turn_level=true", f"run.out_dir={out}", "report.bootstrap=200"
-    )
+    proc = run_cli("run", *SELECTION, f"run.out_dir={out}", "report.bootstrap=200")
     return out, proc
 
 
@@ -130,3 +132,32 @@ def test_the_run_writes_report_html_and_exports_an_annotation_sheet(pipeline, tm
     judged = {j["judge_text"] for j in read_rows(out / "judgments")}
     guide = (tmp_path / "guide.html").read_text()
     assert not any(text.strip() and text in guide for text in judged)
+
+
+def test_plan_counts_what_the_run_counted(pipeline, tmp_path):
+    """`personalens plan` of the same config, before and after: the first prompts it renders and counts
+    are the engine's; calibrated by the run, its token totals are the run's."""
+    out, _ = pipeline
+    dialogues = read_rows(out / "dialogues")
+    run_cli("plan", *SELECTION, f"run.out_dir={out}", f"plan.out={tmp_path / 'plan.json'}")
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    first = sum(d["turns"][0]["prompt_tokens"] for d in dialogues)
+    assert plan["tokens"]["first_prompts"]["user_agent_total"] == pytest.approx(first, rel=0.05)
+    assert plan["tokens"]["at_cap"]["all"]["generated"] >= sum(
+        t["completion_tokens"] for d in dialogues for t in d["turns"]
+    )
+
+    run_cli(
+        "plan", *SELECTION, f"run.out_dir={out}", f"plan.calibrate={out}", f"plan.out={tmp_path / 'calibrated.json'}"
+    )
+    calibrated = json.loads((tmp_path / "calibrated.json").read_text())
+    estimate = calibrated["tokens"]["calibrated"]["all"]
+    total = sum(t["prompt_tokens"] + t["completion_tokens"] for d in dialogues for t in d["turns"])
+    assert estimate["prompt"] + estimate["generated"] == pytest.approx(total, rel=0.10)
+    judged = calibrated["calibration"]["judge"]  # the judge's own summary of this run
+    assert estimate["judgments"] == len(read_rows(out / "judgments")) == judged["items"]
+    assert estimate["judge_prompt"] + estimate["judge_generated"] == pytest.approx(
+        judged["prompt_tokens"] + judged["completion_tokens"], rel=0.10
+    )
+    rates = calibrated["time"]["rates_tokens_per_s"]
+    assert rates["generate"] > 0 and rates["judge"] > 0 and calibrated["time"]["generate_s"]["all"] > 0

@@ -117,6 +117,12 @@ def test_explicit_placement_and_gpus_are_honoured_or_refused():
         ("managed_server", (3,)),
         ("managed_server", (0,)),
     ]
+    # a model without explicit GPUs takes the lowest one left, not one after the explicit ones
+    models = [
+        need("llama31_8b", ("assistant",), gpus=(3,), placement="managed_server"),
+        need("mistral7b_v02", ("user",)),
+    ]
+    assert [p.gpus for p in plan_placement(models, 4, RULES)] == [(3,), (0,)]
     with pytest.raises(PersonalensError, match="must list tensor_parallel_size=1"):
         plan_placement([need("llama31_8b", ("assistant",), gpus=(0, 1))], 2, RULES)
     with pytest.raises(PersonalensError, match="not among the 1 visible"):

@@ -155,3 +155,37 @@ def test_a_tokenizer_that_is_not_local_falls_back_to_whole_prompts_and_stays_exa
 def test_common_prefix(a, b):
     expected = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     assert common_prefix(a, b) == expected == common_prefix(b, a)
+
+
+def test_counting_from_the_tokenizer_files_equals_transformers_on_every_prompt(tokenizer, sample_root, tmp_path):
+    """`personalens plan` counts with the tokenizer's files (no transformers, no torch): the same ids
+    for every role's prompts, a grown dialogue's and the judge's, and the special tokens as written."""
+    from personalens.engines.embedded import embedded_model_dir
+    from personalens.engines.tokenizer_files import TokenizerFiles, special_tokens
+    from personalens.prompts.render import judge_messages
+
+    files = ChatTokenizer.from_files(ModelConfig(name="SmolLM2-135M-Instruct"))
+    templates = load_templates(TEMPLATE_SETS["official"]["folder"], style="official", verbatim=True)
+    rng = random.Random(7)
+    conversations = []
+    for scenario in scenarios(sample_root, 6):
+        turns = [Turn("user" if i % 2 == 0 else "assistant", reply(rng)) for i in range(5)]
+        conversations += [
+            user_agent_messages(templates, scenario, []),
+            user_agent_messages(templates, scenario, turns[:4]),
+            assistant_messages(templates, scenario, turns, PromptSetting("base", True, True, True), "llama"),
+            judge_messages(templates, "naturalness", scenario, turns[:4], speaker="user"),
+        ]
+    assert files.encode_chats(conversations) == tokenizer.encode_chats(conversations)
+    # a template that writes the tokenizer's own BOS (Llama 3's): rendered as transformers renders it
+    (tmp_path / "tokenizer_config.json").write_text(
+        '{"bos_token": {"content": "<|im_start|>"}, "eos_token": "<|im_end|>"}'
+    )
+    (tmp_path / "chat_template.jinja").write_text(
+        "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    )
+    (tmp_path / "tokenizer.json").write_bytes((embedded_model_dir() / "tokenizer.json").read_bytes())
+    assert special_tokens(tmp_path) == {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
+    assert (
+        TokenizerFiles(tmp_path).apply_chat_template([{"role": "user", "content": "x"}], False, True) == "<|im_start|>x"
+    )

@@ -15,7 +15,7 @@ from personalens.errors import PersonalensError
 from personalens.paths import PROJECT_ROOT
 
 # model settings that change how fast or where a model runs, not what it generates
-_RUNTIME_ONLY = {"gpu_memory_utilization", "max_num_seqs", "block_size", "server"}
+_RUNTIME_ONLY = {"gpu_memory_utilization", "max_num_seqs", "block_size", "server", "placement", "gpus"}
 
 
 def register_resolvers() -> None:

@@ -66,25 +66,23 @@ def prompt_family(cfg: DictConfig) -> str:
     return family
 
 
-def check_models(cfg: DictConfig, roles: tuple[str, ...]) -> None:
-    """Fails on a bad model config before anything is saved or loaded."""
-    from personalens.engines.factory import model_configs
-
-    model_configs({role: cfg[role] for role in roles})
-
-
-def resolved(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
-    """What each in-process model's `dtype` means on this machine, kept in the saved config (the
-    fingerprint keeps the configured value, so shards on different CPUs still form one run)."""
+def resolved(cfg: DictConfig, roles: tuple[str, ...], engines) -> dict:
+    """What each in-process model's `dtype` means on this machine, and where each model runs (the
+    layout of `engines`, an `engines()` loader), kept in the saved config: the fingerprint keeps the
+    configured values, so shards on different CPUs or nodes still form one run."""
     from personalens.engines.dtype import local_dtype
 
-    return {role: {"dtype": vars(local_dtype(str(cfg[role].dtype)))} for role in roles if cfg[role].engine == "vllm"}
+    dtypes = {role: {"dtype": vars(local_dtype(str(cfg[role].dtype)))} for role in roles if cfg[role].engine == "vllm"}
+    layout = getattr(engines, "layout", None)  # scripted engines (tests, benchmarks) have none
+    return dtypes if layout is None else {**dtypes, "placement": layout.as_dict()}
 
 
-def engines(cfg: DictConfig, roles: tuple[str, ...]) -> dict:
-    from personalens.engines.factory import build_engines
+def engines(cfg: DictConfig, roles: tuple[str, ...]):
+    """The engines of `roles`, loaded together in this process on the first call; their layout is
+    decided, logged and, when it cannot fit, refused now, before anything is saved or loaded."""
+    from personalens.engines.factory import EngineLoader
 
-    return build_engines({role: cfg[role] for role in roles})
+    return EngineLoader({role: cfg[role] for role in roles}, Path(cfg.run.out_dir) / "logs")
 
 
 def engine(cfg: DictConfig, role: str):

@@ -25,14 +25,15 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
-def render_chat(chat_template: str, messages: list[Message]) -> str:
-    """Renders a conversation the way transformers renders chat templates (with a generation prompt)."""
+def render_chat(chat_template: str, messages: list[Message], **special_tokens: str) -> str:
+    """Renders a conversation the way transformers renders chat templates (with a generation prompt);
+    `special_tokens` (bos_token, eos_token, ...) are the tokenizer's, empty when not given."""
     # the same Jinja settings transformers uses for chat templates
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)  # used by Llama 3.x templates
     return env.from_string(chat_template).render(
-        messages=messages, add_generation_prompt=True, bos_token="", eos_token=""
+        messages=messages, add_generation_prompt=True, **{"bos_token": "", "eos_token": "", **special_tokens}
     )
 
 

@@ -11,6 +11,9 @@ from typing import Any
 from personalens.errors import PersonalensError
 
 ENGINE_KINDS = ("vllm", "server")
+# where an engine: vllm model runs (engines/layout.py): planned from its size, in this process, or
+# in a vLLM server that personalens starts and stops (engines/managed.py)
+PLACEMENTS = ("auto", "in_process", "managed_server")
 _MISSING = "???"  # Hydra's mandatory-value marker
 
 
@@ -55,6 +58,9 @@ class ModelConfig:
     cpu_reserved_cores: int | None = None
     system_role: bool | str = "auto"
     prompt_family: str = "default"  # the assistant prompts a fidelity option picks for it (docs/fidelity.md)
+    placement: str = "auto"
+    # GPUs of a managed server, as indices into this job's visible GPUs; None: the planner picks
+    gpus: tuple[int, ...] | None = None
     server: ServerConfig | None = field(default=None)
 
     @classmethod
@@ -62,9 +68,20 @@ class ModelConfig:
         """Checks a config mapping (a plain dict or Hydra's DictConfig); `where` names it in errors."""
         values = _plain(raw)
         server = values.pop("server", None)
-        config = cls(**_checked(cls, values, where), server=_server(server, where))
+        gpus = _gpus(values.pop("gpus", None), where)
+        config = cls(**_checked(cls, values, where), gpus=gpus, server=_server(server, where))
         if config.engine == "server" and config.server is None:
             raise ModelConfigError(f"{where}.server.base_url: required when engine is server")
+        if config.placement not in PLACEMENTS:
+            raise ModelConfigError(f"{where}.placement: expected one of {PLACEMENTS}, got {config.placement!r}")
+        if config.engine == "server" and (config.placement != "auto" or config.gpus is not None):
+            raise ModelConfigError(
+                f"{where}: placement and gpus apply to engine vllm; an engine: server endpoint runs elsewhere"
+            )
+        if config.gpus is not None and len(config.gpus) != config.tensor_parallel_size:
+            raise ModelConfigError(
+                f"{where}.gpus: {list(config.gpus)} must list tensor_parallel_size={config.tensor_parallel_size} GPU(s)"
+            )
         if not 0 < config.gpu_memory_utilization <= 1:
             raise ModelConfigError(
                 f"{where}.gpu_memory_utilization: must be in (0, 1], got {config.gpu_memory_utilization}"
@@ -94,8 +111,19 @@ def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
     return ServerConfig(**_checked(ServerConfig, dict(raw), f"{where}.server"))
 
 
+def _gpus(raw: Any, where: str) -> tuple[int, ...] | None:
+    """A list of distinct GPU indices as a tuple (configs are hashable: equal ones share an engine)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise ModelConfigError(f"{where}.gpus: expected a list of GPU indices such as [0, 1] or null, got {raw!r}")
+    if any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in raw) or len(set(raw)) != len(raw):
+        raise ModelConfigError(f"{where}.gpus: expected distinct GPU indices (0, 1, ...), got {list(raw)}")
+    return tuple(raw)
+
+
 def _checked(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
-    known = {f.name: f for f in fields(cls) if f.name != "server"}
+    known = {f.name: f for f in fields(cls) if f.name not in ("server", "gpus")}
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ModelConfigError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from personalens.engines.config import ModelConfig
 from personalens.engines.packaged import PackagedFile, packaged_file
 from personalens.errors import PersonalensError
 
@@ -42,6 +43,11 @@ def find_embedded_gguf() -> PackagedFile:
         "to local Hugging Face weights",
         EmbeddedModelError,
     )
+
+
+def model_path(config: ModelConfig) -> str:
+    """Where a model config's weights are: its `path` (a directory or a hub id), else the embedded model."""
+    return str(Path(config.path).expanduser()) if config.path else str(embedded_model_dir())
 
 
 def embedded_model_dir(cache_dir: Path | None = None) -> Path:

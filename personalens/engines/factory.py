@@ -1,16 +1,25 @@
 """Engines for the roles a command needs (user_agent, assistant, judge), built from model configs.
 
-Roles with equal configs share one engine. Distinct in-process vLLM engines live side by side in
-this process, so each gets an equal share of its configured gpu_memory_utilization.
+Roles with equal configs share one engine. Where each distinct model runs is decided first, when the
+loader is made (layout.py): the decision is logged, and a layout that cannot fit is refused there,
+before anything is saved or loaded. When the engines are needed, the managed vLLM servers start
+together (managed.py), then the in-process engines load.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from personalens.engines.base import Engine
 from personalens.engines.config import ModelConfig, ModelConfigError
+from personalens.engines.gpus import GpuSpec, visible_gpu_spec
+from personalens.engines.layout import Decision, plan_layout
+from personalens.engines.managed import start_servers
+
+log = logging.getLogger(__name__)
 
 ROLES = ("user_agent", "assistant", "judge")
 
@@ -23,15 +32,6 @@ def model_configs(models: Mapping[str, Mapping[str, Any]]) -> dict[str, ModelCon
     return {role: ModelConfig.from_mapping(raw, where=f"model@{role}") for role, raw in models.items()}
 
 
-def plan_engines(configs: Mapping[str, ModelConfig]) -> dict[str, ModelConfig]:
-    """The config each role's engine is built from: equal configs map to one (equal) config, and
-    in-process vLLM configs are scaled to share memory."""
-    distinct = list(dict.fromkeys(configs.values()))
-    in_process = sum(1 for c in distinct if c.engine == "vllm")
-    scaled = {c: c.with_memory_share(1 / in_process) if c.engine == "vllm" else c for c in distinct}
-    return {role: scaled[config] for role, config in configs.items()}
-
-
 def build_engine(config: ModelConfig) -> Engine:
     if config.engine == "server":
         from personalens.engines.server import ServerEngine
@@ -42,11 +42,35 @@ def build_engine(config: ModelConfig) -> Engine:
     return VllmEngine(config)
 
 
-def build_engines(models: Mapping[str, Mapping[str, Any]]) -> dict[str, Engine]:
+class EngineLoader:
+    """The engines of some roles: their layout decided (or refused) and logged when the loader is made,
+    the engines made on the first call and kept. `log_dir` takes the managed servers' logs; `gpus`,
+    `build` and `serve` are the GPU reader, the engine maker and the server starter (tests replace them)."""
+
+    def __init__(
+        self,
+        models: Mapping[str, Mapping[str, Any]],
+        log_dir: Path,
+        *,
+        gpus: Callable[[], GpuSpec | None] = visible_gpu_spec,
+        build: Callable[[ModelConfig], Engine] = build_engine,
+        serve: Callable[[list[Decision], Path], dict[ModelConfig, ModelConfig]] = start_servers,
+    ):
+        self._configs = model_configs(models)
+        self.layout = plan_layout(self._configs, gpus())
+        log.info("\n".join(self.layout.lines()))
+        self._log_dir, self._build, self._serve = Path(log_dir), build, serve
+        self._engines: dict[str, Engine] | None = None
+
+    def __call__(self) -> dict[str, Engine]:
+        if self._engines is None:
+            managed = [d for d in self.layout.decisions if d.mode == "managed_server"]
+            served = self._serve(managed, self._log_dir) if managed else {}
+            built = {d.config: self._build(served.get(d.config, d.run_config)) for d in self.layout.decisions}
+            self._engines = {role: built[config] for role, config in self._configs.items()}
+        return self._engines
+
+
+def build_engines(models: Mapping[str, Mapping[str, Any]], log_dir: Path = Path("logs")) -> dict[str, Engine]:
     """One engine per role in `models`; roles with equal model configs get the same engine object."""
-    plan = plan_engines(model_configs(models))
-    engines: dict[ModelConfig, Engine] = {}
-    for config in plan.values():
-        if config not in engines:
-            engines[config] = build_engine(config)
-    return {role: engines[config] for role, config in plan.items()}
+    return EngineLoader(models, log_dir)()

@@ -118,6 +118,7 @@ class ModelNeed:
     tp: int = 1
     placement: str = "auto"  # auto | in_process | managed_server
     gpus: tuple[int, ...] | None = None  # explicit GPU indices (of the visible ones)
+    kv_cache_bytes: int | None = None  # per GPU, set in the model config: given as it is, not sized
 
 
 @dataclass(frozen=True)
@@ -156,11 +157,13 @@ def visible_gpus(env: Mapping[str, str], device_count: int) -> tuple[str, ...]:
 
 
 def _need_per_gpu(m: ModelNeed, rules: Rules) -> int:
+    if m.kv_cache_bytes is not None:
+        return 0  # fixed, counted in _fixed_per_gpu
     return rules.min_seqs * m.arch.kv_bytes_for(rules.seq_tokens, m.dtype_bytes, m.tp)
 
 
 def _fixed_per_gpu(m: ModelNeed, rules: Rules) -> int:
-    return math.ceil(m.weights / m.tp) + rules.overhead_bytes
+    return math.ceil(m.weights / m.tp) + rules.overhead_bytes + (m.kv_cache_bytes or 0)
 
 
 def _budgets(models: Sequence[ModelNeed], gpus: Mapping[str, tuple[int, ...]], rules: Rules) -> dict[str, int] | None:
@@ -174,11 +177,14 @@ def _budgets(models: Sequence[ModelNeed], gpus: Mapping[str, tuple[int, ...]], r
         here = [m for m in models if g in gpus[m.key]]
         free = usable - sum(_fixed_per_gpu(m, rules) for m in here)
         needed = sum(_need_per_gpu(m, rules) for m in here)
-        if free < needed:
+        if free < needed or free < 0:
             return None
         for m in here:
-            scale[m.key] = min(scale.get(m.key, math.inf), free / needed)
-    return {m.key: int(_need_per_gpu(m, rules) * scale[m.key]) for m in models}
+            scale[m.key] = min(scale.get(m.key, math.inf), free / needed if needed else 1.0)
+    return {
+        m.key: m.kv_cache_bytes if m.kv_cache_bytes is not None else int(_need_per_gpu(m, rules) * scale[m.key])
+        for m in models
+    }
 
 
 def _placed(m: ModelNeed, mode: str, gpus: tuple[int, ...], budget: int, rules: Rules) -> Placement:
@@ -210,24 +216,31 @@ def plan_placement(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> li
             return [_placed(m, "in_process", shared[m.key], budgets[m.key], rules) for m in models]
     forced_in_process = [m.key for m in models if m.placement == "in_process"]
     if not too_wide and not forced_in_process:
-        own, nxt = {}, 0
+        # explicit GPUs first; the others take the lowest GPUs left, in order
+        taken = {g for m in models for g in m.gpus or ()}
+        free = [g for g in range(n_gpus) if g not in taken]
+        own = {}
         for m in models:
-            own[m.key] = m.gpus or tuple(range(nxt, nxt + m.tp))
-            nxt = max(nxt, max(own[m.key]) + 1)
+            own[m.key], free = (m.gpus, free) if m.gpus else (tuple(free[: m.tp]), free[m.tp :])
         disjoint = len({g for v in own.values() for g in v}) == sum(len(v) for v in own.values())
-        if disjoint and nxt <= n_gpus:
+        if disjoint and all(len(own[m.key]) == m.tp for m in models):
             alone = [_budgets([m], own, rules) for m in models]
             if all(b is not None for b in alone):
                 return [_placed(m, "managed_server", own[m.key], b[m.key], rules) for m, b in zip(models, alone)]
     raise PersonalensError(refusal(models, n_gpus, rules))
 
 
+def _kv_need(m: ModelNeed, rules: Rules) -> str:
+    if m.kv_cache_bytes is not None:
+        return f"KV {m.kv_cache_bytes / GIB:.1f} GiB per GPU as configured (included)"
+    return f"KV for {rules.min_seqs} x {rules.seq_tokens} tokens {_need_per_gpu(m, rules) / GIB:.1f} GiB per GPU"
+
+
 def refusal(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> str:
     usable = rules.gpu_bytes * rules.utilization / GIB
     sizes = "; ".join(
         f"{m.key} ({'/'.join(m.roles)}): weights {m.weights / GIB:.1f} GiB, tp {m.tp} -> "
-        f"{_fixed_per_gpu(m, rules) / GIB:.1f} GiB per GPU with overhead, KV for {rules.min_seqs} x "
-        f"{rules.seq_tokens} tokens {_need_per_gpu(m, rules) / GIB:.1f} GiB per GPU"
+        f"{_fixed_per_gpu(m, rules) / GIB:.1f} GiB per GPU with overhead, {_kv_need(m, rules)}"
         for m in models
     )
     return (

@@ -40,13 +40,16 @@ class ServerEngine:
         if not requests:
             return []
         model = self._served_model()
-        workers = min(self._server.max_concurrency, len(requests))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(self._server.max_concurrency, len(requests)))
+        try:
             futures = [pool.submit(self._complete, model, r) for r in requests]
             if on_finished is not None:
                 for _ in as_completed(futures):
                     on_finished(1)  # from this thread, so callers need no locks
             return [f.result() for f in futures]
+        finally:
+            # on an error or Ctrl-C, the requests not yet sent are dropped rather than sent first
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _served_model(self) -> str:
         if self._model is None:

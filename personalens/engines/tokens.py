@@ -20,6 +20,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from personalens.engines.base import Message
@@ -46,11 +47,19 @@ class ChatTokenizer:
         `path` is null); loads no model and imports no vLLM."""
         from transformers import AutoTokenizer
 
-        from personalens.engines.embedded import embedded_model_dir
+        from personalens.engines.embedded import model_path
 
-        source = config.tokenizer or config.path or str(embedded_model_dir())
-        tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(source))
+        tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(config.tokenizer or model_path(config)))
         return cls(tokenizer, resolve_system_role(config.system_role, tokenizer.chat_template))
+
+    @classmethod
+    def from_files(cls, config: ModelConfig) -> ChatTokenizer:
+        """The same from the tokenizer's files, without transformers (or torch): for counting tokens."""
+        from personalens.engines.embedded import model_path
+        from personalens.engines.tokenizer_files import TokenizerFiles
+
+        files = TokenizerFiles(Path(config.tokenizer or model_path(config)).expanduser())
+        return cls(files, resolve_system_role(config.system_role, files.chat_template))
 
     def render(self, messages: Sequence[Message]) -> str:
         return self.tokenizer.apply_chat_template(

@@ -12,7 +12,6 @@ import os
 import time
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 
 from tqdm import tqdm
 
@@ -20,7 +19,7 @@ from personalens.engines.base import Generation, OnFinished, Request
 from personalens.engines.chat import format_messages, resolve_system_role
 from personalens.engines.config import ModelConfig
 from personalens.engines.dtype import local_dtype
-from personalens.engines.embedded import embedded_model_dir
+from personalens.engines.embedded import model_path
 from personalens.engines.tokens import ChatTokenizer
 
 log = logging.getLogger(__name__)
@@ -28,7 +27,7 @@ log = logging.getLogger(__name__)
 
 class VllmEngine:
     def __init__(self, config: ModelConfig):
-        model = str(Path(config.path).expanduser()) if config.path else str(embedded_model_dir())
+        model = model_path(config)
         if config.cpu_reserved_cores is not None:
             # read by vLLM's engine processes when they start; a value the user exported wins
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(config.cpu_reserved_cores))

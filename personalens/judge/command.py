@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     from personalens.engines.base import sampling_from
     from personalens.judge.formats import formats_named
     from personalens.judge.run import judge as score
-    from personalens.store import read_table, shard_dir
+    from personalens.store import append_summary, read_table, shard_dir
 
     fidelity = R.fidelity(cfg)
     out_dir = Path(cfg.run.out_dir)
@@ -45,11 +44,10 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     chunk = int(cfg.judging.chunk)
     if chunk < 1:
         raise PersonalensError(f"judging.chunk must be at least 1 (judgments per generate call), not {chunk}")
-    R.check_models(cfg, ("judge",))
-    C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",)))
-    load = engines or functools.cache(lambda: R.engines(cfg, ("judge",)))
+    load = engines or R.engines(cfg, ("judge",))  # checks the model and its layout before the config is saved
+    C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load))
     print(f"judge: fidelity option {fidelity.name}", file=console.err())
-    score(
+    summary = score(
         dialogues.to_pylist(),
         {s.key: s for s in R.scenarios(cfg)},
         templates=templates,
@@ -62,4 +60,6 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         formats=formats,
         chunk=chunk,
     )
+    if summary.judgments:
+        append_summary(out_dir, "judge", cfg.shard.index, cfg.shard.count, vars(summary))
     return 0

@@ -51,6 +51,17 @@ class Item:
         return turns[: replies[self.turn - 1] + 1]
 
 
+@dataclass(frozen=True)
+class JudgeSummary:
+    judgments: int
+    seconds: float
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    failed: int  # outputs without a valid score
+    kept_out_of_range: int
+
+
 def plan(
     dialogues: Sequence[dict],
     scenarios: Mapping[tuple[str, str], Scenario],
@@ -88,8 +99,8 @@ def judge(
     progress: bool = True,
     formats: Mapping[str, JudgeFormat] = FORMATS,
     chunk: int = CHUNK,
-) -> int:
-    """Judge what is not judged yet; returns the number of judgments written. `load_engine` is
+) -> JudgeSummary:
+    """Judge what is not judged yet; returns what was done. `load_engine` is
     called only when there is something to judge; `formats` are the output grammars and parsers;
     each `chunk` judgments are one generate call and one part file."""
     for dim in dimensions:
@@ -101,7 +112,7 @@ def judge(
             f"judge: {outside} dialogues in {folder.parent.parent} are outside the data selection and are not judged"
         )
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
-    counts = {"failed": 0, "kept_out_of_range": 0, "prompt_tokens": 0, "cached_tokens": 0}
+    counts = {"failed": 0, "kept_out_of_range": 0, "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
     started = time.monotonic()
 
     def requests(chunk: Sequence[Item]) -> list[Request]:
@@ -133,16 +144,18 @@ def judge(
         writer.write(rows)
         counts["prompt_tokens"] += sum(g.prompt_tokens for g in generations)
         counts["cached_tokens"] += sum(g.cached_tokens for g in generations)
+        counts["completion_tokens"] += sum(g.completion_tokens for g in generations)
 
     generate_in_chunks(
         items, requests, load_engine, write, label="judge", unit="judgment", progress=progress, chunk=chunk
     )
+    summary = JudgeSummary(len(items), time.monotonic() - started, **counts)
     log.info(
-        f"judge: {len(items)} judgments in {time.monotonic() - started:.1f} s, "
-        f"{counts['failed']} outputs without a valid score, {counts['kept_out_of_range']} out-of-range scores "
-        f"kept as the released code keeps them; {prompt_usage(counts['prompt_tokens'], counts['cached_tokens'])}"
+        f"judge: {summary.judgments} judgments in {summary.seconds:.1f} s, "
+        f"{summary.failed} outputs without a valid score, {summary.kept_out_of_range} out-of-range scores "
+        f"kept as the released code keeps them; {prompt_usage(summary.prompt_tokens, summary.cached_tokens)}"
     )
-    return len(items)
+    return summary
 
 
 def prompt_hash(messages: Sequence[dict]) -> str:

@@ -139,9 +139,11 @@ def run(
 
     prompts = Prompts(cfg.personalbench.prompts_dir)
     out_dir = Path(cfg.personalbench.out_dir)
-    from personalens.engines.factory import model_configs
+    from personalens.engines.factory import EngineLoader, model_configs
 
-    model_configs({"assistant": cfg.assistant, "judge": cfg.judge})  # bad model configs fail before anything is saved
+    models = {"assistant": cfg.assistant, "judge": cfg.judge}
+    model_configs(models)  # bad model configs fail before anything is saved
+    engines = engines or EngineLoader(models, out_dir / "logs")  # so does a layout that cannot fit
     embedding = embedding_config(cfg)
     if embedding is not None:
         from personalens.engines.embedding import model_dir
@@ -155,10 +157,6 @@ def run(
     C.check_or_save(out_dir, "personalbench", cfg, selection)
     if UNTIL.index(until) >= UNTIL.index("generate"):
         C.check_or_save(out_dir, "personalbench-responses", cfg, responses)
-    if engines is None:
-        from personalens.engines.factory import build_engines
-
-        engines = functools.cache(lambda: build_engines({"assistant": cfg.assistant, "judge": cfg.judge}))
     if embedder is None and embedding is not None:
         from personalens.engines.embedding import VllmEmbedder
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +19,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     from personalens.simulate.dialogue import EndRules
     from personalens.simulate.generate import Protocol
     from personalens.simulate.generate import generate as simulate
-    from personalens.store import DIALOGUE_SCHEMA, KEY_COLUMNS, PartWriter, existing_values, shard_dir
+    from personalens.store import DIALOGUE_SCHEMA, KEY_COLUMNS, PartWriter, append_summary, existing_values, shard_dir
 
     fidelity = R.fidelity(cfg)
     scenarios = R.scenarios(cfg)
@@ -39,12 +38,11 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
             "fidelity": fidelity.identity(),
         }
     )
-    R.check_models(cfg, ROLES)  # before the config is saved as this run's
-    C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES))
+    load = engines or R.engines(cfg, ROLES)  # checks the models and their layout before the config is saved
+    C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load))
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
-    load = engines or functools.cache(lambda: R.engines(cfg, ROLES))
     print(f"generate: fidelity option {fidelity.name}, assistant prompt family {family}", file=console.err())
-    simulate(
+    summary = simulate(
         scenarios,
         setting=setting,
         templates=templates,
@@ -66,4 +64,6 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         chunk=int(cfg.lockstep.max_requests_per_call),
         keep_ids=bool(cfg.lockstep.token_ids),
     )
+    if summary.dialogues:
+        append_summary(out_dir, "generate", cfg.shard.index, cfg.shard.count, vars(summary))
     return 0

@@ -11,6 +11,7 @@ from personalens.store.schema import (
     SCORE_RANGES,
     TURN_TYPE,
 )
+from personalens.store.summaries import append_summary, read_summaries
 
 __all__ = [
     "PartWriter",
@@ -24,4 +25,6 @@ __all__ = [
     "KEY_COLUMNS",
     "SCORE_RANGES",
     "TURN_TYPE",
+    "append_summary",
+    "read_summaries",
 ]

@@ -1,0 +1,62 @@
+"""The GPUs this job may use, read without CUDA: `nvidia-smi` lists them, CUDA_VISIBLE_DEVICES (or
+SLURM's GPU lists) says which are this job's. Initialising CUDA here, before vLLM starts its worker
+processes, would force vLLM to spawn rather than fork them; torch would also cost seconds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from personalens.engines.dtype import vllm_is_cpu_build
+from personalens.engines.placement import GIB, visible_gpus
+
+_QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """The GPUs a layout is planned on: how many, the memory of the smallest, and where that was read."""
+
+    count: int
+    memory_bytes: int
+    source: str
+    # CUDA_VISIBLE_DEVICES value of each (index or UUID); a managed server on GPU k gets ids[k]
+    ids: tuple[str, ...] = ()
+
+    def device_ids(self, indices: tuple[int, ...]) -> tuple[str, ...]:
+        return tuple(self.ids[i] if i < len(self.ids) else str(i) for i in indices)
+
+    def describe(self) -> str:
+        return f"{self.count} GPU(s) of {self.memory_bytes / GIB:.1f} GiB ({self.source})"
+
+
+def simulated(count: int, memory_gib: float) -> GpuSpec:
+    """GPUs a user describes (`personalens plan plan.gpus=4 plan.gpu_memory_gib=80`)."""
+    return GpuSpec(
+        count, int(memory_gib * GIB), f"given: {count} x {memory_gib:g} GiB", tuple(str(i) for i in range(count))
+    )
+
+
+def parse_nvidia_smi(text: str, env: Mapping[str, str]) -> GpuSpec | None:
+    """The visible GPUs among `nvidia-smi`'s rows (index, uuid, MiB); None when none is visible."""
+    rows = [[cell.strip() for cell in line.split(",")] for line in text.splitlines() if line.strip()]
+    rows = [r for r in rows if len(r) == 3 and r[2].isdigit()]
+    by_id = {key: r for r in rows for key in (r[0], r[1])}
+    ids = tuple(g for g in visible_gpus(env, len(rows)) if g in by_id)  # in CUDA's order
+    if not ids:
+        return None
+    memory = min(int(by_id[g][2]) for g in ids) * 2**20
+    return GpuSpec(len(ids), memory, f"nvidia-smi, visible: {','.join(ids)}", ids)
+
+
+def visible_gpu_spec(env: Mapping[str, str] = os.environ) -> GpuSpec | None:
+    """This machine's GPUs for this job; None with vLLM's CPU build or where nvidia-smi finds none."""
+    if vllm_is_cpu_build():
+        return None
+    try:
+        done = subprocess.run(_QUERY, capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_nvidia_smi(done.stdout, env)

@@ -1,0 +1,71 @@
+"""A model's tokenizer and chat template read from its files (tokenizer.json, tokenizer_config.json,
+chat_template.jinja) with the `tokenizers` library and Jinja, for counting tokens without loading
+transformers, which imports torch (seconds that `personalens plan` does not spend). It answers the two
+calls `tokens.ChatTokenizer` makes of a transformers tokenizer, so prompts are rendered and tokenized
+as vLLM's chat path does it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from personalens.engines.base import Message
+from personalens.engines.chat import render_chat
+from personalens.errors import PersonalensError
+
+# the special tokens transformers hands every chat template
+_SPECIAL = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+def _tokenizer_config(directory: Path) -> dict:
+    path = directory / "tokenizer_config.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def chat_template(directory: Path) -> str | None:
+    """The chat template: chat_template.jinja, else tokenizer_config.json's (its `default` when named)."""
+    jinja = directory / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text()
+    template = _tokenizer_config(directory).get("chat_template")
+    if isinstance(template, list):
+        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+    return template
+
+
+def special_tokens(directory: Path) -> dict[str, str]:
+    config = _tokenizer_config(directory)
+    tokens = {}
+    for name in _SPECIAL:
+        value = config.get(name)
+        if isinstance(value, dict):  # {"content": "<s>", "lstrip": false, ...}
+            value = value.get("content")
+        if isinstance(value, str):
+            tokens[name] = value
+    return tokens
+
+
+class TokenizerFiles:
+    """`apply_chat_template(..., tokenize=False)` and `__call__(texts, add_special_tokens=False)`."""
+
+    def __init__(self, directory: Path):
+        from tokenizers import Tokenizer
+
+        path = directory / "tokenizer.json"
+        if not path.is_file():
+            raise PersonalensError(f"no {path}: cannot count this model's tokens without loading transformers")
+        self._tokenizer = Tokenizer.from_file(str(path))
+        self.chat_template = chat_template(directory)
+        self._special = special_tokens(directory)
+
+    def apply_chat_template(self, messages: Sequence[Message], tokenize: bool, add_generation_prompt: bool) -> str:
+        if tokenize or not add_generation_prompt:
+            raise ValueError("renders a prompt as text, with the generation prompt, only")
+        if not self.chat_template:
+            raise PersonalensError("the tokenizer has no chat template")
+        return render_chat(self.chat_template, list(messages), **self._special)
+
+    def __call__(self, texts: Sequence[str], add_special_tokens: bool) -> dict:
+        encoded = self._tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        return {"input_ids": [e.ids for e in encoded]}

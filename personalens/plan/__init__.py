@@ -1,0 +1,1 @@
+"""`personalens plan`: a dry run of a command's config, loading no model."""

@@ -1,0 +1,119 @@
+"""The token budget of a run, pure: from what a dialogue's prompts hold before any dialogue text
+(rendered and counted, prompt_tokens.py) and how long dialogues get and what each turn adds (the
+protocol's cap, or measured by a finished run, calibration.py).
+
+A dialogue alternates user-agent and assistant turns, the user agent first. Turn t's prompt is its
+role's fixed part (the user agent's opening prompt at t = 1, its later prompt, or the assistant's)
+plus `history` tokens for each earlier turn (the turn's text and its chat markup or label). The judge
+sees the conversation as text: each of its prompts is a fixed part per dimension and speaker plus
+`history` tokens per turn judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+PER_SPEAKER_ROLES = ("user", "assistant")  # turn roles, the user agent first
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """Mean prompt tokens of one kind's dialogues before any dialogue text, per prompt."""
+
+    user_first: float  # the user agent's opening prompt (its whole first-turn prompt)
+    user_next: float  # its later prompts, with one empty exchange
+    assistant: float  # the assistant's prompt, with one empty user turn
+    judge: Mapping[str, float]  # "dimension/speaker" -> the judge's prompt with one empty exchange
+
+
+@dataclass(frozen=True)
+class Turns:
+    """How long dialogues get and what each turn adds."""
+
+    counts: Mapping[int, float]  # turns in a dialogue -> share of dialogues
+    reply: Mapping[str, float]  # "user" | "assistant" -> tokens per reply
+    history: float  # prompt tokens an earlier turn adds to a later prompt
+    source: str
+
+
+@dataclass(frozen=True)
+class PerDialogue:
+    """Expected tokens of one dialogue, and of its judgments."""
+
+    turns: float
+    prompt: float
+    generated: float
+    judgments: float
+    judge_prompt: float
+    judge_generated: float
+
+    def scaled(self, n: float) -> PerDialogue:
+        return PerDialogue(*(n * v for v in vars(self).values()))
+
+    def plus(self, other: PerDialogue) -> PerDialogue:
+        return PerDialogue(*(a + b for a, b in zip(vars(self).values(), vars(other).values())))
+
+
+ZERO = PerDialogue(0, 0, 0, 0, 0, 0)
+
+
+def turns_at_cap(max_rounds: int, reply_after_cap: bool) -> int:
+    """The most turns a dialogue can have (simulate/dialogue.py's rules): `max_rounds` assistant
+    replies after as many user turns; where the user agent still answers the last capped reply, a
+    TERMINATE there earns one more assistant reply."""
+    return 2 * max_rounds + (2 if reply_after_cap else 0)
+
+
+def cap_turns(max_turns: int, reply_tokens: Mapping[str, int]) -> Turns:
+    """Every dialogue at the protocol's cap, every reply at its max_tokens (an upper bound on turns and
+    generated tokens; the prompt tokens are an estimate, as the chat markup per turn is not counted)."""
+    history = sum(reply_tokens.values()) / len(reply_tokens)
+    return Turns({max_turns: 1.0}, dict(reply_tokens), history, "the protocol's cap")
+
+
+def role_of(turn: int) -> str:
+    """The role of turn `turn` (1-based)."""
+    return PER_SPEAKER_ROLES[(turn - 1) % 2]
+
+
+def per_dialogue(
+    fixed: Fixed, turns: Turns, judge_reply: float, judged: Sequence[str], turn_level: bool
+) -> PerDialogue:
+    """Expected tokens of one dialogue of this kind and of its judgments. `judged` lists the judge's
+    prompts per dialogue ("dimension/speaker"); `turn_level` adds a personalization judgment of the
+    dialogue cut after each assistant reply."""
+    total = ZERO
+    for n, share in turns.counts.items():
+        prompt = generated = 0.0
+        for t in range(1, n + 1):
+            own = fixed.user_first if t == 1 else fixed.user_next if role_of(t) == "user" else fixed.assistant
+            prompt += own + turns.history * (t - 1)
+            generated += turns.reply[role_of(t)]
+        judge_prompts = [fixed.judge[j] + turns.history * n for j in judged]
+        if turn_level:
+            judge_prompts += [fixed.judge["personalization/"] + turns.history * 2 * k for k in range(1, n // 2 + 1)]
+        one = PerDialogue(
+            n, prompt, generated, len(judge_prompts), sum(judge_prompts), judge_reply * len(judge_prompts)
+        )
+        total = total.plus(one.scaled(share))
+    return total
+
+
+def longest_prompts(fixed: Fixed, turns: Turns) -> dict[str, float]:
+    """The longest prompt of a dialogue's turns and of its judge's, over the dialogue lengths."""
+    n = max(turns.counts)
+    last_user = n if role_of(n) == "user" else n - 1
+    return {
+        "dialogue": max(fixed.user_next + turns.history * (last_user - 1), fixed.assistant + turns.history * (n - 1)),
+        "judge": max(fixed.judge.values()) + turns.history * n,
+    }
+
+
+def fit_history(prompts: Sequence[tuple[int, float, float]]) -> float | None:
+    """Tokens an earlier turn adds to a prompt, from measured turns (turn number t >= 2, the prompt's
+    tokens, its fixed part): the ratio of the summed growth to the summed earlier turns."""
+    earlier = sum(t - 1 for t, _, _ in prompts)
+    if not earlier:
+        return None
+    return sum(measured - fixed for _, measured, fixed in prompts) / earlier

@@ -1,0 +1,136 @@
+"""What a finished run measured, for estimating a larger one (`plan.calibrate=<run dir>`): from its
+dialogues (turns per dialogue, reply and prompt tokens of every turn), its judgments, and the
+summary each generate and judge invocation wrote (seconds, prefix-cache hits; store/summaries.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from personalens.errors import PersonalensError
+from personalens.plan.budget import Turns, fit_history, role_of
+from personalens.plan.prompt_tokens import ScenarioTokens
+from personalens.store import read_summaries, read_table
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Summed summaries of one command."""
+
+    runs: int  # invocations (shards, resumes)
+    items: int  # dialogues or judgments
+    seconds: float
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.completion_tokens / self.seconds if self.seconds > 0 else None
+
+    @property
+    def cached_share(self) -> float | None:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+    def as_dict(self) -> dict:
+        return dict(vars(self), tokens_per_s=self.tokens_per_s, cached_share=self.cached_share)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    run_dir: str
+    dialogues: Sequence[dict]  # user_id, user_index, task_id, kind, turns (role, prompt and completion tokens)
+    judgments: int
+    generate: Throughput | None
+    judge: Throughput | None
+
+    def turn_counts(self) -> dict[str, dict[int, float]]:
+        """kind -> share of dialogues with each number of turns."""
+        out = {}
+        for kind in dict.fromkeys(d["kind"] for d in self.dialogues):
+            counts = Counter(len(d["turns"]) for d in self.dialogues if d["kind"] == kind)
+            total = sum(counts.values())
+            out[kind] = {n: c / total for n, c in sorted(counts.items())}
+        return out
+
+    def reply(self) -> dict[str, float]:
+        """role -> measured completion tokens per reply."""
+        out = {}
+        for role in ("user", "assistant"):
+            replies = [t["completion_tokens"] for d in self.dialogues for t in d["turns"] if t["role"] == role]
+            out[role] = sum(replies) / len(replies) if replies else 0.0
+        return out
+
+    def totals(self) -> dict[str, int]:
+        turns = [t for d in self.dialogues for t in d["turns"]]
+        return {
+            "dialogues": len(self.dialogues),
+            "turns": len(turns),
+            "prompt_tokens": sum(t["prompt_tokens"] for t in turns),
+            "completion_tokens": sum(t["completion_tokens"] for t in turns),
+            "first_prompt_tokens": sum(d["turns"][0]["prompt_tokens"] for d in self.dialogues if d["turns"]),
+        }
+
+    def history(self, fixed: Mapping[tuple[str, str], ScenarioTokens]) -> float | None:
+        """Prompt tokens an earlier turn adds, fitted on the dialogues whose fixed parts are known."""
+        points = []
+        for d in self.dialogues:
+            parts = fixed.get((d["user_id"], d["task_id"]))
+            if parts is None:
+                continue
+            for t, turn in enumerate(d["turns"][1:], start=2):
+                own = parts.user_next if role_of(t) == "user" else parts.assistant
+                points.append((t, turn["prompt_tokens"], own))
+        return fit_history(points)
+
+    def turns(self, kind: str, history: float) -> Turns | None:
+        counts = self.turn_counts().get(kind)
+        if counts is None:
+            return None
+        return Turns(counts, self.reply(), history, f"measured by {self.run_dir}")
+
+    def judge_reply(self) -> float | None:
+        if self.judge is None or not self.judge.items:
+            return None
+        return self.judge.completion_tokens / self.judge.items
+
+
+def read_calibration(run_dir: Path) -> Calibration:
+    columns = ["user_id", "user_index", "task_id", "kind", "turns"]
+    table = read_table(run_dir / "dialogues", columns)
+    if table is None:
+        raise PersonalensError(
+            f"plan.calibrate: no dialogues under {run_dir / 'dialogues'}; give a finished run's out_dir"
+        )
+    dialogues = [
+        {**d, "turns": [{k: t[k] for k in ("role", "prompt_tokens", "completion_tokens")} for t in d["turns"]]}
+        for d in table.to_pylist()
+    ]
+    judgments = read_table(run_dir / "judgments", ["user_id"])
+    return Calibration(
+        str(run_dir),
+        dialogues,
+        judgments.num_rows if judgments is not None else 0,
+        _summed(read_summaries(run_dir, "generate"), "dialogues"),
+        _summed(read_summaries(run_dir, "judge"), "judgments"),
+    )
+
+
+def _summed(records: Sequence[dict], items: str) -> Throughput | None:
+    try:
+        return (
+            Throughput(
+                len(records),
+                sum(int(r[items]) for r in records),
+                sum(float(r["seconds"]) for r in records),
+                sum(int(r["prompt_tokens"]) for r in records),
+                sum(int(r["cached_tokens"]) for r in records),
+                sum(int(r["completion_tokens"]) for r in records),
+            )
+            if records
+            else None
+        )
+    except (KeyError, TypeError, ValueError):
+        return None  # written by another version: not used

@@ -1,0 +1,79 @@
+"""`personalens plan`: a dry run of this config that loads no model (nor vLLM, nor torch): the selection
+and its shards, where each model would run and the memory it gets (engines/layout.py, the planner
+the commands use), the token budget from the real templates and tokenizers, and the time per shard
+from a measured or given throughput. Printed, and written to plan.json."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from omegaconf import DictConfig
+
+from personalens import console
+from personalens.config import run as R
+from personalens.errors import PersonalensError
+from personalens.plan.options import JOBS, PlanOptions
+
+
+def plan(cfg: DictConfig) -> int:
+    from personalens.engines.factory import ROLES, model_configs
+    from personalens.plan.estimate import estimate
+    from personalens.plan.text import lines
+
+    options = PlanOptions.from_config(cfg)
+    scenarios = R.selection(cfg)
+    if not scenarios:
+        raise PersonalensError("the selection holds no scenario (data.users, data.kinds)")
+    models = model_configs({role: cfg[role] for role in ROLES})
+    result = {
+        "command": "personalens plan",
+        "selection": selection(cfg, scenarios),
+        "placement": placement(models, options),
+        **estimate(cfg, options, scenarios, models),
+    }
+    for line in lines(result):
+        print(line, file=console.out())
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    options.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"plan: wrote {options.out}", file=console.err())
+    return 2 if any("refused" in job for job in result["placement"].get("jobs", {}).values()) else 0
+
+
+def selection(cfg: DictConfig, scenarios: list) -> dict:
+    from personalens.plan.schedule import shard_loads
+
+    trials, count = int(cfg.trials), int(cfg.shard.count)
+    kinds = Counter(s.task.kind for s in scenarios)  # SD first, as the data lists them
+    loads = shard_loads(scenarios, count, trials)
+    return {
+        "data_root": str(cfg.data.root),
+        "users": len({s.user.index for s in scenarios}),
+        "scenarios": dict(kinds),
+        "trials": trials,
+        "dialogues": {kind: n * trials for kind, n in kinds.items()},
+        "shards": count,
+        "largest_shard": max(loads, key=lambda load: sum(load.values())),
+    }
+
+
+def placement(models: dict, options: PlanOptions) -> dict:
+    """Each job's layout on the given GPUs, else this machine's; a layout that cannot fit is shown refused."""
+    from personalens.engines.gpus import simulated, visible_gpu_spec
+    from personalens.engines.layout import plan_layout
+
+    gpus = simulated(options.gpus, options.gpu_memory_gib) if options.gpus else visible_gpu_spec()
+    if gpus is None:
+        return {
+            "planned": False,
+            "why": "no GPU here and none given: give plan.gpus=N plan.gpu_memory_gib=G to plan for a node "
+            "(on this machine's CPU vLLM, in-process engines run as configured)",
+        }
+    jobs = {}
+    for job in options.jobs:
+        try:
+            layout = plan_layout({role: models[role] for role in JOBS[job]}, gpus)
+            jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
+        except PersonalensError as err:
+            jobs[job] = {"refused": str(err)}
+    return {"planned": True, "gpus": gpus.describe(), "jobs": jobs}

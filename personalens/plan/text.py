@@ -1,0 +1,145 @@
+"""The plan as a person reads it: the same numbers as plan.json, one topic per block."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from personalens.plan.schedule import duration
+
+
+def _n(value: float | None) -> str:
+    return "unknown" if value is None else f"{round(value):,}"
+
+
+def _estimate(label: str, totals: Mapping) -> list[str]:
+    a = totals["all"]
+    out = [
+        f"  {label}: {_n(a['turns'])} turns, prompts {_n(a['prompt'])} tokens, generated {_n(a['generated'])} tokens; "
+        f"judge: {_n(a['judgments'])} judgments, prompts {_n(a['judge_prompt'])} tokens, generated "
+        f"{_n(a['judge_generated'])} tokens"
+    ]
+    for kind, d in totals["per_dialogue"].items():
+        out.append(
+            f"    per {kind} dialogue: {d['turns']:.1f} turns, prompts {_n(d['prompt'])}, generated "
+            f"{_n(d['generated'])}; {d['judgments']:.1f} judgments, prompts {_n(d['judge_prompt'])}, generated "
+            f"{_n(d['judge_generated'])}"
+        )
+    return out
+
+
+def _selection(s: Mapping) -> list[str]:
+    kinds = ", ".join(f"{n} {k}" for k, n in s["scenarios"].items())
+    dialogues = sum(s["dialogues"].values())
+    largest = ", ".join(f"{n} {k}" for k, n in s["largest_shard"].items())
+    return [
+        f"selection: {s['users']} user(s), {sum(s['scenarios'].values())} scenarios ({kinds}) x {s['trials']} "
+        f"trial(s) = {dialogues} dialogues, in {s['shards']} shard(s) by user; the largest: {largest} dialogues",
+        f"  data: {s['data_root']}",
+    ]
+
+
+def _placement(p: Mapping) -> list[str]:
+    if not p["planned"]:
+        return [f"placement: not planned: {p['why']}"]
+    planned = [layout["lines"] for layout in p["jobs"].values() if "lines" in layout]
+    out = [planned[0][0] if planned else f"placement on {p['gpus']}:"]  # the same basis for every job
+    for job, layout in p["jobs"].items():
+        if "refused" in layout:
+            out.append(f"  {job}: REFUSED: {layout['refused']}")
+        else:
+            out += [f"  {job}:", *(f"  {line}" for line in layout["lines"][1:])]
+    return out
+
+
+def _tokens(t: Mapping) -> list[str]:
+    if "not_counted" in t:
+        return [f"tokens: not counted: {t['not_counted']}"]
+    first = t["first_prompts"]
+    limit = first["max_model_len"]
+    over = f"; OVER the user agent's max_model_len {limit}" if limit and first["max"] > limit else ""
+    out = [
+        "tokens (" + ", ".join(f"{role} with {source}" for role, source in t["counted_with"].items()) + "):",
+        f"  the user agent's first prompts: {_n(first['user_agent_total'])} tokens in all, mean {_n(first['mean'])}, "
+        f"max {_n(first['max'])}{over}",
+    ]
+    for kind, f in t["fixed_parts"].items():
+        judge = sum(f["judge"].values())
+        out.append(
+            f"  fixed parts of a {kind} dialogue: user agent {_n(f['user_first'])} first, {_n(f['user_next'])} later; "
+            f"assistant {_n(f['assistant'])}; judge {len(f['judge'])} prompts, {_n(judge)} in all"
+        )
+    out += _estimate("at the protocol's cap", t["at_cap"])
+    for kind, longest in t["longest_prompts_at_cap"].items():
+        notes = [
+            f"{_n(tokens)} in a {where}" + (f", OVER its max_model_len {limit}" if limit and tokens > limit else "")
+            for where, tokens in longest.items()
+            for limit in [t["max_model_len"][where]]
+        ]
+        out.append(f"    the longest {kind} prompts at the cap: " + "; ".join(notes))
+    if "calibrated" in t:
+        out += _estimate("calibrated", t["calibrated"])
+    return out
+
+
+def _calibration(c: Mapping | None) -> list[str]:
+    if not c:
+        return []
+    m = c["measured"]
+    out = [
+        f"calibration run {c['run_dir']}: {m['dialogues']} dialogues, {m['turns']} turns, prompts "
+        f"{_n(m['prompt_tokens'])} tokens, generated {_n(m['completion_tokens'])}; replies "
+        + ", ".join(f"{role} {v:.1f}" for role, v in c["reply_tokens"].items())
+        + f" tokens; history {c['history_tokens_per_turn']:.1f} tokens per earlier turn",
+        f"  first prompts of its dialogues: rendered here {_n(c['first_prompts']['rendered'])}, counted by its "
+        f"engine {_n(c['first_prompts']['measured'])}",
+    ]
+    for job in ("generate", "judge"):
+        r = c[job]
+        if r:
+            share = "unknown" if r["cached_share"] is None else f"{r['cached_share']:.0%}"
+            rate = "unknown" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.1f}"
+            out.append(
+                f"  {job}: {r['items']} in {r['seconds']:.0f} s, {rate} generated tokens/s, {share} of prompt tokens cached"
+            )
+        else:
+            out.append(f"  {job}: no summary in its logs/summaries/ (written by runs since `plan` exists)")
+    return out
+
+
+def _time(t: Mapping) -> list[str]:
+    if "unknown" in t:
+        return [f"time: unknown: {t['unknown']}"]
+    r = t["rates_tokens_per_s"]
+    out = [f"time ({t['basis']}; rates {r['source']}):"]
+    for job in ("generate", "judge"):
+        rate = r[job]
+        if f"{job}_s" in t:
+            s = t[f"{job}_s"]
+            out.append(
+                f"  {job} at {rate:.1f} generated tokens/s: the largest shard {s['readable']}, "
+                f"all shards together {duration(s['all'])}"
+            )
+        else:
+            out.append(f"  {job}: unknown (no rate)")
+    limit = t.get("time_limit")
+    if limit:
+        n = limit["shards"]
+        out.append(
+            f"  under {limit['limit']} per job: {n} shards, `slurm/submit.sh {n} ...` (--array=0-{n - 1})"
+            if n
+            else f"  under {limit['limit']} per job: not even with one user per shard"
+        )
+    return out
+
+
+def lines(plan: Mapping) -> list[str]:
+    out = [
+        *_selection(plan["selection"]),
+        *_placement(plan["placement"]),
+        *_tokens(plan["tokens"]),
+        *_calibration(plan.get("calibration")),
+        *_time(plan["time"]),
+        "assumptions:",
+        *(f"  - {a}" for a in plan["assumptions"]),
+    ]
+    return out

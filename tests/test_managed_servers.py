@@ -1,0 +1,130 @@
+"""Managed servers never outlive personalens: real processes, with a stand-in server (a Python child
+that starts a grandchild in its own process group, as vLLM's API server starts its engine core),
+stopped when the parent is interrupted (SIGINT), terminated (SIGTERM) or killed (SIGKILL); and a
+server that dies at start is reported with the end of its log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from cli_helpers import REPO
+
+from personalens.engines.managed import ServerStartError, launch, stop_all
+
+GRACE_S = 2.0
+POLL_S = 0.5  # the launcher's
+
+# a stand-in server: starts a grandchild in its group; "stubborn" ones ignore SIGTERM (only SIGKILL ends them)
+STAND_IN = textwrap.dedent(
+    """
+    import signal, subprocess, sys, time
+    mode = sys.argv[1]
+    if mode.startswith("stubborn"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if not mode.endswith("-child"):
+        subprocess.Popen([sys.executable, __file__, mode + "-child"])
+        print("serving", flush=True)
+    time.sleep(600)
+    """
+)
+
+# personalens' side: starts the stand-in as a managed server, then waits to be signalled
+PARENT = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from personalens.engines.managed import launch
+    marker, stand_in, log, mode, grace = sys.argv[1:6]
+    env = dict(os.environ, PL_TEST_MARK=marker)
+    launch("stand-in", [sys.executable, stand_in, mode], env, Path(log), port=0, grace=float(grace))
+    print("launched", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def marked(marker: str) -> list[int]:
+    """Live (not zombie) processes whose environment holds PL_TEST_MARK=<marker>."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"PL_TEST_MARK={marker}".encode() in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for(condition, timeout: float) -> float:
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < timeout, f"not within {timeout} s"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize(
+    ("sig", "mode"),
+    [(signal.SIGINT, "polite"), (signal.SIGTERM, "polite"), (signal.SIGKILL, "stubborn")],
+    ids=["ctrl-c", "sigterm", "kill-9-and-a-server-that-ignores-sigterm"],
+)
+def test_no_server_process_outlives_the_parent(tmp_path, sig, mode):
+    marker = f"{tmp_path.name}-{sig}"
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(STAND_IN)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, marker, str(stand_in), str(tmp_path / "server.log"), mode, str(GRACE_S)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout.readline().strip() == "launched", parent.stderr.read()
+        wait_for(lambda: len(marked(marker)) == 3, timeout=30)  # the launcher, the server, its child
+        parent.send_signal(sig)
+        parent.wait(timeout=30)
+        if sig == signal.SIGKILL:
+            # the launcher notices its parent gone within a poll, asks, waits the grace period, then kills
+            gone_after = wait_for(lambda: not marked(marker), timeout=GRACE_S + POLL_S + 5)
+            assert gone_after >= GRACE_S - 0.5
+        else:
+            # personalens itself stopped its server, and waited for it, before it ended (Python ends an
+            # uncaught Ctrl-C by SIGINT, after its exit hooks; SIGTERM is turned into exit status 143)
+            assert parent.returncode == (143 if sig == signal.SIGTERM else -signal.SIGINT), parent.stderr.read()
+            assert marked(marker) == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for pid in marked(marker):
+            os.kill(pid, signal.SIGKILL)
+    assert "serving" in (tmp_path / "server.log").read_text()
+
+
+def test_a_server_that_dies_at_start_is_reported_with_its_log(tmp_path):
+    die = "import sys; print('no model here: /nowhere'); sys.exit(3)"
+    launched = launch("broken", [sys.executable, "-c", die], os.environ, tmp_path / "broken.log", port=1)
+    # an http_proxy of the cluster must not take the requests to this machine's servers
+    assert "127.0.0.1" in os.environ["no_proxy"].split(",") and "127.0.0.1" in os.environ["NO_PROXY"].split(",")
+    try:
+        with pytest.raises(ServerStartError, match=r"(?s)broken exited with status 3 .*no model here: /nowhere"):
+            launched.wait_healthy(timeout=60)
+        silent = launch(
+            "silent", [sys.executable, "-c", "import time; time.sleep(600)"], os.environ, tmp_path / "s.log", port=1
+        )
+        with pytest.raises(ServerStartError, match=r"silent was not ready after 1 s"):
+            silent.wait_healthy(timeout=1)
+    finally:
+        stop_all()
+    assert silent.process.poll() is not None  # stopped

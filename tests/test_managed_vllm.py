@@ -1,0 +1,80 @@
+"""Managed vLLM servers on this CPU: two distinct models (the embedded model under two names and seeds)
+forced to `placement: managed_server`, so two real servers start together, serve a real generate
+and end with it. Kept small: 4 one-round dialogues of 16-token replies, a fixed 512 MiB KV cache, no
+torch.compile."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from cli_helpers import read_rows, run_cli
+from engine_fixtures import TEST_KV_CACHE_BYTES, TEST_MAX_MODEL_LEN
+from omegaconf import OmegaConf
+
+from personalens.engines.managed import MARKER_ENV
+
+pytestmark = pytest.mark.vllm
+
+TINY = {
+    "kv_cache_memory_bytes": TEST_KV_CACHE_BYTES,
+    "max_model_len": TEST_MAX_MODEL_LEN,
+    "max_num_seqs": 32,
+    "enforce_eager": "true",
+    "cpu_reserved_cores": 0,
+    "placement": "managed_server",
+}
+MODELS = {"assistant": ("SmolLM2-assistant", 0), "user_agent": ("SmolLM2-user", 1)}
+
+
+def server_processes(out: Path) -> list[int]:
+    """Live processes started as one of this run's servers (the marker is inherited by vLLM's children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        marked = [v for v in environ if v.startswith(f"{MARKER_ENV}={out}".encode())]
+        if marked and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_two_managed_servers_serve_a_real_generate_and_end_with_it(tmp_path):
+    out = tmp_path / "run"
+    overrides = [f"{role}.{key}={value}" for role in MODELS for key, value in TINY.items()]
+    for role, (name, seed) in MODELS.items():
+        overrides += [f"{role}.name={name}", f"{role}.seed={seed}"]
+    args = ["generate", "data.users=0", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=1"]
+    args += ["protocol.user_agent.max_tokens=16", "protocol.assistant.max_tokens=16"]
+    proc = run_cli(*args, *overrides, f"run.out_dir={out}", "progress=false")
+
+    # the layout, logged at start: no GPU here, so only the forced servers
+    assert "placement not planned (no GPU" in proc.stderr
+    assert (
+        len(re.findall(r"SmolLM2-(user|assistant) \((user_agent|assistant)\): managed vLLM server", proc.stderr)) == 2
+    )
+    ready = re.findall(r"vLLM server for (SmolLM2-\w+) ready after (\d+) s", proc.stderr)
+    assert sorted(name for name, _ in ready) == ["SmolLM2-assistant", "SmolLM2-user"], proc.stderr
+    saved = OmegaConf.load(out / "generate.yaml").resolved.placement
+    assert [m.mode for m in saved.models] == ["managed_server", "managed_server"]
+
+    dialogues = read_rows(out / "dialogues")
+    assert len(dialogues) == 4 and {(d["assistant_model"], d["user_model"]) for d in dialogues} == {
+        ("SmolLM2-assistant", "SmolLM2-user")
+    }
+    assert all(t["prompt_tokens"] > 0 and t["completion_tokens"] > 0 for d in dialogues for t in d["turns"])
+    # served with prompt-token details: later prompts of a user's dialogues come from the prefix cache
+    cached = re.search(r"prompts \d+ tokens, (\d+)% from the prefix cache", proc.stderr)
+    assert cached and int(cached[1]) > 0, proc.stderr
+    logs = sorted(p.name for p in (out / "logs").glob("vllm-server.*.log"))
+    assert [name.split(".")[1] for name in logs] == ["SmolLM2-assistant", "SmolLM2-user"]
+
+    # the command has ended: so have its servers, engine cores included
+    assert server_processes(out) == []
+    # nothing left to do: no server is started at all
+    again = run_cli(*args, *overrides, f"run.out_dir={out}", "progress=false")
+    assert "0 dialogues simulated" in again.stderr and "starting a vLLM server" not in again.stderr

@@ -1,0 +1,153 @@
+"""`personalens plan`: its rules, pure (turn caps against the dialogue's own state machine, the token
+budget, time limits and shard counts), and the command on the sample data with the paper's model
+pairs on simulated nodes (placement printed, an impossible layout refused), loading no model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cli_helpers import REPO, run_cli
+
+from personalens.data import load_scenarios
+from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir
+from personalens.errors import PersonalensError
+from personalens.plan.budget import Fixed, PerDialogue, Turns, cap_turns, fit_history, per_dialogue, turns_at_cap
+from personalens.plan.schedule import Rates, array_size, parse_time_limit, shard_loads
+from personalens.simulate.dialogue import Dialogue, EndRules
+
+ARCHITECTURES = Path(__file__).parent / "fixtures" / "architectures"
+
+
+@pytest.mark.parametrize("reply_after_cap", [False, True])
+@pytest.mark.parametrize("max_rounds", [1, 3])
+def test_the_turn_cap_is_the_longest_dialogue_the_rules_allow(sample_root, max_rounds, reply_after_cap):
+    scenario = load_scenarios(sample_root, "0", "SD")[0]
+    longest = 0
+    for terminate_at in [None, *range(1, 2 * max_rounds + 3)]:  # the user turn (1-based) that says TERMINATE
+        d = Dialogue(scenario, "base", 0, 0, max_rounds, EndRules("word", reply_after_cap))
+        while d.waiting_on is not None:
+            user_turn = sum(t.role == "user" for t in d.turns) + 1
+            text = "TERMINATE" if d.waiting_on == "user" and user_turn == terminate_at else "ok"
+            d.add(d.waiting_on, text, 1, 1, 0.0)
+        longest = max(longest, len(d.turns))
+    assert turns_at_cap(max_rounds, reply_after_cap) == longest
+
+
+def test_a_dialogues_tokens_follow_its_turns():
+    fixed = Fixed(100, 120, 50, {"task_completion/": 200, "personalization/": 300})
+    turns = Turns({2: 0.5, 4: 0.5}, {"user": 10, "assistant": 20}, 15, "test")
+    one = per_dialogue(fixed, turns, judge_reply=5, judged=["task_completion/", "personalization/"], turn_level=True)
+    two = 100 + (50 + 15)  # 2 turns: the user's opening, the assistant with one earlier turn
+    four = two + (120 + 30) + (50 + 45)
+    assert one.turns == 3 and one.prompt == pytest.approx((two + four) / 2)
+    assert one.generated == pytest.approx((30 + 60) / 2)
+    # 2 whole-dialogue judgments + one turn-level per assistant reply
+    assert one.judgments == pytest.approx((3 + 4) / 2)
+    whole2, whole4 = 200 + 300 + 2 * 15 * 2, 200 + 300 + 2 * 15 * 4
+    assert one.judge_prompt == pytest.approx((whole2 + 300 + 30 + whole4 + 300 + 30 + 300 + 60) / 2)
+    assert one.judge_generated == pytest.approx(5 * 3.5)
+    cap = cap_turns(8, {"user": 64, "assistant": 96})
+    assert (cap.counts, cap.history) == ({8: 1.0}, 80)
+    assert fit_history([(2, 160, 100), (3, 260, 140)]) == pytest.approx((60 + 120) / 3) and fit_history([]) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 1800), ("30:15", 1815), ("04:00:00", 14400), ("1-12", 129600), ("1-12:30", 131400), ("2-00:00:01", 172801)],
+)
+def test_slurm_time_limits(text, seconds):
+    assert parse_time_limit(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["4h", "", "00:00:00", "1-"])
+def test_bad_time_limits_are_refused(bad):
+    with pytest.raises(PersonalensError, match="plan.time_limit"):
+        parse_time_limit(bad)
+
+
+def test_the_array_size_keeps_every_shard_under_the_limit(sample_root):
+    scenarios = load_scenarios(sample_root)
+    per_kind = {k: PerDialogue(6, 0, 1000, 6, 0, 600) for k in ("SD", "MD")}
+    rates = Rates(10.0, 10.0, "test")  # 100 s per dialogue to generate, 60 s to judge
+    n = array_size(scenarios, 1, per_kind, rates, limit=1000)
+    largest = [max(sum(load.values()) for load in shard_loads(scenarios, k, 1)) for k in (n - 1, n)]
+    assert largest[1] * 100 <= 1000 < largest[0] * 100
+    assert array_size(scenarios, 1, per_kind, rates, limit=50) is None  # not even one user per shard
+
+
+@pytest.fixture(scope="module")
+def paper_models(tmp_path_factory) -> list[str]:
+    """The paper's pairs as overrides: model directories with the published config.json (weights sized
+    from the parameter count), the embedded model's tokenizer standing in for Llama's."""
+    try:
+        tokenizer = embedded_model_dir()
+    except EmbeddedModelError as err:
+        pytest.skip(str(err))
+    root = tmp_path_factory.mktemp("models")
+    for name in ("llama31_8b", "llama31_70b"):
+        (root / name).mkdir()
+        shutil.copy(ARCHITECTURES / f"{name}.json", root / name / "config.json")
+    overrides = []
+    for role, name in (("assistant", "llama31_8b"), ("user_agent", "llama31_70b"), ("judge", "llama31_70b")):
+        overrides += [f"model@{role}={name}", f"{role}.path={root / name}", f"{role}.tokenizer={tokenizer}"]
+    return overrides
+
+
+def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_node(tmp_path, paper_models):
+    out = tmp_path / "plan.json"
+    args = [
+        "protocol=quick",
+        "plan.gpus=4",
+        "plan.gpu_memory_gib=80",
+        "plan.tokens_per_s=500",
+        "plan.time_limit=00:00:40",
+    ]
+    proc = run_cli("plan", *paper_models, *args, f"plan.out={out}", timeout=120)
+    plan = json.loads(out.read_text())
+    generate, judge = plan["placement"]["jobs"]["generate"], plan["placement"]["jobs"]["judge"]
+    assert [(m["model"], m["mode"], m["gpus"]) for m in generate["models"]] == [
+        ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3]),
+        ("Llama-3.1-8B-Instruct", "in_process", [0]),
+    ]
+    assert all(
+        m["seqs_that_fit"] >= 32 and m["kv_cache_memory_bytes"] > 0 for m in generate["models"] + judge["models"]
+    )
+    assert "placement on 4 GPU(s) of 80.0 GiB" in proc.stdout and "in process on GPU 0,1,2,3" in proc.stdout
+    dialogues = sum(plan["selection"]["dialogues"].values())
+    assert plan["selection"]["users"] == 6 and dialogues == 34
+    # at the cap (3 rounds, official rules: 8 turns), every reply at its max_tokens
+    assert plan["tokens"]["at_cap"]["all"]["generated"] == 34 * 4 * (64 + 96)
+    assert plan["tokens"]["at_cap"]["all"]["judgments"] == 34 * 6
+    assert plan["time"]["time_limit"]["shards"] >= 2 and "slurm/submit.sh" in proc.stdout
+    assert "assumptions:" in proc.stdout
+
+
+def test_plan_refuses_the_same_models_on_one_gpu_and_says_why(tmp_path, paper_models):
+    out = tmp_path / "plan.json"
+    proc = run_cli("plan", *paper_models, "plan.gpus=1", "plan.gpu_memory_gib=80", f"plan.out={out}", check=False)
+    assert proc.returncode == 2
+    refused = json.loads(out.read_text())["placement"]["jobs"]["generate"]["refused"]
+    assert "do not fit on 1 GPU" in refused and "Llama-3.1-70B-Instruct" in refused and "Ways out" in refused
+    assert "generate: REFUSED" in proc.stdout and "time: unknown: no throughput" in proc.stdout
+
+
+def test_plan_on_the_quickstart_config_takes_seconds_and_imports_neither_vllm_nor_torch(tmp_path):
+    code = (
+        "import atexit, sys; "
+        "atexit.register(lambda: print('LOADED', 'vllm' in sys.modules, 'torch' in sys.modules)); "
+        f"from personalens import cli; cli.main(['plan', 'protocol=quick', 'plan.out={tmp_path / 'plan.json'}'])"
+    )
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - started
+    assert "LOADED False False" in proc.stdout, proc.stdout + proc.stderr
+    assert seconds < 60  # seconds on an idle 2-core machine; the bound leaves room for a loaded one
+    assert "placement: not planned: no GPU here and none given" in proc.stdout
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["tokens"]["first_prompts"]["user_agent_total"] > 0 and "unknown" in plan["time"]
