@@ -20,7 +20,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     from personalens.simulate.dialogue import EndRules
     from personalens.simulate.generate import Protocol
     from personalens.simulate.generate import generate as simulate
-    from personalens.store import DIALOGUE_SCHEMA, KEY_COLUMNS, PartWriter, existing_values, shard_dir
+    from personalens.store import DIALOGUE_SCHEMA, KEY_COLUMNS, TRACE_SCHEMA, PartWriter, existing_values, shard_dir
 
     fidelity = R.fidelity(cfg)
     scenarios = R.scenarios(cfg)
@@ -58,6 +58,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         trials=int(cfg.trials),
         seed=int(cfg.seed),
         writer=PartWriter(folder, DIALOGUE_SCHEMA),
+        trace_writer=PartWriter(shard_dir(out_dir, "trace", cfg.shard.index, cfg.shard.count), TRACE_SCHEMA),
         done=existing_values(folder, KEY_COLUMNS),
         run_id=str(cfg.run.name),
         config_hash=digest,

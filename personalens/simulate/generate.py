@@ -1,12 +1,13 @@
 """`generate`: simulate every (scenario, trial) of a shard in lockstep and stream the finished
-dialogues to Parquet, skipping the ones a previous run already wrote."""
+dialogues to Parquet, skipping the ones a previous run already wrote; each step's batched calls go
+to the trace beside them (trace.py)."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from personalens.data.records import Role, Scenario
 from personalens.engines.base import Engine, Sampling, derive_seed
@@ -16,6 +17,7 @@ from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import Templates
 from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
+from personalens.simulate.trace import CallTrace, TraceTotals
 from personalens.store import PartWriter
 
 log = logging.getLogger(__name__)
@@ -41,13 +43,14 @@ class GenerateSummary:
     seconds: float
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    trace: TraceTotals = field(default_factory=TraceTotals)
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
         return (
             f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped), "
             f"{self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
-            f"({rate:.1f} tokens/s); {prompt_usage(self.prompt_tokens, self.cached_tokens)}"
+            f"({rate:.1f} tokens/s); {prompt_usage(self.prompt_tokens, self.cached_tokens)}; {self.trace.line()}"
         )
 
 
@@ -122,6 +125,10 @@ def dialogue_row(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine]
     }
 
 
+def trace_row(trace: CallTrace, run_id: str, session_started: float) -> dict:
+    return {"run_id": run_id, "session_started": session_started, **vars(trace), "roles": list(trace.roles)}
+
+
 def generate(
     scenarios: Sequence[Scenario],
     *,
@@ -132,6 +139,7 @@ def generate(
     trials: int,
     seed: int,
     writer: PartWriter,
+    trace_writer: PartWriter | None = None,
     done: set[DialogueKey],
     run_id: str,
     config_hash: str,
@@ -140,13 +148,15 @@ def generate(
     chunk: int = 4096,
     keep_ids: bool = True,
 ) -> GenerateSummary:
-    """`load_engines` is called only when there is something to simulate; `chunk` and `keep_ids` are
-    run_lockstep's."""
+    """`load_engines` is called only when there is something to simulate; `trace_writer` receives
+    one part file of trace rows per step (None: no trace); `chunk` and `keep_ids` are run_lockstep's."""
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
     engines = load_engines() if todo else {}
 
     bar = Progress(total=len(todo), label="generate", unit="dialogue", enabled=progress)
     totals = {"turns": 0, "tokens": 0, "prompt": 0, "cached": 0}
+    traced = TraceTotals()
+    session_started = time.time()  # tells a resumed run's calls from the earlier runs' ones
 
     def on_finished(finished: list[Dialogue]) -> None:
         writer.write([dialogue_row(d, run_id, engines, config_hash) for d in finished])
@@ -156,6 +166,10 @@ def generate(
         totals["tokens"] += stats.completion_tokens
         totals["prompt"] += stats.prompt_tokens
         totals["cached"] += stats.cached_tokens
+        for trace in stats.calls:
+            traced.add(trace)
+        if trace_writer is not None:
+            trace_writer.write([trace_row(t, run_id, session_started) for t in stats.calls])
         bar.update(stats.finished, active=stats.active, tokens=stats.completion_tokens)
 
     started = time.monotonic()
@@ -170,6 +184,7 @@ def generate(
         time.monotonic() - started,
         totals["prompt"],
         totals["cached"],
+        traced,
     )
     log.info(summary.line())
     return summary

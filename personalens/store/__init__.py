@@ -9,6 +9,7 @@ from personalens.store.schema import (
     JUDGMENT_SCHEMA,
     KEY_COLUMNS,
     SCORE_RANGES,
+    TRACE_SCHEMA,
     TURN_TYPE,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "JUDGMENT_SCHEMA",
     "KEY_COLUMNS",
     "SCORE_RANGES",
+    "TRACE_SCHEMA",
     "TURN_TYPE",
 ]
