@@ -52,6 +52,7 @@ class VllmEngine:
             seed=config.seed,
             max_num_seqs=config.max_num_seqs,
             block_size=config.block_size,
+            load_format=config.load_format,
             # grammars use xgrammar's EBNF dialect, so the backend is pinned rather than "auto"
             structured_outputs_config={"backend": "xgrammar"},
         )
