@@ -134,6 +134,7 @@ def one_run(args: argparse.Namespace) -> dict:
     from personalens.simulate.command import generate
     from personalens.store import PartWriter
 
+    load_before = os.getloadavg()[0]
     timers = Timers()
     for module_function in ("user_agent_messages", "assistant_messages"):
         timers.wrap(generate_module, module_function, "render")
@@ -166,7 +167,15 @@ def one_run(args: argparse.Namespace) -> dict:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = hydra_compose("config", overrides=overrides)
     tokenizer = ChatTokenizer.load(ModelConfig(name="SmolLM2-135M-Instruct"))
-    import vllm.inputs  # noqa: F401  # imported before the clock starts: the engine's first call must not pay for it
+    # vLLM's request types imported (and made once) before the clock starts: the engine's first
+    # call must not pay for the imports
+    from vllm.inputs import TokensPrompt
+
+    from personalens.engines.base import Request, Sampling
+    from personalens.engines.vllm_local import sampling_params
+
+    TokensPrompt(prompt_token_ids=[0])
+    sampling_params(Request([], Sampling()))
 
     engine = InstantEngine(tokenizer, args.protocol, args.route == "ids", timers)
     started, cpu = time.perf_counter(), time.process_time()
@@ -191,6 +200,7 @@ def one_run(args: argparse.Namespace) -> dict:
         # per step: CPU ms per turn and mean prompt tokens (odd steps: user agent turns; even: assistant)
         "steps": [(round(s / max(n, 1) * 1e3, 4), round(p / max(n, 1))) for n, s, p in steps],
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "load": (load_before, os.getloadavg()[0]),  # 1-minute load average at the start and the end
     }
     from personalens.store import read_table
 
@@ -276,7 +286,7 @@ def report(r: dict) -> None:
         f"{r['dialogues']:>6,} dialogues {r['protocol']:<5} {r['route']:<8}: {r['turns']:,} turns in {r['wall_s']} s "
         f"= {r['turns_per_s']:,} turns/s ({r['turns_per_cpu_s']:,} per CPU second); CPU ms per turn "
         f"{r['cpu_ms_per_turn']:.3f}: {split}; peak RSS {r['peak_rss_mib']} MiB (stand-in model: {r['model_cpu_s']} CPU s, "
-        "not counted)"
+        f"not counted); load average {r['load'][0]:.1f} -> {r['load'][1]:.1f}"
     )
     for name, steps in (("user", r["steps"][0::2]), ("assistant", r["steps"][1::2])):
         rounds = ", ".join(f"{k}: {t:.3f} ({p})" for k, (t, p) in enumerate(steps, 1))
