@@ -131,6 +131,7 @@ def one_run(args: argparse.Namespace) -> dict:
     from personalens.engines.config import ModelConfig
     from personalens.engines.tokens import ChatTokenizer
     from personalens.simulate import generate as generate_module
+    from personalens.simulate import lockstep as lockstep_module
     from personalens.simulate.command import generate
     from personalens.store import PartWriter
 
@@ -162,6 +163,15 @@ def one_run(args: argparse.Namespace) -> dict:
         return run_lockstep(*a, **kw)
 
     generate_module.run_lockstep = recording
+    kept = []  # the PromptIds of the run, for their counts
+    token_prompts = lockstep_module.token_prompts
+
+    def keeping(engines):
+        made = token_prompts(engines)
+        kept.extend(made.values())
+        return made
+
+    lockstep_module.token_prompts = keeping
     register_resolvers()
     overrides = compose(Path(args.root), args.users, args.protocol, Path(args.out))
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -201,6 +211,8 @@ def one_run(args: argparse.Namespace) -> dict:
         "steps": [(round(s / max(n, 1) * 1e3, 4), round(p / max(n, 1))) for n, s, p in steps],
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "load": (load_before, os.getloadavg()[0]),  # 1-minute load average at the start and the end
+        "prompt_tokens": sum(s[2] for s in steps),
+        "splices": [vars(k.stats) for k in kept],
     }
     from personalens.store import read_table
 
@@ -288,6 +300,13 @@ def report(r: dict) -> None:
         f"{r['cpu_ms_per_turn']:.3f}: {split}; peak RSS {r['peak_rss_mib']} MiB (stand-in model: {r['model_cpu_s']} CPU s, "
         f"not counted); load average {r['load'][0]:.1f} -> {r['load'][1]:.1f}"
     )
+    for stats in r["splices"]:
+        print(
+            f"    token ids: {stats['tokenized']:,} tokens tokenized for {r['prompt_tokens']:,} prompt tokens "
+            f"({stats['tokenized'] / r['prompt_tokens']:.0%}); prompts {stats['prompts']:,}: {stats['spliced']:,} spliced "
+            f"({stats['reused_ends']:,} keeping the end too), {stats['full']:,} whole; {stats['checked']:,} checked, "
+            f"{stats['mismatches']} mismatches"
+        )
     for name, steps in (("user", r["steps"][0::2]), ("assistant", r["steps"][1::2])):
         rounds = ", ".join(f"{k}: {t:.3f} ({p})" for k, (t, p) in enumerate(steps, 1))
         print(f"    CPU ms per {name} turn by round (mean prompt tokens): {rounds}")
