@@ -160,6 +160,8 @@ def generate(
 
     def on_finished(finished: list[Dialogue]) -> None:
         writer.write([dialogue_row(d, run_id, engines, config_hash) for d in finished])
+        for dialogue in finished:  # written: a shard's memory holds the text of running dialogues only
+            dialogue.turns = []
 
     def on_step(stats: StepStats) -> None:
         totals["turns"] += stats.requests
