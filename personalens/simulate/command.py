@@ -18,7 +18,7 @@ ROLES = ("user_agent", "assistant")
 def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     from personalens.engines.base import sampling_from
     from personalens.simulate.dialogue import EndRules
-    from personalens.simulate.generate import Protocol
+    from personalens.simulate.generate import Protocol, Scheduling
     from personalens.simulate.generate import generate as simulate
     from personalens.store import DIALOGUE_SCHEMA, KEY_COLUMNS, TRACE_SCHEMA, PartWriter, existing_values, shard_dir
 
@@ -64,7 +64,11 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         config_hash=digest,
         progress=bool(cfg.progress),
         family=family,
-        chunk=int(cfg.lockstep.max_requests_per_call),
-        keep_ids=bool(cfg.lockstep.token_ids),
+        scheduling=Scheduling(
+            str(cfg.scheduling),
+            int(cfg.lockstep.max_requests_per_call),
+            bool(cfg.lockstep.token_ids),
+            int(cfg.continuous.in_flight),
+        ),
     )
     return 0

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 
 from personalens.data.records import Role, Scenario
 from personalens.engines.base import Engine, Sampling, derive_seed
+from personalens.errors import PersonalensError
 from personalens.progress import Progress, prompt_usage
 from personalens.prompts.render import assistant_messages, user_agent_messages
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import Templates
+from personalens.simulate.continuous import run_continuous
 from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
 from personalens.simulate.trace import CallTrace, TraceTotals
@@ -32,6 +34,25 @@ class Protocol:
 
     def max_rounds(self, scenario: Scenario) -> int:
         return self.max_rounds_sd if scenario.task.kind == "SD" else self.max_rounds_md
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """How `generate` feeds the engines; none of it changes the prompts or the seeds."""
+
+    mode: str = "lockstep"  # lockstep (lockstep.py) | continuous (continuous.py)
+    chunk: int = 4096  # lockstep: a step's requests for one engine go in calls of at most this many
+    keep_ids: bool = True  # prompts as token ids kept per dialogue, for engines that tokenize here
+    in_flight: int = 0  # continuous: dialogues running at once (0: all)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("lockstep", "continuous"):
+            raise PersonalensError(f"scheduling: expected lockstep or continuous, got {self.mode!r}")
+        if self.chunk < 1 or self.in_flight < 0:
+            raise PersonalensError(
+                f"lockstep.max_requests_per_call must be >= 1 and continuous.in_flight >= 0, got {self.chunk}, "
+                f"{self.in_flight}"
+            )
 
 
 @dataclass(frozen=True)
@@ -145,11 +166,10 @@ def generate(
     config_hash: str,
     progress: bool = True,
     family: str = "default",
-    chunk: int = 4096,
-    keep_ids: bool = True,
+    scheduling: Scheduling = Scheduling(),
 ) -> GenerateSummary:
     """`load_engines` is called only when there is something to simulate; `trace_writer` receives
-    one part file of trace rows per step (None: no trace); `chunk` and `keep_ids` are run_lockstep's."""
+    one part file of trace rows per step (None: no trace)."""
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
     engines = load_engines() if todo else {}
 
@@ -176,7 +196,28 @@ def generate(
 
     started = time.monotonic()
     render = renderer(templates, setting, family)
-    run_lockstep(todo, engines, render, protocol.sampling, on_finished, on_step, chunk=chunk, keep_ids=keep_ids)
+    if scheduling.mode == "continuous":
+        run_continuous(
+            todo,
+            engines,
+            render,
+            protocol.sampling,
+            on_finished,
+            on_step,
+            keep_ids=scheduling.keep_ids,
+            in_flight=scheduling.in_flight,
+        )
+    else:
+        run_lockstep(
+            todo,
+            engines,
+            render,
+            protocol.sampling,
+            on_finished,
+            on_step,
+            chunk=scheduling.chunk,
+            keep_ids=scheduling.keep_ids,
+        )
     bar.close()
     summary = GenerateSummary(
         len(todo),
