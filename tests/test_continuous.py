@@ -6,7 +6,9 @@ tests/test_token_prompts_vllm.py runs it through the real vLLM engine)."""
 from __future__ import annotations
 
 import pytest
-from test_lockstep import SAMPLING, ScriptedEngine, dialogues, render
+from cli_helpers import read_rows
+from test_lockstep import SAMPLING, ScriptedEngine, dialogues, render, scenario
+from test_trace import run_generate, scripted_render  # noqa: F401  # scripted_render: a fixture
 
 from personalens.engines.base import Generation
 from personalens.errors import PersonalensError
@@ -144,3 +146,16 @@ def test_an_engine_that_cannot_take_requests_while_it_runs_is_refused():
 def test_scheduling_options_are_checked(kw):
     with pytest.raises(PersonalensError):
         Scheduling(**kw)
+
+
+def test_generate_writes_the_dialogues_and_a_trace_row_per_submission(tmp_path, scripted_render):  # noqa: F811
+    engine = TickingEngine({"user2": 3})
+    line = run_generate(
+        [scenario("user1"), scenario("user2")], tmp_path, set(), engine, Scheduling("continuous", in_flight=1)
+    )
+    assert "2 dialogues simulated" in line and "straggler tail" in line
+    assert sorted(r["user_id"] for r in read_rows(tmp_path / "dialogues")) == ["user1", "user2"]
+    # one dialogue at a time: every submission is one request, user1's two turns, then user2's
+    trace = sorted(read_rows(tmp_path / "trace"), key=lambda r: r["started"])
+    assert [(r["requests"], r["roles"]) for r in trace] == [(1, ["user"]), (1, ["assistant"])] * 2
+    assert all(r["seconds"] >= r["last_finished"] >= r["first_finished"] >= 0 for r in trace)

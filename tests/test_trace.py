@@ -11,7 +11,7 @@ from test_lockstep import SAMPLING, ScriptedEngine, dialogues, render, scenario
 
 from personalens.data.records import Scenario
 from personalens.prompts.setting import PromptSetting
-from personalens.simulate.generate import Protocol, generate
+from personalens.simulate.generate import Protocol, Scheduling, generate
 from personalens.simulate.lockstep import run_lockstep
 from personalens.simulate.trace import TraceTotals, finishes
 from personalens.store import DIALOGUE_SCHEMA, TRACE_SCHEMA, PartWriter
@@ -56,14 +56,20 @@ class ClockedEngine(ScriptedEngine):
         return super().generate(requests)
 
 
-def test_lockstep_traces_every_call_with_its_finish_times():
-    clock = [100.0]
-    engine = ClockedEngine(clock, [1.0, 2.0, 3.0, 4.0, 9.0])
+def five_in_lockstep(delays: list[float], start: float = 0.0) -> list:
+    """The steps of five one-round dialogues on an engine whose requests finish `delays` in."""
+    clock = [start]
+    engine = ClockedEngine(clock, delays)
     steps = []
     ds = dialogues(("user1", 1), ("user2", 1), ("user3", 1), ("user4", 1), ("user5", 1))
     run_lockstep(
         ds, {"user": engine, "assistant": engine}, render, SAMPLING, lambda _: None, steps.append, lambda: clock[0]
     )
+    return steps
+
+
+def test_lockstep_traces_every_call_with_its_finish_times():
+    steps = five_in_lockstep([1.0, 2.0, 3.0, 4.0, 9.0], start=100.0)
     traces = [t for s in steps for t in s.calls]
     assert [(t.step, t.call, t.roles, t.requests) for t in traces] == [(1, 0, ("user",), 5), (2, 0, ("assistant",), 5)]
     first = traces[0]
@@ -111,14 +117,7 @@ def test_a_step_split_into_calls_traces_each_call_and_shared_engines_carry_both_
 def test_totals_give_the_closing_lines_share_of_tail():
     totals = TraceTotals()
     assert "0 batched calls, 0% of their wall time" in totals.line()
-    clock = [0.0]
-    engine = ClockedEngine(clock, [1.0, 1.0, 1.0, 1.0, 5.0])
-    steps = []
-    ds = dialogues(("user1", 1), ("user2", 1), ("user3", 1), ("user4", 1), ("user5", 1))
-    run_lockstep(
-        ds, {"user": engine, "assistant": engine}, render, SAMPLING, lambda _: None, steps.append, lambda: clock[0]
-    )
-    for s in steps:
+    for s in five_in_lockstep([1.0, 1.0, 1.0, 1.0, 5.0]):
         for t in s.calls:
             totals.add(t)
     # each call: 5.5 s, of which 4 s with one request of five running
@@ -126,7 +125,7 @@ def test_totals_give_the_closing_lines_share_of_tail():
     assert "2 batched calls, 73% of their wall time in the straggler tail" in totals.line()
 
 
-def run_generate(scenarios: list[Scenario], out, done: set, engine) -> str:
+def run_generate(scenarios: list[Scenario], out, done: set, engine, scheduling: Scheduling | None = None) -> str:
     summary = generate(
         scenarios,
         setting=PromptSetting("base"),
@@ -141,6 +140,7 @@ def run_generate(scenarios: list[Scenario], out, done: set, engine) -> str:
         run_id="r",
         config_hash="h",
         progress=False,
+        scheduling=scheduling or Scheduling(),
     )
     return summary.line()
 

@@ -196,28 +196,13 @@ def generate(
 
     started = time.monotonic()
     render = renderer(templates, setting, family)
-    if scheduling.mode == "continuous":
-        run_continuous(
-            todo,
-            engines,
-            render,
-            protocol.sampling,
-            on_finished,
-            on_step,
-            keep_ids=scheduling.keep_ids,
-            in_flight=scheduling.in_flight,
-        )
-    else:
-        run_lockstep(
-            todo,
-            engines,
-            render,
-            protocol.sampling,
-            on_finished,
-            on_step,
-            chunk=scheduling.chunk,
-            keep_ids=scheduling.keep_ids,
-        )
+    continuous = scheduling.mode == "continuous"
+    run, options = (
+        (run_continuous, {"in_flight": scheduling.in_flight})
+        if continuous
+        else (run_lockstep, {"chunk": scheduling.chunk})
+    )
+    run(todo, engines, render, protocol.sampling, on_finished, on_step, keep_ids=scheduling.keep_ids, **options)
     bar.close()
     summary = GenerateSummary(
         len(todo),
