@@ -66,13 +66,13 @@ class ChatTokenizer:
             return []
         return self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
 
-    def encode_ends(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def encode_ends(self, texts: Sequence[str]) -> list[tuple[list[int], np.ndarray]]:
         """Token ids of each text with the character offset where each token ends."""
         if not texts:
             return []
         out = self.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
         return [
-            (np.array(ids, np.int32), np.array([end for _, end in spans], np.int64).reshape(-1))
+            (ids, np.array([end for _, end in spans], np.int64).reshape(-1))
             for ids, spans in zip(out["input_ids"], out["offset_mapping"])
         ]
 
@@ -87,9 +87,13 @@ class ChatTokenizer:
 class _Prompt:
     """One prompt as ids, with what the next cut needs: the text from `head` on, a hash of the text
     before it (memory: a dialogue's prompt is kept as ids, not text, up to where it last changed), and
-    the character end of every token from `first` on (the next cuts fall after the last change)."""
+    the character end of every token from `first` on (the next cuts fall after the last change).
 
-    ids: np.ndarray
+    The ids are a list, as the engine takes them, of ints shared by every prompt (PromptIds._shared):
+    a new prompt copies references (8 bytes a token), where making the engine's list from an array
+    would make a new int object per token, each turn, which costs as much as the prompt is long."""
+
+    ids: list[int]
     ends: np.ndarray
     tail: str
     head: int = 0
@@ -174,6 +178,7 @@ class PromptIds:
     stats: SpliceStats = field(default_factory=SpliceStats)
     _prompts: dict = field(default_factory=dict)
     _firsts: dict = field(default_factory=dict)  # group -> the first prompt tokenized whole
+    _ints: dict = field(default_factory=dict)  # one int object per token id, shared by all prompts
     _incremental: bool = True
 
     def ids(self, keyed: Sequence[tuple[object, object, Sequence[Message]]]) -> list[list[int]]:
@@ -191,7 +196,7 @@ class PromptIds:
         for (key, group, _), text in zip(keyed, texts):
             if group not in self._firsts and key not in self._prompts and self._incremental:
                 ((ids, ends),) = self.tokenizer.encode_ends([text])
-                self._firsts[group] = _Prompt(ids, ends, text)
+                self._firsts[group] = _Prompt(self._shared(ids), ends, text)
                 self.stats.tokenized += len(ids)
         plans = [self._plan(key, group, text) for (key, group, _), text in zip(keyed, texts)]
         middles = [
@@ -206,22 +211,26 @@ class PromptIds:
             prompt = self._made(plan, text, *encoded)
             self.stats.prompts += 1
             self._prompts[key] = prompt
-            result.append(prompt.ids.tolist())
+            result.append(prompt.ids)  # shared with the kept prompt: never changed in place
         return result
 
-    def _made(self, plan: _Plan, text: str, ids: np.ndarray, ends: np.ndarray) -> _Prompt:
+    def _shared(self, ids: Sequence[int]) -> list[int]:
+        ints = self._ints.setdefault
+        return [ints(i, i) for i in ids]
+
+    def _made(self, plan: _Plan, text: str, ids: list[int], ends: np.ndarray) -> _Prompt:
         old = plan.old
         if old is None:
             self.stats.full += 1
-            return _Prompt(ids, ends, text)
+            return _Prompt(self._shared(ids), ends, text)
         skip = int(np.searchsorted(ends, len(_GUARD), side="right"))  # the guard's own token(s)
-        parts, tail_ends = [old.ids[: plan.keep], ids[skip:]], [ends[skip:] + (plan.left - len(_GUARD))]
+        made, tail_ends = old.ids[: plan.keep] + self._shared(ids[skip:]), [ends[skip:] + (plan.left - len(_GUARD))]
         if plan.reuse is not None:
-            parts.append(old.ids[old.first + plan.reuse :])
+            made += old.ids[old.first + plan.reuse :]
             tail_ends.append(old.ends[plan.reuse :] + (len(text) - old.length))
             self.stats.reused_ends += 1
         prompt = _Prompt(
-            np.concatenate(parts),
+            made,
             np.concatenate(tail_ends),
             text[plan.left :],
             plan.left,
@@ -266,14 +275,14 @@ class PromptIds:
     def _check(self, prompt: _Prompt, text: str) -> None:
         self.stats.checked += 1
         (full,) = self.tokenizer.encode([text])
-        if full != prompt.ids.tolist():
+        if full != prompt.ids:
             self.stats.mismatches += 1
             self._incremental = False
             log.warning(
                 "incremental prompt tokenization differs from a full tokenization for this tokenizer; "
                 "tokenizing every prompt whole from now on (exact, slower)"
             )
-            prompt.ids = np.array(full, np.int32)
+            prompt.ids = self._shared(full)
 
 
 def _last_cut(text: str, start: int, stop: int) -> int | None:
