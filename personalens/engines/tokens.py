@@ -116,7 +116,8 @@ class _Prompt:
 @dataclass(frozen=True)
 class _Plan:
     """How to make a prompt: tokenize `text[left:right]`, keep the old prompt's first `keep` ids and
-    its ids from `reuse` on (`reuse` None: none after the middle; `old` None: tokenize it whole)."""
+    its ids from its `first` + `reuse`-th on (`reuse` None: none after the middle; `old` None:
+    tokenize the text whole)."""
 
     left: int
     right: int
@@ -183,7 +184,7 @@ class PromptIds:
 
     def ids(self, keyed: Sequence[tuple[object, object, Sequence[Message]]]) -> list[list[int]]:
         """Token ids of each (key, group, messages) prompt, made from the key's previous prompt, or
-        for a new key from its group's first prompt."""
+        for a new key from its group's first prompt. The lists are the kept ones: read, never change."""
         result = []
         for start in range(0, len(keyed), _SUB_BATCH):  # bounds the tokenizer's per-token output objects
             result += self._ids(keyed[start : start + _SUB_BATCH])
