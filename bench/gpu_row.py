@@ -136,7 +136,7 @@ def overrides(args: argparse.Namespace, model: Path, out: Path) -> list[str]:
     else:
         models = [f"model@{r}={args.arch_config}" for r in roles] + [f"{r}.path={model}" for r in roles]
         sizes = [f"protocol={args.protocol}", f"data.root={args.root}", f"data.users={args.users}"]
-    dummy = [f"+{r}.load_format=dummy" for r in roles]
+    dummy = [f"{r}.load_format=dummy" for r in roles]
     return [*models, *dummy, *sizes, f"run.out_dir={out}", "progress=false", "report.bootstrap=100"]
 
 
