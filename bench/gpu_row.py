@@ -13,8 +13,11 @@ the step trace's summary (calls, share of their wall time in the straggler tail)
     python bench/gpu_row.py --tiny                                   # CPU smoke size (tests/test_gpu_row.py)
 
 Random weights rarely sample the end-of-text token and never say TERMINATE, so every reply runs
-to its token budget and every dialogue to its round cap: the row's worst case in length.
-`--tiny` is a 2-layer architecture on the bundled sample's user 0, one round, a few tokens.
+to its token budget and every dialogue to its round cap: those set the row's lengths. They default
+to an assumption of the paper's models (`--rounds 4,6` SD,MD and `--reply-tokens 80,300` user,
+assistant, the lengths bench/stragglers.py assumes), not the protocol's caps (20 and 30 rounds of
+800 tokens), under which prompts would outgrow the model's context. `--tiny` is a 2-layer
+architecture on the bundled sample's user 0, one round, a few tokens.
 """
 
 from __future__ import annotations
@@ -136,6 +139,9 @@ def overrides(args: argparse.Namespace, model: Path, out: Path) -> list[str]:
     else:
         models = [f"model@{r}={args.arch_config}" for r in roles] + [f"{r}.path={model}" for r in roles]
         sizes = [f"protocol={args.protocol}", f"data.root={args.root}", f"data.users={args.users}"]
+        (sd, md), (user, assistant) = (map(int, x.split(",")) for x in (args.rounds, args.reply_tokens))
+        sizes += [f"protocol.max_rounds_sd={sd}", f"protocol.max_rounds_md={md}"]
+        sizes += [f"protocol.user_agent.max_tokens={user}", f"protocol.assistant.max_tokens={assistant}"]
     dummy = [f"{r}.load_format=dummy" for r in roles]
     return [*models, *dummy, *sizes, f"run.out_dir={out}", "progress=false", "report.bootstrap=100"]
 
@@ -195,6 +201,8 @@ def main() -> None:
     parser.add_argument("--arch", default="llama31_8b", choices=sorted(ARCHS))
     parser.add_argument("--users", default="sample50", help="data.users (default: the paper's 50-user subset)")
     parser.add_argument("--protocol", default="paper")
+    parser.add_argument("--rounds", default="4,6", help="round caps SD,MD (every dialogue runs to its cap)")
+    parser.add_argument("--reply-tokens", default="80,300", help="user,assistant reply budgets (replies fill them)")
     parser.add_argument("--tiny", action="store_true", help="CPU smoke size: tiny architecture, user 0, 1 round")
     parser.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
     args = parser.parse_args()
