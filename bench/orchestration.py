@@ -10,6 +10,10 @@ every dialogue runs to the round cap; their lengths are stated in the output.
 
     python bench/orchestration.py ../shared/personalens-data --dialogues 500,2000,8000,32000
     python bench/orchestration.py ../shared/personalens-data --dialogues 500 --protocol paper --route ids,messages
+
+Per-turn costs are CPU time of the process (tokenizer threads included), less the stand-in model's
+own work (making the synthetic replies), split by part; per round, so a cost that grows with the
+history shows. turns/s is over wall time.
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ class InstantEngine:
         prompts = [TokensPrompt(prompt_token_ids=list(i)) for i in ids]
         params = [sampling_params(r) for r in requests]
         self._timers.seconds["requests"] += time.process_time() - started
+        started = time.process_time()  # the stand-in model's own work, left out of the per-turn cost
         replies = []
         for r, prompt in zip(requests, prompts):
             rng = random.Random(r.sampling.seed)
@@ -99,6 +104,10 @@ class InstantEngine:
             tokens = min(rng.randint(low, high), r.sampling.max_tokens)
             text = " ".join(rng.choice(WORDS) for _ in range(max(1, int(tokens * 0.75))))
             replies.append(Generation(text, len(prompt["prompt_token_ids"]), tokens))
+        self._timers.seconds["model"] += time.process_time() - started
+        for _ in replies:  # as vLLM reports each finished request (the step trace's finish times)
+            if on_finished is not None:
+                on_finished(1)
         del prompts, params
         return replies
 
@@ -122,9 +131,11 @@ def one_run(args: argparse.Namespace) -> dict:
     from personalens.engines.config import ModelConfig
     from personalens.engines.tokens import ChatTokenizer
     from personalens.simulate import generate as generate_module
+    from personalens.simulate import lockstep as lockstep_module
     from personalens.simulate.command import generate
     from personalens.store import PartWriter
 
+    load_before = os.getloadavg()[0]
     timers = Timers()
     for module_function in ("user_agent_messages", "assistant_messages"):
         timers.wrap(generate_module, module_function, "render")
@@ -137,12 +148,12 @@ def one_run(args: argparse.Namespace) -> dict:
 
     def recording(*a, **kw):
         inner = kw.get("on_step") or a[5]
-        last = [time.process_time()]
+        last = [time.process_time(), timers.seconds["model"]]
 
         def on_step(stats):  # CPU seconds of the step, not its wall time (robust to other load)
-            now = time.process_time()
-            steps.append((stats.requests, now - last[0], stats.prompt_tokens))
-            last[0] = now
+            now, model = time.process_time(), timers.seconds["model"]
+            steps.append((stats.requests, now - last[0] - (model - last[1]), stats.prompt_tokens))
+            last[:] = [now, model]
             inner(stats)
 
         if "on_step" in kw:
@@ -152,18 +163,39 @@ def one_run(args: argparse.Namespace) -> dict:
         return run_lockstep(*a, **kw)
 
     generate_module.run_lockstep = recording
+    kept = []  # the PromptIds of the run, for their counts
+    token_prompts = lockstep_module.token_prompts
+
+    def keeping(engines):
+        made = token_prompts(engines)
+        kept.extend(made.values())
+        return made
+
+    lockstep_module.token_prompts = keeping
     register_resolvers()
     overrides = compose(Path(args.root), args.users, args.protocol, Path(args.out))
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = hydra_compose("config", overrides=overrides)
     tokenizer = ChatTokenizer.load(ModelConfig(name="SmolLM2-135M-Instruct"))
+    # vLLM's request types imported (and made once) before the clock starts: the engine's first
+    # call must not pay for the imports
+    from vllm.inputs import TokensPrompt
+
+    from personalens.engines.base import Request, Sampling
+    from personalens.engines.vllm_local import sampling_params
+
+    TokensPrompt(prompt_token_ids=[0])
+    sampling_params(Request([], Sampling()))
+
     engine = InstantEngine(tokenizer, args.protocol, args.route == "ids", timers)
     started, cpu = time.perf_counter(), time.process_time()
     generate(cfg, lambda: {"user_agent": engine, "assistant": engine})
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     turns = sum(s[0] for s in steps)
+    model = timers.seconds.pop("model", 0.0)
     split = {k: round(v / turns * 1e3, 4) for k, v in sorted(timers.seconds.items())}
-    split["rest"] = round((cpu - sum(timers.seconds.values())) / turns * 1e3, 4)
+    split["rest"] = round((cpu - model - sum(timers.seconds.values())) / turns * 1e3, 4)
+    cpu -= model
     result = {
         "dialogues": None,
         "protocol": args.protocol,
@@ -171,11 +203,16 @@ def one_run(args: argparse.Namespace) -> dict:
         "turns": turns,
         "wall_s": round(wall, 2),
         "turns_per_s": round(turns / wall, 1),
+        "turns_per_cpu_s": round(turns / cpu, 1),
         "cpu_ms_per_turn": round(cpu / turns * 1e3, 4),
+        "model_cpu_s": round(model, 2),
         "ms_per_turn": split,
         # per step: CPU ms per turn and mean prompt tokens (odd steps: user agent turns; even: assistant)
         "steps": [(round(s / max(n, 1) * 1e3, 4), round(p / max(n, 1))) for n, s, p in steps],
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "load": (load_before, os.getloadavg()[0]),  # 1-minute load average at the start and the end
+        "prompt_tokens": sum(s[2] for s in steps),
+        "splices": [vars(k.stats) for k in kept],
     }
     from personalens.store import read_table
 
@@ -197,10 +234,18 @@ def run_judge(cfg, engine, timers: Timers) -> dict:
     return {"wall_s": round(wall, 2), "seconds": spent}
 
 
+def child_env() -> dict:
+    """This checkout's package first (a worktree beside an editable install of another)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
 def timed_cli(args: list[str]) -> str:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "personalens.cli", *args], cwd=REPO, capture_output=True, text=True)
-    return f"{time.perf_counter() - started:.2f} s (exit {done.returncode})"
+    done = subprocess.run(
+        [sys.executable, "-m", "personalens.cli", *args], cwd=REPO, capture_output=True, text=True, env=child_env()
+    )
+    said = (done.stdout if done.returncode == 0 else done.stdout + done.stderr).strip()
+    return f"{time.perf_counter() - started:.2f} s wall (exit {done.returncode}): {said[-600:]}"
 
 
 def main() -> None:
@@ -231,7 +276,7 @@ def main() -> None:
                 child = [sys.executable, __file__, str(args.data_root), "--child", "--root", str(root)]
                 child += ["--users", str(math.ceil(n / SCENARIOS_PER_USER)), "--out", str(out)]
                 child += ["--protocol", args.protocol, "--route", route] + (["--judge"] if args.judge else [])
-                done = subprocess.run(child, capture_output=True, text=True, cwd=REPO)
+                done = subprocess.run(child, capture_output=True, text=True, cwd=REPO, env=child_env())
                 line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
                 if line is None:
                     sys.exit(f"child failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -242,20 +287,35 @@ def main() -> None:
         print(
             f"resume scan of the finished {n:,}-dialogue run: `personalens generate` {timed_cli(['generate', *overrides])}"
         )
-        print(f"`personalens merge` on it: {timed_cli(['merge', *overrides])}")
+        # without --judge there are no judgments: merge checks and writes the dialogues alone
+        judged = [] if args.judge else ["judging.dimensions=[]"]
+        print(f"`personalens merge` on it: {timed_cli(['merge', *overrides, *judged])}")
 
 
 def report(r: dict) -> None:
     split = ", ".join(f"{k} {v:.3f}" for k, v in r["ms_per_turn"].items())
     print(
         f"{r['dialogues']:>6,} dialogues {r['protocol']:<5} {r['route']:<8}: {r['turns']:,} turns in {r['wall_s']} s "
-        f"= {r['turns_per_s']:,} turns/s; CPU ms per turn {r['cpu_ms_per_turn']:.3f}: {split}; peak RSS {r['peak_rss_mib']} MiB"
+        f"= {r['turns_per_s']:,} turns/s ({r['turns_per_cpu_s']:,} per CPU second); CPU ms per turn "
+        f"{r['cpu_ms_per_turn']:.3f}: {split}; peak RSS {r['peak_rss_mib']} MiB (stand-in model: {r['model_cpu_s']} CPU s, "
+        f"not counted); load average {r['load'][0]:.1f} -> {r['load'][1]:.1f}"
     )
+    for stats in r["splices"]:
+        print(
+            f"    token ids: {stats['tokenized']:,} tokens tokenized for {r['prompt_tokens']:,} prompt tokens "
+            f"({stats['tokenized'] / r['prompt_tokens']:.0%}); prompts {stats['prompts']:,}: {stats['spliced']:,} spliced "
+            f"({stats['reused_ends']:,} keeping the end too), {stats['full']:,} whole; {stats['checked']:,} checked, "
+            f"{stats['mismatches']} mismatches"
+        )
+    for name, steps in (("user", r["steps"][0::2]), ("assistant", r["steps"][1::2])):
+        rounds = ", ".join(f"{k}: {t:.3f} ({p})" for k, (t, p) in enumerate(steps, 1))
+        print(f"    CPU ms per {name} turn by round (mean prompt tokens): {rounds}")
     user_steps = r["steps"][0::2]
     if len(user_steps) >= 20:
-        (t2, p2), (t20, p20) = user_steps[1], user_steps[19]
+        (t2, p2), (t3, _), (t20, p20) = user_steps[1], user_steps[2], user_steps[19]
         print(
-            f"    user turn 2: {t2:.3f} ms ({p2} prompt tokens); user turn 20: {t20:.3f} ms ({p20} tokens); ratio {t20 / t2:.2f}"
+            f"    user turn 2: {t2:.3f} ms ({p2} prompt tokens); user turn 20: {t20:.3f} ms ({p20} tokens); "
+            f"20th / 2nd {t20 / t2:.2f}, 20th / 3rd {t20 / t3:.2f}"
         )
     if "judge" in r:
         print(f"    judge: {r['judge']['wall_s']} s; seconds by part {r['judge']['seconds']}")

@@ -133,6 +133,16 @@ def test_vllm_configs_spell_out_every_setting():
             assert set(raw.keys()) == names, path.name
 
 
+def test_load_format_auto_leaves_a_models_identity_as_before_the_setting_existed():
+    from personalens.config import model_identity
+
+    raw = _yaml("smollm2")
+    before = OmegaConf.create({k: v for k, v in raw.items() if k != "load_format"})
+    assert model_identity(raw) == model_identity(before)  # a run started before still resumes
+    raw.load_format = "dummy"
+    assert model_identity(raw) != model_identity(before)  # random weights generate something else
+
+
 def test_server_config_needs_base_url_and_loads_when_set():
     raw = _yaml("server")
     raw.name = "remote"

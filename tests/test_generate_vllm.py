@@ -52,6 +52,20 @@ def test_generate_writes_one_wellformed_row_per_dialogue_and_resumes(tmp_path):
         assert all("TERMINATE" not in t["text"] for t in row["turns"][1:])
         assert row["assistant_model"] == row["user_model"] == "SmolLM2-135M-Instruct"
         assert row["kind"] == ("SD" if row["task_id"].startswith("SD-") else "MD")
+    # the step trace: one row per batched call (one engine serves both roles: one call per step),
+    # with vLLM's per-request finishes all reported, in order within the call's wall time
+    trace = sorted(read_rows(out / "trace" / "shard-000-of-001"), key=lambda r: r["step"])
+    assert [r["step"] for r in trace] == list(range(1, len(trace) + 1)) and all(r["call"] == 0 for r in trace)
+    assert sum(r["requests"] for r in trace) == sum(len(row["turns"]) for row in rows)
+    assert sum(r["completion_tokens"] for r in trace) == sum(
+        t["completion_tokens"] for row in rows for t in row["turns"]
+    )
+    for r in trace:
+        assert r["reported"] == r["requests"] and r["roles"] in (["user"], ["assistant"], ["assistant", "user"])
+        assert 0 < r["first_finished"] <= r["last_finished"] <= r["seconds"] and 0 <= r["tail"] <= r["last_finished"]
+        assert r["prompt_tokens"] > r["cached_tokens"] >= 0 and r["model"] == "SmolLM2-135M-Instruct"
+    assert all(a["started"] + a["seconds"] <= b["started"] for a, b in zip(trace, trace[1:]))
+    assert re.search(rf"{len(trace)} batched calls, \d+% of their wall time in the straggler tail", first.stderr)
     saved = OmegaConf.load(out / "generate.yaml")
     assert saved.config.assistant.dtype == "auto"  # as configured; what it became is recorded beside it
     expected = choose_dtype("auto", on_cpu=True, cpu_flags=read_cpu_flags())
@@ -102,3 +116,8 @@ def test_a_killed_run_resumes_with_no_dialogue_lost_or_duplicated(tmp_path):
     # the dialogues written before the kill were kept, not simulated again
     first = {k: r["turns"] for k, r in zip(keys(before), before)}
     assert all(r["turns"] == first[k] for k, r in zip(keys(after), after) if k in first)
+    # the step trace: the killed run's steps (its first at least, written before any dialogue
+    # finished), then the resumed run's, appended under its own session
+    sessions = Counter(r["session_started"] for r in read_rows(out / "trace"))
+    assert len(sessions) == 2 and min(sessions) < max(sessions)
+    assert all(n >= 1 for n in sessions.values())

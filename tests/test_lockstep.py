@@ -33,7 +33,7 @@ class ScriptedEngine:
         self.default = default
         self.calls: list[list[tuple[str, str]]] = []  # per call: (dialogue id, role)
 
-    def generate(self, requests):
+    def generate(self, requests, on_finished=None):
         batch = []
         out = []
         for r in requests:
@@ -150,7 +150,7 @@ def test_per_turn_seeds_are_distinct_and_reproducible():
     seen = []
 
     class SeedEngine(ScriptedEngine):
-        def generate(self, requests):
+        def generate(self, requests, on_finished=None):
             seen.extend(r.sampling.seed for r in requests)
             return super().generate(requests)
 

@@ -78,6 +78,14 @@ def test_complete_run_merges_every_row_once(tmp_path):
     assert [p.name for p in merged_files(tmp_path)] == ["dialogues.parquet", "judgments.parquet"]
 
 
+def test_a_run_merged_before_judging_writes_its_dialogues_alone(tmp_path):
+    for shard in (0, 1):
+        write_part(tmp_path, "dialogues", shard, [dialogue_of(k) for k in EXPECTED if EXPECTED[k] == shard])
+    result = merge(tmp_path, EXPECTED, [], shard_count=2)
+    assert result.ok, result.format()
+    assert [p.name for p in merged_files(tmp_path)] == ["dialogues.parquet"]
+
+
 def test_missing_shard_folder_names_that_shard_and_writes_nothing(tmp_path):
     write_run(tmp_path)
     for table in ("dialogues", "judgments"):

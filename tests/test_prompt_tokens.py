@@ -1,6 +1,7 @@
 """Prompts as token ids, kept per dialogue between turns (personalens/engines/tokens.py): for every
-role, fidelity option, prompt family and setting, the ids made from the previous prompt's ids and a
-tokenized tail equal what the chat template plus the tokenizer give for the whole prompt."""
+role, fidelity option, prompt family and setting, on the bundled sample and on the release excerpt,
+the ids made from the previous prompt's ids and a tokenized middle equal what the chat template plus
+the tokenizer give for the whole prompt."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from personalens.data import load_scenarios
 from personalens.data.records import Turn
 from personalens.engines.config import ModelConfig
-from personalens.engines.tokens import ChatTokenizer, PromptIds, common_prefix
+from personalens.engines.tokens import ChatTokenizer, PromptIds, common_prefix, common_suffix
 from personalens.paths import PROJECT_ROOT
 from personalens.prompts.render import FAMILIES, assistant_messages, user_agent_messages
 from personalens.prompts.setting import PromptSetting
@@ -33,8 +34,9 @@ PIECES = [
 
 
 def reply(rng: random.Random) -> str:
-    words = [rng.choice(PIECES) for _ in range(rng.randint(1, 60))]
-    return " ".join(words).strip() or "ok"
+    if rng.random() < 0.03:
+        return ""  # a model may say nothing
+    return " ".join(rng.choice(PIECES) for _ in range(rng.randint(1, 60))).strip() or "ok"
 
 
 @pytest.fixture(scope="module")
@@ -48,65 +50,72 @@ def scenarios(root: Path, n: int) -> list:
 
 
 def grow_and_compare(tokenizer: ChatTokenizer, prompt_of, scenarios_, rng: random.Random, rounds: int) -> PromptIds:
-    """Grow one dialogue per scenario turn by turn; at each turn the kept ids must equal a full
-    tokenization of the role's whole prompt. Returns the PromptIds, whose counts say how much was
-    tokenized, and checks that this was well under the prompts' total."""
+    """Grow one dialogue per scenario in lockstep (each step one `ids` call with every active
+    dialogue's prompt for the role, some dialogues ending early); every prompt's kept ids must equal a
+    full tokenization of the role's whole prompt. Returns the PromptIds, whose counts say how much
+    was tokenized, and checks that this was well under the prompts' total."""
     kept = PromptIds(tokenizer, verify_first=0, verify_every=0)  # no internal checks: this test is the check
+    active = {scenario.key: (scenario, []) for scenario in scenarios_}
     total = 0
-    for scenario in scenarios_:
-        turns: list[Turn] = []
-        for _ in range(rounds * 2):
-            role = "user" if len(turns) % 2 == 0 else "assistant"
-            messages = prompt_of(scenario, turns, role)
-            (ids,) = kept.ids([((scenario.key, role), role, messages)])
-            assert ids == tokenizer.encode_chat(messages), (scenario.key, role, len(turns))
+    for step in range(rounds * 2):
+        role = "user" if step % 2 == 0 else "assistant"
+        batch = [((key, role), role, prompt_of(scenario, turns, role)) for key, (scenario, turns) in active.items()]
+        made = kept.ids(batch)
+        for (key, _, _), ids, full in zip(batch, made, tokenizer.encode_chats([m for _, _, m in batch])):
+            assert ids == full, (key, len(active[key[0]][1]))
             total += len(ids)
+        for key, (_, turns) in list(active.items()):
             turns.append(Turn(role, reply(rng)))
+            if role == "assistant" and rng.random() < 0.1:  # ended: its prompts are forgotten
+                kept.forget([(key, "user"), (key, "assistant")])
+                del active[key]
     assert kept.stats.tokenized < total / 2
     return kept
+
+
+def template_set(fidelity: str):
+    spec = TEMPLATE_SETS[fidelity]
+    return load_templates(spec["folder"], style=spec["style"], verbatim=spec["verbatim"])
+
+
+def prompts_of(templates, setting: PromptSetting, family: str):
+    def prompt_of(scenario, turns, role):
+        if role == "user":
+            return user_agent_messages(templates, scenario, turns)
+        return assistant_messages(templates, scenario, turns, setting, family)
+
+    return prompt_of
 
 
 @pytest.mark.parametrize("fidelity", sorted(TEMPLATE_SETS))
 @pytest.mark.parametrize("family", FAMILIES)
 def test_kept_ids_equal_a_full_tokenization_for_every_role_and_layout(tokenizer, sample_root, fidelity, family):
-    spec = TEMPLATE_SETS[fidelity]
-    templates = load_templates(spec["folder"], style=spec["style"], verbatim=spec["verbatim"])
+    templates = template_set(fidelity)
     rng = random.Random(f"{fidelity}-{family}")
     for setting in SETTINGS:
-
-        def prompt_of(scenario, turns, role, setting=setting):
-            if role == "user":
-                return user_agent_messages(templates, scenario, turns)
-            return assistant_messages(templates, scenario, turns, setting, family)
-
-        kept = grow_and_compare(tokenizer, prompt_of, scenarios(sample_root, 4), rng, rounds=6)
+        kept = grow_and_compare(tokenizer, prompts_of(templates, setting, family), scenarios(sample_root, 12), rng, 6)
         # the point of it: most prompts were made from the previous ones, not tokenized whole
-        assert kept.stats.spliced > kept.stats.full
+        assert kept.stats.spliced > 5 * kept.stats.full
+        if fidelity == "official":  # the user agent's fixed instructions after the conversation are kept
+            assert kept.stats.reused_ends > kept.stats.spliced // 4
 
 
-def test_kept_ids_on_the_release_excerpt_under_the_official_prompts(tokenizer, shared_data_root):
-    spec = TEMPLATE_SETS["official"]
-    templates = load_templates(spec["folder"], style=spec["style"], verbatim=spec["verbatim"])
-
-    def prompt_of(scenario, turns, role):
-        if role == "user":
-            return user_agent_messages(templates, scenario, turns)
-        return assistant_messages(templates, scenario, turns, PromptSetting("base", True, True, True), "llama")
-
-    kept = grow_and_compare(tokenizer, prompt_of, scenarios(shared_data_root, 8), random.Random(24), rounds=8)
-    assert kept.stats.spliced > 5 * kept.stats.full
+@pytest.mark.parametrize("fidelity", sorted(TEMPLATE_SETS))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_kept_ids_on_the_release_excerpt(tokenizer, shared_data_root, fidelity, family):
+    templates = template_set(fidelity)
+    rng = random.Random(f"excerpt-{fidelity}-{family}")
+    for setting in (PromptSetting("base"), PromptSetting("base", True, True, True)):
+        kept = grow_and_compare(
+            tokenizer, prompts_of(templates, setting, family), scenarios(shared_data_root, 10), rng, 8
+        )
+        assert kept.stats.spliced > 5 * kept.stats.full
 
 
 def test_without_a_system_role_the_folded_prompt_is_kept_exactly(tokenizer, sample_root):
     folded = ChatTokenizer(tokenizer.tokenizer, system_role=False)
-    templates = load_templates(None)
-
-    def prompt_of(scenario, turns, role):
-        if role == "user":
-            return user_agent_messages(templates, scenario, turns)
-        return assistant_messages(templates, scenario, turns, PromptSetting("base", True, False, True))
-
-    kept = grow_and_compare(folded, prompt_of, scenarios(sample_root, 3), random.Random(5), rounds=5)
+    prompt_of = prompts_of(load_templates(None), PromptSetting("base", True, False, True), "default")
+    kept = grow_and_compare(folded, prompt_of, scenarios(sample_root, 6), random.Random(5), rounds=5)
     assert kept.stats.spliced > 0
 
 
@@ -150,11 +159,16 @@ def test_a_tokenizer_that_is_not_local_falls_back_to_whole_prompts_and_stays_exa
         ("abc", "abcdef"),
         ("x" * 10_000, "x" * 9_000 + "y"),
         ("a" * 4096, "a" * 4097),
+        ("y" + "x" * 9_000, "x" * 10_000),
+        ("ab" * 5000, "b" + "ab" * 5000),
     ],
 )
-def test_common_prefix(a, b):
+def test_common_prefix_and_suffix(a, b):
     expected = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     assert common_prefix(a, b) == expected == common_prefix(b, a)
+    backwards = next((i for i, (x, y) in enumerate(zip(a[::-1], b[::-1])) if x != y), min(len(a), len(b)))
+    assert common_suffix(a, b, len(a) + len(b)) == backwards == common_suffix(b, a, len(a) + len(b))
+    assert common_suffix(a, b, 3) == min(backwards, 3)
 
 
 def test_counting_from_the_tokenizer_files_equals_transformers_on_every_prompt(tokenizer, sample_root, tmp_path):

@@ -1,6 +1,7 @@
 """Token-id prompts through the real vLLM engine: the ids personalens makes are the ids vLLM's own
 chat path makes, and lockstep dialogues come out the same whether prompts go as kept token ids or
-as chat messages (same seeds, same text)."""
+as chat messages (same seeds, same text); scheduling=continuous runs the same dialogues through
+vLLM's engine steps."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from personalens.engines.tokens import ChatTokenizer
 from personalens.paths import PROJECT_ROOT
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import load_templates
+from personalens.simulate.continuous import run_continuous
 from personalens.simulate.dialogue import EndRules
 from personalens.simulate.generate import Protocol, plan_dialogues, renderer
 from personalens.simulate.lockstep import run_lockstep
@@ -60,9 +62,24 @@ def test_token_prompts_generate_what_messages_generate(engine):
     assert [g.prompt_tokens for g in by_ids] == [len(i) for i in ids]
 
 
+def same_prompts_until_a_reply_differs(a: list[tuple], b: list[tuple]) -> bool:
+    """Two runs of one dialogue, turn by turn (role, text, prompt tokens): while their histories
+    agree, every prompt has the same length, the turn whose reply first differs included. Returns
+    whether every reply agreed."""
+    for (role_a, text_a, prompt_a), (role_b, text_b, prompt_b) in zip(a, b):
+        assert (role_a, prompt_a) == (role_b, prompt_b)
+        if text_a != text_b:
+            return False
+    return len(a) == len(b)
+
+
 def test_lockstep_dialogues_are_the_same_with_kept_ids_and_with_messages(engine, sample_root):
     """The quickstart's path (official prompts, quick protocol's sampling, short replies here) on a
-    few sample scenarios, once per prompt route: every turn's text is the same."""
+    few sample scenarios, once per prompt route, and once with scheduling=continuous through vLLM's
+    engine steps. A reply is computed in a batch whose make-up depends on when vLLM's engine process
+    picked up each request, and at temperature > 0 the batch's rounding can change a sampled token
+    (the same prompts sent twice by the same route can differ so): so the runs must send prompts of
+    the same length for the same history, up to and including the first reply that differs."""
     templates = load_templates(PROJECT_ROOT / "prompts" / "official", style="official", verbatim=True)
     scenarios = random.Random(3).sample(load_scenarios(sample_root), 4)
     protocol = Protocol(
@@ -71,19 +88,23 @@ def test_lockstep_dialogues_are_the_same_with_kept_ids_and_with_messages(engine,
         {"user": Sampling(temperature=0.5, max_tokens=24), "assistant": Sampling(temperature=0.0, max_tokens=24)},
         EndRules("substring", reply_after_cap=True),
     )
-    runs = {}
-    for keep_ids in (True, False):
+    engines = {"user": engine, "assistant": engine}
+    runs, steps = {}, []
+    for route in ("ids", "messages", "continuous"):
         todo, _ = plan_dialogues(scenarios, PromptSetting("base"), 1, 0, protocol, set())
-        engine.reset_prefix_cache()  # each route from a cold cache, so both compute alike
-        engines = {"user": engine, "assistant": engine}
-        run_lockstep(
-            todo,
-            engines,
-            renderer(templates, PromptSetting("base")),
-            protocol.sampling,
-            lambda _: None,
-            keep_ids=keep_ids,
-        )
-        runs[keep_ids] = [[(t.role, t.text, t.prompt_tokens) for t in d.turns] for d in todo]
-    assert runs[True] == runs[False]
-    assert sum(len(turns) for turns in runs[True]) >= 4 * 4
+        engine.reset_prefix_cache()  # each route from a cold cache, so all compute alike
+        render = renderer(templates, PromptSetting("base"))
+        if route == "continuous":
+            run_continuous(todo, engines, render, protocol.sampling, lambda _: None, steps.append)
+        else:
+            run_lockstep(todo, engines, render, protocol.sampling, lambda _: None, keep_ids=route == "ids")
+        runs[route] = [[(t.role, t.text, t.prompt_tokens) for t in d.turns] for d in todo]
+        # the official rules: the user agent answers the capped reply; a TERMINATE earns one more
+        assert all((d.ended, d.turns[-1].role) in {("max_rounds", "user"), ("terminated", "assistant")} for d in todo)
+    for route in ("messages", "continuous"):
+        agreed = [same_prompts_until_a_reply_differs(a, b) for a, b in zip(runs["ids"], runs[route])]
+        print(f"{route}: {sum(agreed)} of {len(agreed)} dialogues the same as by ids")
+    assert sum(len(turns) for turns in runs["ids"]) >= 4 * 4
+    # continuous: every reply came back through an engine step and a traced submission
+    turns = sum(map(len, runs["continuous"]))
+    assert sum(s.requests for s in steps) == sum(t.requests for s in steps for t in s.calls) == turns

@@ -16,6 +16,9 @@ from personalens.paths import PROJECT_ROOT
 
 # model settings that change how fast or where a model runs, not what it generates
 _RUNTIME_ONLY = {"gpu_memory_utilization", "max_num_seqs", "block_size", "server", "placement", "gpus"}
+# settings added to the model configs later, at the value that generates what configs without them
+# did: left out of the identity then, so runs started before they existed still resume
+_ADDED_AT = {"load_format": "auto"}
 
 
 def register_resolvers() -> None:
@@ -40,7 +43,11 @@ def fingerprint(parts: dict) -> str:
 
 
 def model_identity(model_cfg: DictConfig) -> dict:
-    return {k: v for k, v in plain(model_cfg).items() if k not in _RUNTIME_ONLY}
+    return {
+        k: v
+        for k, v in plain(model_cfg).items()
+        if k not in _RUNTIME_ONLY and (k not in _ADDED_AT or v != _ADDED_AT[k])
+    }
 
 
 def check_or_save(out_dir: Path, name: str, cfg: DictConfig, digest: str, resolved: dict | None = None) -> None:

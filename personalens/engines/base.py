@@ -69,6 +69,18 @@ class Engine(Protocol):
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]: ...
 
 
+class Submitting(Protocol):
+    """An engine that takes requests while it runs (`scheduling=continuous`): `submit` queues
+    requests and returns their ids at once; `finished` waits for the engine's next step and returns
+    the queued requests that finished in it, with their replies."""
+
+    name: str
+
+    def submit(self, requests: Sequence[Request]) -> list[str]: ...
+
+    def finished(self) -> list[tuple[str, Generation]]: ...
+
+
 class Embedder(Protocol):
     """Embeds texts, in one batched call, in order."""
 

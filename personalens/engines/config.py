@@ -56,6 +56,9 @@ class ModelConfig:
     # vLLM's CPU backend only: cores kept free for its scheduler (VLLM_CPU_NUM_OF_RESERVED_CPU);
     # None leaves vLLM's default of one, which on a small machine idles half the cores
     cpu_reserved_cores: int | None = None
+    # how vLLM loads the weights: "auto" reads them from `path`; "dummy" makes random weights of the
+    # architecture in `path`'s config.json, for benchmarks without the real weights (bench/gpu_row.py)
+    load_format: str = "auto"
     system_role: bool | str = "auto"
     prompt_family: str = "default"  # the assistant prompts a fidelity option picks for it (docs/fidelity.md)
     placement: str = "auto"

@@ -1,27 +1,30 @@
 """Prompts as token ids, made the way vLLM's chat path makes them: the model's chat template rendered
 to text (with the generation prompt), then tokenized without added special tokens.
 
-`PromptIds` keeps one prompt per dialogue and role as text and ids, so that when the dialogue grows
-only the changed end is tokenized again (a dialogue's first prompt starts from the first prompt of
-its group, e.g. its role, which shares the system prompt and fixed instructions): the new text is cut at the last place before the change
-where a space sits between two letters. Byte-level BPE (GPT-2, Llama 3, SmolLM2) and SentencePiece
+`PromptIds` keeps one prompt per dialogue and role as ids, so that when the dialogue grows only the
+changed part is tokenized again (a dialogue's first prompt starts from the first prompt of its group,
+e.g. its role, which shares the system prompt and fixed instructions). The new text is cut at the
+last place before the change where a space sits between two letters, and again at the first such
+place after it, inside the text both prompts end with (the released user-agent prompt puts fixed
+instructions after the conversation). Byte-level BPE (GPT-2, Llama 3, SmolLM2) and SentencePiece
 (Mistral, Llama 2) tokenizers never join a letter with the following " word" into one token, so the
-ids before the cut stay what they were and the text after it tokenizes alone (behind a one-letter
-guard, so that it is not taken for the start of a text). The first splices of each tokenizer, and
-one in `verify_every` after that, are checked against a full tokenization; on a mismatch that
-tokenizer falls back to full tokenization for the rest of the run, with a warning.
+ids before the first cut and after the second stay what they were, and the text between tokenizes
+alone (behind a one-letter guard, so that it is not taken for the start of a text). The first
+splices of each tokenizer, and one in `verify_every` after that, are checked against a full
+tokenization; on a mismatch that tokenizer falls back to full tokenization for the rest of the run,
+with a warning. docs/performance.md has the rule, its checks and its fallbacks.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from array import array
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from personalens.engines.base import Message
 from personalens.engines.chat import format_messages, resolve_system_role
@@ -72,12 +75,15 @@ class ChatTokenizer:
             return []
         return self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
 
-    def encode_ends(self, texts: Sequence[str]) -> list[tuple[list[int], list[int]]]:
+    def encode_ends(self, texts: Sequence[str]) -> list[tuple[list[int], np.ndarray]]:
         """Token ids of each text with the character offset where each token ends."""
         if not texts:
             return []
         out = self.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
-        return [(ids, [end for _, end in spans]) for ids, spans in zip(out["input_ids"], out["offset_mapping"])]
+        return [
+            (ids, np.array([end for _, end in spans], np.int64).reshape(-1))
+            for ids, spans in zip(out["input_ids"], out["offset_mapping"])
+        ]
 
     def encode_chat(self, messages: Sequence[Message]) -> list[int]:
         return self.encode([self.render(messages)])[0]
@@ -90,17 +96,43 @@ class ChatTokenizer:
 class _Prompt:
     """One prompt as ids, with what the next cut needs: the text from `head` on, a hash of the text
     before it (memory: a dialogue's prompt is kept as ids, not text, up to where it last changed), and
-    the character end of every token from `first` on (the next cut falls after the last change)."""
+    the character end of every token from `first` on (the next cuts fall after the last change).
 
-    ids: array
-    ends: array
+    The ids are a list, as the engine takes them, of ints shared by every prompt (PromptIds._shared):
+    a new prompt copies references (8 bytes a token), where making the engine's list from an array
+    would make a new int object per token, each turn, which costs as much as the prompt is long."""
+
+    ids: list[int]
+    ends: np.ndarray
     tail: str
     head: int = 0
     head_hash: int = 0
     first: int = 0
 
+    @property
+    def length(self) -> int:
+        return self.head + len(self.tail)
+
     def text_matches(self, text: str) -> bool:
         return self.head == 0 or (len(text) >= self.head and hash(text[: self.head]) == self.head_hash)
+
+    def token_ending_at(self, position: int) -> int | None:
+        """The index in `ends` of the token that ends at `position`, if one does."""
+        i = int(np.searchsorted(self.ends, position, side="right"))
+        return i - 1 if i > 0 and self.ends[i - 1] == position else None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How to make a prompt: tokenize `text[left:right]`, keep the old prompt's first `keep` ids and
+    its ids from its `first` + `reuse`-th on (`reuse` None: none after the middle; `old` None:
+    tokenize the text whole)."""
+
+    left: int
+    right: int
+    keep: int = 0
+    reuse: int | None = None
+    old: _Prompt | None = None
 
 
 def common_prefix(a: str, b: str) -> int:
@@ -119,12 +151,29 @@ def common_prefix(a: str, b: str) -> int:
     return min(lo, n)
 
 
+def common_suffix(a: str, b: str, limit: int) -> int:
+    """The length of the longest common suffix of `a` and `b`, at most `limit`."""
+    n = min(len(a), len(b), limit)
+    lo = 0  # a[len(a) - lo:] == b[len(b) - lo:]
+    while lo < n and a[len(a) - min(lo + _BLOCK, n) : len(a) - lo] == b[len(b) - min(lo + _BLOCK, n) : len(b) - lo]:
+        lo = min(lo + _BLOCK, n)
+    hi = min(lo + _BLOCK, n)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid : len(a) - lo] == b[len(b) - mid : len(b) - lo]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 @dataclass
 class SpliceStats:
     prompts: int = 0  # prompts made
-    spliced: int = 0  # made from an earlier prompt's ids and a tokenized tail
+    spliced: int = 0  # made from an earlier prompt's ids and a tokenized middle
+    reused_ends: int = 0  # of them, those that kept the earlier prompt's ids after the middle too
     full: int = 0  # tokenized whole (first prompts, and where no cut was found)
-    tokenized: int = 0  # tokens tokenized (tails and whole prompts)
+    tokenized: int = 0  # tokens tokenized (middles and whole prompts)
     checked: int = 0  # splices compared with a full tokenization
     mismatches: int = 0
 
@@ -139,11 +188,12 @@ class PromptIds:
     stats: SpliceStats = field(default_factory=SpliceStats)
     _prompts: dict = field(default_factory=dict)
     _firsts: dict = field(default_factory=dict)  # group -> the first prompt tokenized whole
+    _ints: dict = field(default_factory=dict)  # one int object per token id, shared by all prompts
     _incremental: bool = True
 
     def ids(self, keyed: Sequence[tuple[object, object, Sequence[Message]]]) -> list[list[int]]:
         """Token ids of each (key, group, messages) prompt, made from the key's previous prompt, or
-        for a new key from its group's first prompt."""
+        for a new key from its group's first prompt. The lists are the kept ones: read, never change."""
         result = []
         for start in range(0, len(keyed), _SUB_BATCH):  # bounds the tokenizer's per-token output objects
             result += self._ids(keyed[start : start + _SUB_BATCH])
@@ -156,56 +206,77 @@ class PromptIds:
         for (key, group, _), text in zip(keyed, texts):
             if group not in self._firsts and key not in self._prompts and self._incremental:
                 ((ids, ends),) = self.tokenizer.encode_ends([text])
-                self._firsts[group] = _Prompt(array("i", ids), array("i", ends), text)
+                self._firsts[group] = _Prompt(self._shared(ids), ends, text)
                 self.stats.tokenized += len(ids)
         plans = [self._plan(key, group, text) for (key, group, _), text in zip(keyed, texts)]
-        encoded = self.tokenizer.encode_ends([tail for _, tail, _, _ in plans])
+        middles = [
+            text[p.left : p.right] if p.old is None else _GUARD + text[p.left : p.right]
+            for p, text in zip(plans, texts)
+        ]
         result = []
-        for (key, _, _), text, (cut, _, keep, old), (ids, ends) in zip(keyed, texts, plans, encoded):
-            self.stats.tokenized += len(ids)
-            if cut is not None and not self._incremental:  # a mismatch earlier in this call
-                cut, (ids, ends) = None, self.tokenizer.encode_ends([text])[0]
-            if cut is None:
-                prompt = _Prompt(array("i", ids), array("i", ends), text)
-                self.stats.full += 1
-            else:
-                skip = bisect_right(ends, len(_GUARD))  # the guard's own token(s)
-                prompt = _Prompt(
-                    old.ids[:keep] + array("i", ids[skip:]),
-                    array("i", (e - len(_GUARD) + cut for e in ends[skip:])),
-                    text[cut:],
-                    cut,
-                    hash(text[:cut]),
-                    keep,
-                )
-                self.stats.spliced += 1
-                if self._should_check():
-                    self._check(prompt, text)
+        for (key, _, _), text, plan, encoded in zip(keyed, texts, plans, self.tokenizer.encode_ends(middles)):
+            self.stats.tokenized += len(encoded[0])
+            if plan.old is not None and not self._incremental:  # a mismatch earlier in this call
+                plan, encoded = _Plan(0, len(text)), self.tokenizer.encode_ends([text])[0]
+            prompt = self._made(plan, text, *encoded)
             self.stats.prompts += 1
             self._prompts[key] = prompt
-            result.append(prompt.ids.tolist())
+            result.append(prompt.ids)  # shared with the kept prompt: never changed in place
         return result
+
+    def _shared(self, ids: Sequence[int]) -> list[int]:
+        ints = self._ints.setdefault
+        return [ints(i, i) for i in ids]
+
+    def _made(self, plan: _Plan, text: str, ids: list[int], ends: np.ndarray) -> _Prompt:
+        old = plan.old
+        if old is None:
+            self.stats.full += 1
+            return _Prompt(self._shared(ids), ends, text)
+        skip = int(np.searchsorted(ends, len(_GUARD), side="right"))  # the guard's own token(s)
+        made, tail_ends = old.ids[: plan.keep] + self._shared(ids[skip:]), [ends[skip:] + (plan.left - len(_GUARD))]
+        if plan.reuse is not None:
+            made += old.ids[old.first + plan.reuse :]
+            tail_ends.append(old.ends[plan.reuse :] + (len(text) - old.length))
+            self.stats.reused_ends += 1
+        prompt = _Prompt(
+            made,
+            np.concatenate(tail_ends),
+            text[plan.left :],
+            plan.left,
+            hash(text[: plan.left]),
+            plan.keep,
+        )
+        self.stats.spliced += 1
+        if self._should_check():
+            self._check(prompt, text)
+        return prompt
 
     def forget(self, keys: Sequence[object]) -> None:
         """Drop the prompts of these keys (a finished dialogue's roles)."""
         for key in keys:
             self._prompts.pop(key, None)
 
-    def _plan(self, key: object, group: object, text: str) -> tuple[int | None, str, int, _Prompt | None]:
-        """(cut, text to tokenize, ids kept, the prompt they are kept from): cut is None when the
-        whole text is tokenized."""
+    def _plan(self, key: object, group: object, text: str) -> _Plan:
+        whole = _Plan(0, len(text))
         old = self._prompts.get(key) or self._firsts.get(group)
         if old is None or not self._incremental or not old.text_matches(text):
-            return None, text, 0, None
-        differ = old.head + common_prefix(old.tail, text[old.head :])
-        cut = _last_cut(text, max(old.head, old.ends[0] if old.ends else 0), differ)
-        if cut is None:
-            return None, text, 0, None
-        # the last token ending at the cut (byte-level tokens of one character all end where it ends)
-        i = bisect_right(old.ends, cut)
-        if i == 0 or old.ends[i - 1] != cut:
-            return None, text, 0, None  # no token of the earlier prompt ends there: tokenize it whole
-        return cut, _GUARD + text[cut:], old.first + i, old
+            return whole
+        rest = text[old.head :]
+        same = common_prefix(old.tail, rest)
+        differ = old.head + same
+        left = _last_cut(text, max(old.head, int(old.ends[0]) if len(old.ends) else 0), differ)
+        i = None if left is None else old.token_ending_at(left)
+        if i is None:
+            return whole  # no cut, or no token of the earlier prompt ends there: tokenize it whole
+        # the text both end with, not overlapping what they start with; the right cut lies inside it
+        # with the letter before it, and an earlier token must end there too
+        suffix = common_suffix(old.tail, rest, min(len(old.tail), len(rest)) - same)
+        right = _first_cut(text, len(text) - suffix + 1, len(text))
+        reuse = None if right is None else old.token_ending_at(right - len(text) + old.length)
+        if reuse is None:
+            right = len(text)
+        return _Plan(left, right, old.first + i + 1, None if reuse is None else reuse + 1, old)
 
     def _should_check(self) -> bool:
         n = self.stats.spliced
@@ -214,14 +285,14 @@ class PromptIds:
     def _check(self, prompt: _Prompt, text: str) -> None:
         self.stats.checked += 1
         (full,) = self.tokenizer.encode([text])
-        if full != prompt.ids.tolist():
+        if full != prompt.ids:
             self.stats.mismatches += 1
             self._incremental = False
             log.warning(
                 "incremental prompt tokenization differs from a full tokenization for this tokenizer; "
                 "tokenizing every prompt whole from now on (exact, slower)"
             )
-            prompt.ids = array("i", full)
+            prompt.ids = self._shared(full)
 
 
 def _last_cut(text: str, start: int, stop: int) -> int | None:
@@ -232,4 +303,15 @@ def _last_cut(text: str, start: int, stop: int) -> int | None:
         if text[space - 1].isalpha() and text[space + 1].isalpha():
             return space
         space = text.rfind(" ", max(start, 1), space)
+    return None
+
+
+def _first_cut(text: str, start: int, stop: int) -> int | None:
+    """The first position from `start` where a space sits between two letters, all three in
+    text[start - 1 : stop]."""
+    space = text.find(" ", max(start, 1), stop - 1)
+    while space > 0:
+        if text[space - 1].isalpha() and text[space + 1].isalpha():
+            return space
+        space = text.find(" ", space + 1, stop - 1)
     return None

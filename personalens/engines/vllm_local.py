@@ -51,6 +51,7 @@ class VllmEngine:
             seed=config.seed,
             max_num_seqs=config.max_num_seqs,
             block_size=config.block_size,
+            load_format=config.load_format,
             # grammars use xgrammar's EBNF dialect, so the backend is pinned rather than "auto"
             structured_outputs_config={"backend": "xgrammar"},
         )
@@ -77,15 +78,28 @@ class VllmEngine:
             outputs = self._llm.chat(
                 [format_messages(r.messages, self._system_role) for r in requests], params, use_tqdm=bar
             )
-        return [
-            Generation(
-                text=out.outputs[0].text,
-                prompt_tokens=len(out.prompt_token_ids),
-                completion_tokens=len(out.outputs[0].token_ids),
-                cached_tokens=out.num_cached_tokens or 0,
+        return [_generation(out) for out in outputs]
+
+    def submit(self, requests: Sequence[Request]) -> list[str]:
+        """Queue requests without running them (scheduling=continuous); `finished` returns them."""
+        from vllm.inputs import TokensPrompt
+
+        prompts = [
+            TokensPrompt(
+                prompt_token_ids=list(r.prompt_ids)
+                if r.prompt_ids is not None
+                else self.chat_tokenizer.encode_chat(r.messages)
             )
-            for out in outputs
+            for r in requests
         ]
+        ids = self._llm.enqueue(prompts, [sampling_params(r) for r in requests], use_tqdm=False)
+        # vLLM makes each id unique inside the engine ("<id>-<8 random characters>") and reports
+        # outputs under the id it was given
+        return [rid.rsplit("-", 1)[0] for rid in ids]
+
+    def finished(self) -> list[tuple[str, Generation]]:
+        """One step of the engine: the queued requests that finished in it."""
+        return [(out.request_id, _generation(out)) for out in self._llm.llm_engine.step() if out.finished]
 
     def reset_prefix_cache(self) -> None:
         """Forget cached prompt prefixes (benchmarks start each phase cold)."""
@@ -119,6 +133,15 @@ class _FinishedRequests(tqdm):
         if self._on_finished is not None and n:
             self._on_finished(int(n))
         return shown
+
+
+def _generation(out) -> Generation:
+    return Generation(
+        text=out.outputs[0].text,
+        prompt_tokens=len(out.prompt_token_ids),
+        completion_tokens=len(out.outputs[0].token_ids),
+        cached_tokens=out.num_cached_tokens or 0,
+    )
 
 
 def sampling_params(request: Request):

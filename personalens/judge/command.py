@@ -61,5 +61,5 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         chunk=chunk,
     )
     if summary.judgments:
-        append_summary(out_dir, "judge", cfg.shard.index, cfg.shard.count, vars(summary))
+        append_summary(out_dir, "judge", cfg.shard.index, cfg.shard.count, summary)
     return 0

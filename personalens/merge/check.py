@@ -152,13 +152,10 @@ def merge(
     )
     if not result.ok:
         return result
-    written = _write_atomically(
-        out_dir / "merged",
-        {
-            "dialogues": _concat(dialogues.values(), ["user_index", *KEY_COLUMNS]),
-            "judgments": _concat(judgments.values(), ["user_index", *JUDGMENT_KEY]),
-        },
-    )
+    tables = {"dialogues": _concat(dialogues.values(), ["user_index", *KEY_COLUMNS])}
+    if judgments:  # none when no judge dimension is asked for (a run merged before judging)
+        tables["judgments"] = _concat(judgments.values(), ["user_index", *JUDGMENT_KEY])
+    written = _write_atomically(out_dir / "merged", tables)
     return replace(result, written=written)
 
 

@@ -17,9 +17,17 @@ ROLES = ("user_agent", "assistant")
 def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     from personalens.engines.base import sampling_from
     from personalens.simulate.dialogue import EndRules
-    from personalens.simulate.generate import Protocol
+    from personalens.simulate.generate import Protocol, Scheduling
     from personalens.simulate.generate import generate as simulate
-    from personalens.store import DIALOGUE_SCHEMA, KEY_COLUMNS, PartWriter, append_summary, existing_values, shard_dir
+    from personalens.store import (
+        DIALOGUE_SCHEMA,
+        KEY_COLUMNS,
+        TRACE_SCHEMA,
+        PartWriter,
+        append_summary,
+        existing_values,
+        shard_dir,
+    )
 
     fidelity = R.fidelity(cfg)
     scenarios = R.scenarios(cfg)
@@ -56,14 +64,19 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         trials=int(cfg.trials),
         seed=int(cfg.seed),
         writer=PartWriter(folder, DIALOGUE_SCHEMA),
+        trace_writer=PartWriter(shard_dir(out_dir, "trace", cfg.shard.index, cfg.shard.count), TRACE_SCHEMA),
         done=existing_values(folder, KEY_COLUMNS),
         run_id=str(cfg.run.name),
         config_hash=digest,
         progress=bool(cfg.progress),
         family=family,
-        chunk=int(cfg.lockstep.max_requests_per_call),
-        keep_ids=bool(cfg.lockstep.token_ids),
+        scheduling=Scheduling(
+            str(cfg.scheduling),
+            int(cfg.lockstep.max_requests_per_call),
+            bool(cfg.lockstep.token_ids),
+            int(cfg.continuous.in_flight),
+        ),
     )
     if summary.dialogues:
-        append_summary(out_dir, "generate", cfg.shard.index, cfg.shard.count, vars(summary))
+        append_summary(out_dir, "generate", cfg.shard.index, cfg.shard.count, summary)
     return 0

@@ -1,21 +1,25 @@
 """`generate`: simulate every (scenario, trial) of a shard in lockstep and stream the finished
-dialogues to Parquet, skipping the ones a previous run already wrote."""
+dialogues to Parquet, skipping the ones a previous run already wrote; each step's batched calls go
+to the trace beside them (trace.py)."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from personalens.data.records import Role, Scenario
 from personalens.engines.base import Engine, Sampling, derive_seed
+from personalens.errors import PersonalensError
 from personalens.progress import Progress, prompt_usage
 from personalens.prompts.render import assistant_messages, user_agent_messages
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import Templates
+from personalens.simulate.continuous import run_continuous
 from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
+from personalens.simulate.trace import CallTrace, TraceTotals
 from personalens.store import PartWriter
 
 log = logging.getLogger(__name__)
@@ -33,6 +37,25 @@ class Protocol:
 
 
 @dataclass(frozen=True)
+class Scheduling:
+    """How `generate` feeds the engines; none of it changes the prompts or the seeds."""
+
+    mode: str = "lockstep"  # lockstep (lockstep.py) | continuous (continuous.py)
+    chunk: int = 4096  # lockstep: a step's requests for one engine go in calls of at most this many
+    keep_ids: bool = True  # prompts as token ids kept per dialogue, for engines that tokenize here
+    in_flight: int = 0  # continuous: dialogues running at once (0: all)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("lockstep", "continuous"):
+            raise PersonalensError(f"scheduling: expected lockstep or continuous, got {self.mode!r}")
+        if self.chunk < 1 or self.in_flight < 0:
+            raise PersonalensError(
+                f"lockstep.max_requests_per_call must be >= 1 and continuous.in_flight >= 0, got {self.chunk}, "
+                f"{self.in_flight}"
+            )
+
+
+@dataclass(frozen=True)
 class GenerateSummary:
     dialogues: int
     skipped: int
@@ -41,13 +64,14 @@ class GenerateSummary:
     seconds: float
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    trace: TraceTotals = field(default_factory=TraceTotals)
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
         return (
             f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped), "
             f"{self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
-            f"({rate:.1f} tokens/s); {prompt_usage(self.prompt_tokens, self.cached_tokens)}"
+            f"({rate:.1f} tokens/s); {prompt_usage(self.prompt_tokens, self.cached_tokens)}; {self.trace.line()}"
         )
 
 
@@ -122,6 +146,10 @@ def dialogue_row(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine]
     }
 
 
+def trace_row(trace: CallTrace, run_id: str, session_started: float) -> dict:
+    return {"run_id": run_id, "session_started": session_started, **vars(trace), "roles": list(trace.roles)}
+
+
 def generate(
     scenarios: Sequence[Scenario],
     *,
@@ -132,35 +160,49 @@ def generate(
     trials: int,
     seed: int,
     writer: PartWriter,
+    trace_writer: PartWriter | None = None,
     done: set[DialogueKey],
     run_id: str,
     config_hash: str,
     progress: bool = True,
     family: str = "default",
-    chunk: int = 4096,
-    keep_ids: bool = True,
+    scheduling: Scheduling = Scheduling(),
 ) -> GenerateSummary:
-    """`load_engines` is called only when there is something to simulate; `chunk` and `keep_ids` are
-    run_lockstep's."""
+    """`load_engines` is called only when there is something to simulate; `trace_writer` receives
+    one part file of trace rows per step (None: no trace)."""
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
     engines = load_engines() if todo else {}
 
     bar = Progress(total=len(todo), label="generate", unit="dialogue", enabled=progress)
     totals = {"turns": 0, "tokens": 0, "prompt": 0, "cached": 0}
+    traced = TraceTotals()
+    session_started = time.time()  # tells a resumed run's calls from the earlier runs' ones
 
     def on_finished(finished: list[Dialogue]) -> None:
         writer.write([dialogue_row(d, run_id, engines, config_hash) for d in finished])
+        for dialogue in finished:  # written: a shard's memory holds the text of running dialogues only
+            dialogue.turns = []
 
     def on_step(stats: StepStats) -> None:
         totals["turns"] += stats.requests
         totals["tokens"] += stats.completion_tokens
         totals["prompt"] += stats.prompt_tokens
         totals["cached"] += stats.cached_tokens
+        for trace in stats.calls:
+            traced.add(trace)
+        if trace_writer is not None:
+            trace_writer.write([trace_row(t, run_id, session_started) for t in stats.calls])
         bar.update(stats.finished, active=stats.active, tokens=stats.completion_tokens)
 
     started = time.monotonic()
     render = renderer(templates, setting, family)
-    run_lockstep(todo, engines, render, protocol.sampling, on_finished, on_step, chunk=chunk, keep_ids=keep_ids)
+    continuous = scheduling.mode == "continuous"
+    run, options = (
+        (run_continuous, {"in_flight": scheduling.in_flight})
+        if continuous
+        else (run_lockstep, {"chunk": scheduling.chunk})
+    )
+    run(todo, engines, render, protocol.sampling, on_finished, on_step, keep_ids=scheduling.keep_ids, **options)
     bar.close()
     summary = GenerateSummary(
         len(todo),
@@ -170,6 +212,7 @@ def generate(
         time.monotonic() - started,
         totals["prompt"],
         totals["cached"],
+        traced,
     )
     log.info(summary.line())
     return summary

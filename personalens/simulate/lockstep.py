@@ -6,7 +6,10 @@ same call, so the engine always sees the largest batch there is; a step of more 
 requests for one engine is sent in calls of `chunk`, so a step's prompts in memory stay bounded.
 
 An engine with a `chat_tokenizer` gets each prompt as token ids kept per dialogue and role
-(engines/tokens.py): a turn costs the tokens it adds, not a new tokenization of the history."""
+(engines/tokens.py): a turn costs the tokens it adds, not a new tokenization of the history.
+
+Every call is traced (trace.py): its requests and tokens, and when its requests finished, from the
+engine's `on_finished` reports timestamped with `clock`."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from personalens.data.records import Role
 from personalens.engines.base import Engine, Message, Request, Sampling
 from personalens.engines.tokens import PromptIds
 from personalens.simulate.dialogue import Dialogue
+from personalens.simulate.trace import CallTrace, finishes
 
 Render = Callable[[Dialogue, Role], Sequence[Message]]
 
@@ -32,6 +36,7 @@ class StepStats:
     seconds: float
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens the engine served from its prefix cache
+    calls: tuple[CallTrace, ...] = ()  # the step's batched calls, in order
 
 
 def plan_step(
@@ -93,34 +98,77 @@ def run_lockstep(
     `keep_ids=False` sends chat messages even to engines that could take token ids."""
     active = [d for d in dialogues if d.waiting_on is not None]
     kept = token_prompts(engines) if keep_ids else {}
+    begun = clock()
     step = 0
     while active:
         step += 1
         started = clock()
-        requests = tokens = prompt = cached = 0
         calls = [
             (engine, waiting[i : i + chunk])
             for engine, waiting in plan_step(active, engines)
             for i in range(0, len(waiting), chunk)
         ]
+        traces = []
         for engine, waiting in calls:
             batch = build_requests(waiting, render, sampling, kept.get(id(engine)))
-            generations = engine.generate(batch)
-            if len(generations) != len(batch):
-                raise RuntimeError(
-                    f"engine {engine.name} returned {len(generations)} replies for {len(batch)} requests"
-                )
-            now = clock()
-            for (dialogue, role), gen in zip(waiting, generations):
-                dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, now)
-                tokens += gen.completion_tokens
-                prompt += gen.prompt_tokens
-                cached += gen.cached_tokens
-            requests += len(batch)
+            traces.append(_call(engine, batch, waiting, (step, len(traces)), clock, begun))
         finished = [d for d in active if d.ended is not None]
         active = [d for d in active if d.ended is None]
         for ids in kept.values():
             ids.forget([(d.key, role) for d in finished for role in ("user", "assistant")])
         if finished:
             on_finished(finished)
-        on_step(StepStats(step, requests, len(active), len(finished), tokens, clock() - started, prompt, cached))
+        on_step(
+            StepStats(
+                step,
+                sum(t.requests for t in traces),
+                len(active),
+                len(finished),
+                sum(t.completion_tokens for t in traces),
+                clock() - started,
+                sum(t.prompt_tokens for t in traces),
+                sum(t.cached_tokens for t in traces),
+                tuple(traces),
+            )
+        )
+
+
+def _call(
+    engine: Engine,
+    batch: list[Request],
+    waiting: Sequence[tuple[Dialogue, Role]],
+    where: tuple[int, int],
+    clock: Callable[[], float],
+    begun: float,
+) -> CallTrace:
+    """One batched call: its replies added to their dialogues, and its trace."""
+    reported: list[float] = []
+
+    def finished(n: int) -> None:
+        now = clock()
+        reported.extend([now] * n)
+
+    started = clock()
+    generations = engine.generate(batch, on_finished=finished)
+    returned = clock()
+    if len(generations) != len(batch):
+        raise RuntimeError(f"engine {engine.name} returned {len(generations)} replies for {len(batch)} requests")
+    for (dialogue, role), gen in zip(waiting, generations):
+        dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, returned)
+    done = finishes(len(batch), started, reported, returned)
+    return CallTrace(
+        step=where[0],
+        call=where[1],
+        model=engine.name,
+        roles=tuple(sorted({role for _, role in waiting})),
+        requests=len(batch),
+        prompt_tokens=sum(g.prompt_tokens for g in generations),
+        cached_tokens=sum(g.cached_tokens for g in generations),
+        completion_tokens=sum(g.completion_tokens for g in generations),
+        started=started - begun,
+        seconds=returned - started,
+        first_finished=done.first,
+        last_finished=done.last,
+        tail=done.tail,
+        reported=done.reported,
+    )

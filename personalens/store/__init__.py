@@ -9,6 +9,7 @@ from personalens.store.schema import (
     JUDGMENT_SCHEMA,
     KEY_COLUMNS,
     SCORE_RANGES,
+    TRACE_SCHEMA,
     TURN_TYPE,
 )
 from personalens.store.summaries import append_summary, read_summaries
@@ -24,6 +25,7 @@ __all__ = [
     "JUDGMENT_SCHEMA",
     "KEY_COLUMNS",
     "SCORE_RANGES",
+    "TRACE_SCHEMA",
     "TURN_TYPE",
     "append_summary",
     "read_summaries",

@@ -36,6 +36,29 @@ DIALOGUE_SCHEMA = pa.schema(
     ]
 )
 
+# one row per batched generate call of `generate` (personalens/simulate/trace.py); a resumed run
+# appends its calls under its own `session_started`
+TRACE_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("session_started", pa.float64()),
+        ("step", pa.int32()),
+        ("call", pa.int32()),
+        ("model", pa.string()),
+        ("roles", pa.list_(pa.string())),
+        ("requests", pa.int32()),
+        ("prompt_tokens", pa.int64()),
+        ("cached_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("started", pa.float64()),
+        ("seconds", pa.float64()),
+        ("first_finished", pa.float64()),
+        ("last_finished", pa.float64()),
+        ("tail", pa.float64()),
+        ("reported", pa.int32()),
+    ]
+)
+
 JUDGMENT_SCHEMA = pa.schema(
     ID_FIELDS
     + [

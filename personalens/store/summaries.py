@@ -5,9 +5,9 @@ plan.calibrate=<run>` reads here to estimate a larger run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -17,14 +17,15 @@ def summaries_dir(out_dir: Path) -> Path:
     return Path(out_dir) / "logs" / "summaries"
 
 
-def append_summary(out_dir: Path, command: str, index: int, count: int, record: Mapping) -> None:
-    """One line for this invocation; a failed write is a warning, as the results are already saved."""
+def append_summary(out_dir: Path, command: str, index: int, count: int, summary: object) -> None:
+    """One line for this invocation (`summary` a dataclass, nested ones as objects); a failed write is
+    a warning, as the results are already saved."""
     shard = f".shard-{index:03d}-of-{count:03d}" if count > 1 else ""
     path = summaries_dir(out_dir) / f"{command}{shard}.jsonl"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(dict(record), sort_keys=True) + "\n")
+            f.write(json.dumps(dataclasses.asdict(summary), sort_keys=True) + "\n")
     except OSError as err:
         log.warning(f"{command}: could not write its summary to {path}: {err.strerror or err}")
 

@@ -1,0 +1,238 @@
+"""A Table-3 row on one machine with random weights: the paper's 50-user subset through `generate`,
+`judge` (every dimension) and `report`, on an in-process vLLM engine whose weights are random
+(`load_format: dummy`) but whose architecture is a shipped model's (its published config.json,
+written here), so no weights are downloaded. The tokenizer is the embedded model's (SmolLM2's):
+prompts are as long as SmolLM2 makes them, not exactly as the real model's tokenizer would.
+
+It prints the wall time of each stage, generate's generated tokens per second, lockstep against
+the same requests replayed straight to the engine (raw batched, from a cold prefix cache too), and
+the step trace's summary (calls, share of their wall time in the straggler tail).
+
+    python bench/gpu_row.py ../shared/personalens-data               # on a GPU: llama31_8b, paper protocol
+    python bench/gpu_row.py ../shared/personalens-data --arch mistral7b_v02
+    python bench/gpu_row.py --tiny                                   # CPU smoke size (tests/test_gpu_row.py)
+
+Random weights rarely sample the end-of-text token and never say TERMINATE, so every reply runs
+to its token budget and every dialogue to its round cap: those set the row's lengths. They default
+to an assumption of the paper's models (`--rounds 4,6` SD,MD and `--reply-tokens 80,300` user,
+assistant, the lengths bench/stragglers.py assumes), not the protocol's caps (20 and 30 rounds of
+800 tokens), under which prompts would outgrow the model's context. `--tiny` is a 2-layer
+architecture on the bundled sample's user 0, one round, a few tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# published config.json values (Hugging Face model cards) of the shipped model configs' architectures;
+# the special tokens are SmolLM2's, whose tokenizer is used
+ARCHS = {
+    "llama31_8b": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+    },
+    "mistral7b_v02": {
+        "architectures": ["MistralForCausalLM"],
+        "model_type": "mistral",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        # the published 32,000 is raised to SmolLM2's 49,152 ids, which its prompts use
+        "vocab_size": 49152,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0,
+        "sliding_window": None,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+    },
+    "tiny": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "vocab_size": 49152,
+        "max_position_embeddings": 8192,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": True,
+    },
+}
+SPECIAL = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "torch_dtype": "bfloat16"}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
+SCENARIOS_PER_USER = 86  # the excerpt's users (bench/release_copy.py copies them)
+
+
+def model_dir(arch: str, into: Path) -> Path:
+    """A model directory with the architecture's config.json and the embedded model's tokenizer."""
+    from personalens.engines.embedded import embedded_model_dir
+
+    into.mkdir(parents=True, exist_ok=True)
+    (into / "config.json").write_text(json.dumps({**ARCHS[arch], **SPECIAL}, indent=2))
+    for name in TOKENIZER_FILES:
+        if (embedded_model_dir() / name).exists():
+            shutil.copy(embedded_model_dir() / name, into / name)
+    return into
+
+
+class Recorder:
+    """The engine, with every batched call's requests kept for the raw replay."""
+
+    def __init__(self, engine):
+        self.engine, self.name = engine, engine.name
+        self.chat_tokenizer = engine.chat_tokenizer  # so lockstep hands it token ids
+        self.calls: list[list] = []
+
+    def generate(self, requests, on_finished=None):
+        self.calls.append(list(requests))
+        return self.engine.generate(requests, on_finished)
+
+
+def timed(what: str, run: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    run()
+    seconds = time.perf_counter() - started
+    print(f"{what}: {seconds:.1f} s", flush=True)
+    return seconds
+
+
+def overrides(args: argparse.Namespace, model: Path, out: Path) -> list[str]:
+    roles = ("assistant", "user_agent", "judge")
+    if args.tiny:  # the embedded model's CPU settings, the tiny architecture's random weights
+        models = [f"{r}.path={model}" for r in roles] + [f"{r}.kv_cache_memory_bytes={2**28}" for r in roles]
+        sizes = ["protocol=quick", "protocol.max_rounds_sd=1", "protocol.max_rounds_md=1", "data.users=0"]
+        # replies of 8 tokens; the judge's least budget the official format accepts
+        sizes += [f"protocol.{r}.max_tokens={n}" for r, n in (("user_agent", 8), ("assistant", 8), ("judge", 120))]
+    else:
+        models = [f"model@{r}={args.arch_config}" for r in roles] + [f"{r}.path={model}" for r in roles]
+        sizes = [f"protocol={args.protocol}", f"data.root={args.root}", f"data.users={args.users}"]
+        (sd, md), (user, assistant) = (map(int, x.split(",")) for x in (args.rounds, args.reply_tokens))
+        sizes += [f"protocol.max_rounds_sd={sd}", f"protocol.max_rounds_md={md}"]
+        sizes += [f"protocol.user_agent.max_tokens={user}", f"protocol.assistant.max_tokens={assistant}"]
+    dummy = [f"{r}.load_format=dummy" for r in roles]
+    return [*models, *dummy, *sizes, f"run.out_dir={out}", "progress=false", "report.bootstrap=100"]
+
+
+def run(args: argparse.Namespace, work: Path) -> dict:
+    from hydra import compose, initialize_config_dir
+
+    from personalens.config import register_resolvers
+    from personalens.config import run as R
+    from personalens.judge.command import judge
+    from personalens.report.command import report
+    from personalens.simulate.command import generate
+    from personalens.simulate.trace import CallTrace, TraceTotals
+    from personalens.store import read_table
+
+    out = work / "run"
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides(args, model_dir(args.arch, work / "model"), out))
+    result: dict = {}
+    engines: dict = {}
+    result["load_s"] = timed(
+        "model load (random weights)", lambda: engines.update(R.engines(cfg, ("user_agent", "assistant", "judge")))
+    )
+    engine = engines["assistant"]
+    recorder = Recorder(engine)
+    result["generate_s"] = timed(
+        "generate", lambda: generate(cfg, lambda: {"user_agent": recorder, "assistant": recorder})
+    )
+    dialogues = read_table(out / "dialogues", ["turns"]).column("turns").to_pylist()
+    generated = sum(t["completion_tokens"] for turns in dialogues for t in turns)
+    result.update(dialogues=len(dialogues), turns=sum(map(len, dialogues)), generated=generated)
+    totals = TraceTotals()
+    trace = read_table(out / "trace").to_pylist()
+    for row in trace:
+        totals.add(CallTrace(**{k: row[k] for k in CallTrace.__dataclass_fields__}))
+    result["trace"] = totals.line()
+
+    def raw() -> None:
+        engine.reset_prefix_cache()
+        for batch in recorder.calls:
+            result["raw_generated"] = result.get("raw_generated", 0) + sum(
+                g.completion_tokens for g in engine.generate(batch)
+            )
+
+    result["raw_s"] = timed("raw batched (the same requests)", raw)
+    result["judge_s"] = timed("judge", lambda: judge(cfg, lambda: {"judge": engine}))
+    result["judgments"] = read_table(out / "judgments", ["score"]).num_rows
+    result["report_s"] = timed("report", lambda: report(cfg))
+    engine.close()  # vLLM's engine processes stop now, not at an interpreter exit that waits on them
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data_root", type=Path, nargs="?", help="a small root to copy users from (the excerpt)")
+    parser.add_argument("--arch", default="llama31_8b", choices=sorted(ARCHS))
+    parser.add_argument("--users", default="sample50", help="data.users (default: the paper's 50-user subset)")
+    parser.add_argument("--protocol", default="paper")
+    parser.add_argument("--rounds", default="4,6", help="round caps SD,MD (every dialogue runs to its cap)")
+    parser.add_argument("--reply-tokens", default="80,300", help="user,assistant reply budgets (replies fill them)")
+    parser.add_argument("--tiny", action="store_true", help="CPU smoke size: tiny architecture, user 0, 1 round")
+    parser.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
+    args = parser.parse_args()
+    if args.tiny:
+        args.arch = "tiny"
+    elif args.data_root is None:
+        parser.error("a data root to copy users from is needed (or --tiny)")
+    args.arch_config = {"tiny": "smollm2"}.get(args.arch, args.arch)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.keep or Path(tmp)
+        if not args.tiny:
+            from release_copy import replicate
+
+            from personalens.data.selection import SUBSETS
+
+            users = max(SUBSETS[args.users]) + 1 if args.users in SUBSETS else 1500  # the release: 1,500 users
+            args.root = replicate(args.data_root, users, work / "data")
+        result = run(args, work)
+    rate, raw_rate = result["generated"] / result["generate_s"], result["raw_generated"] / result["raw_s"]
+    print(f"arch {args.arch} (random weights), {'tiny' if args.tiny else f'users {args.users}, {args.protocol}'}")
+    print(
+        f"generate: {result['dialogues']} dialogues, {result['turns']} turns, {result['generated']} generated tokens "
+        f"in {result['generate_s']:.1f} s = {rate:.1f} tokens/s; raw batched {raw_rate:.1f} tokens/s; "
+        f"lockstep / raw batched = {rate / raw_rate:.2f}"
+    )
+    print(f"trace: {result['trace']}")
+    print(f"judge: {result['judgments']} judgments in {result['judge_s']:.1f} s; report {result['report_s']:.1f} s")
+    print("RESULT " + json.dumps(result))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":  # vLLM spawns worker processes
+    main()

@@ -1,0 +1,132 @@
+"""Continuous scheduling (`scheduling=continuous`): each dialogue's next request is submitted as
+soon as its previous one finished, so no dialogue waits for the slowest reply of a round, and the
+engine's queue is refilled while it runs. At most `in_flight` dialogues run at once (0: all), the
+next starting when one ends: few enough that the engine's prefix cache keeps the histories of the
+dialogues in flight between their turns (docs/performance.md).
+
+Same prompts, token ids and seeds as lockstep (lockstep.py builds them); the engines must take
+requests while they run (engines/base.py `Submitting`: in-process vLLM). The trace has one record
+per submission (the requests submitted together after one engine step), complete when its last
+request finished: nothing waits for its tail, which says how unevenly its replies ended."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from personalens.data.records import Role
+from personalens.engines.base import Engine, Generation, Sampling
+from personalens.errors import PersonalensError
+from personalens.simulate.dialogue import Dialogue
+from personalens.simulate.lockstep import Render, StepStats, build_requests, plan_step, token_prompts
+from personalens.simulate.trace import CallTrace, finishes
+
+
+@dataclass
+class _Submission:
+    """Requests submitted together, and what became of them (for the trace)."""
+
+    step: int
+    call: int
+    model: str
+    roles: tuple[str, ...]
+    requests: int
+    started: float
+    done: list[float] = field(default_factory=list)
+    generations: list[Generation] = field(default_factory=list)
+
+    def trace(self, begun: float) -> CallTrace:
+        last = max(self.done)
+        timing = finishes(self.requests, self.started, self.done, last)
+        return CallTrace(
+            step=self.step,
+            call=self.call,
+            model=self.model,
+            roles=self.roles,
+            requests=self.requests,
+            prompt_tokens=sum(g.prompt_tokens for g in self.generations),
+            cached_tokens=sum(g.cached_tokens for g in self.generations),
+            completion_tokens=sum(g.completion_tokens for g in self.generations),
+            started=self.started - begun,
+            seconds=last - self.started,
+            first_finished=timing.first,
+            last_finished=timing.last,
+            tail=timing.tail,
+            reported=timing.reported,
+        )
+
+
+def run_continuous(
+    dialogues: Sequence[Dialogue],
+    engines: Mapping[Role, Engine],
+    render: Render,
+    sampling: Mapping[Role, Sampling],
+    on_finished: Callable[[list[Dialogue]], None],
+    on_step: Callable[[StepStats], None] = lambda stats: None,
+    clock: Callable[[], float] = time.monotonic,
+    *,
+    keep_ids: bool = True,
+    in_flight: int = 0,
+) -> None:
+    """Run every dialogue to its end, as run_lockstep does; a "step" here is one engine step that
+    finished requests, and `on_step` gets the submissions it completed as its calls."""
+    missing = sorted({e.name for e in engines.values() if not hasattr(e, "submit")})
+    if missing:
+        raise PersonalensError(
+            f"scheduling=continuous needs engines that take requests while they run (in-process vLLM); "
+            f"{', '.join(missing)} does not: use scheduling=lockstep"
+        )
+    kept = token_prompts(engines) if keep_ids else {}
+    waiting = deque(d for d in dialogues if d.waiting_on is not None)
+    running: dict[tuple[int, str], tuple[Dialogue, Role, _Submission]] = {}
+    begun = clock()
+    step = 0
+
+    def submit(ready: Sequence[Dialogue]) -> None:
+        for call, (engine, asked) in enumerate(plan_step(ready, engines)):
+            requests = build_requests(asked, render, sampling, kept.get(id(engine)))
+            roles = tuple(sorted({role for _, role in asked}))
+            sent = _Submission(step, call, engine.name, roles, len(requests), clock())
+            for request_id, (dialogue, role) in zip(engine.submit(requests), asked):
+                running[(id(engine), request_id)] = (dialogue, role, sent)
+
+    submit([waiting.popleft() for _ in range(min(in_flight or len(waiting), len(waiting)))])
+    while running:
+        step += 1
+        started = clock()
+        for engine in {id(e): e for e in engines.values()}.values():
+            if not any(key[0] == id(engine) for key in running):
+                continue
+            done = engine.finished()
+            now = clock()
+            advanced, completed = [], []
+            for request_id, gen in done:
+                dialogue, role, sent = running.pop((id(engine), request_id))
+                dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, now)
+                sent.done.append(now)
+                sent.generations.append(gen)
+                advanced.append(dialogue)
+                if len(sent.done) == sent.requests:
+                    completed.append(sent.trace(begun))
+            ended = [d for d in advanced if d.ended is not None]
+            for ids in kept.values():
+                ids.forget([(d.key, role) for d in ended for role in ("user", "assistant")])
+            if ended:
+                on_finished(ended)
+            ready = [d for d in advanced if d.ended is None]
+            submit(ready + [waiting.popleft() for _ in range(min(len(ended), len(waiting)))])
+            on_step(
+                StepStats(
+                    step,
+                    len(done),
+                    len({id(d) for d, _, _ in running.values()}),
+                    len(ended),
+                    sum(g.completion_tokens for _, g in done),
+                    clock() - started,
+                    sum(g.prompt_tokens for _, g in done),
+                    sum(g.cached_tokens for _, g in done),
+                    tuple(completed),
+                )
+            )

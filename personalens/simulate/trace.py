@@ -1,0 +1,76 @@
+"""The step trace: one record per batched generate call of a lockstep run, saying where the call's
+wall time went. A call lasts until its slowest request finishes; while only a few requests are still
+running, an accelerator decodes small batches and idles most of its width (the straggler tail).
+
+Finish times come from the engine's `on_finished` callback (vLLM's per-request progress, a server's
+replies as they arrive), timestamped here in the caller; requests an engine does not report count as
+finished when the call returns. Pure arithmetic over those times; generate.py writes the records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+TAIL_SHARE = 0.25  # the tail: fewer than this share of a call's requests still running
+
+
+@dataclass(frozen=True)
+class CallTrace:
+    step: int  # the lockstep step (1-based) the call belongs to
+    call: int  # its index among the step's calls
+    model: str
+    roles: tuple[str, ...]  # the roles whose requests the call carried, sorted
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    started: float  # seconds from the start of the lockstep run to the call's start
+    seconds: float  # the call's wall time
+    first_finished: float  # seconds from the call's start until its first request finished
+    last_finished: float  # ... until its last request finished
+    tail: float  # how long fewer than a quarter of its requests were still running
+    reported: int  # finishes the engine reported during the call (the rest: at its return)
+
+
+@dataclass(frozen=True)
+class Finishes:
+    """When a call's requests finished, as offsets from the call's start."""
+
+    first: float
+    last: float
+    tail: float
+    reported: int
+
+
+def finishes(requests: int, started: float, reported: Sequence[float], returned: float) -> Finishes:
+    """`reported`: the clock times of the finishes the engine reported, in order (one per request,
+    at most `requests`); the requests not reported finished at `returned`."""
+    times = sorted(min(t, returned) - started for t in reported[:requests])
+    times += [returned - started] * (requests - len(times))
+    if not times:
+        return Finishes(0.0, 0.0, 0.0, 0)
+    # after the j-th finish (1-based) requests - j are running: the tail starts at the first j
+    # with requests - j < TAIL_SHARE * requests
+    j = int(requests * (1 - TAIL_SHARE)) + 1
+    return Finishes(times[0], times[-1], times[-1] - times[j - 1], min(len(reported), requests))
+
+
+@dataclass
+class TraceTotals:
+    """Running totals for the closing line: how much of the calls' wall time was straggler tail."""
+
+    calls: int = 0
+    seconds: float = 0.0
+    tail: float = 0.0
+
+    def add(self, trace: CallTrace) -> None:
+        self.calls += 1
+        self.seconds += trace.seconds
+        self.tail += trace.tail
+
+    def line(self) -> str:
+        share = self.tail / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"{self.calls} batched calls, {share:.0%} of their wall time in the straggler tail "
+            f"(fewer than {TAIL_SHARE:.0%} of a call's requests still running)"
+        )
