@@ -1,7 +1,7 @@
 """Managed vLLM servers on this CPU: two distinct models (the embedded model under two names and seeds)
-forced to `placement: managed_server`, so two real servers start together, serve a real generate
-and end with it. Kept small: 4 one-round dialogues of 16-token replies, a fixed 512 MiB KV cache, no
-torch.compile."""
+forced to `placement: managed_server`, so two real servers start together, serve a real `personalens
+run` (the judge shares the user agent's model, so its server) and end with it. Kept small: 4 one-round
+dialogues of 16-token replies, short judge outputs, a fixed 512 MiB KV cache, no torch.compile."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ pytestmark = pytest.mark.vllm
 
 TINY = {
     "kv_cache_memory_bytes": TEST_KV_CACHE_BYTES,
-    "max_model_len": TEST_MAX_MODEL_LEN,
+    "max_model_len": 2 * TEST_MAX_MODEL_LEN,  # the judge's official prompts reach past 2,048 tokens
     "max_num_seqs": 32,
     "enforce_eager": "true",
     "cpu_reserved_cores": 0,
     "placement": "managed_server",
 }
-MODELS = {"assistant": ("SmolLM2-assistant", 0), "user_agent": ("SmolLM2-user", 1)}
+MODELS = {"assistant": ("SmolLM2-assistant", 0), "user_agent": ("SmolLM2-user", 1), "judge": ("SmolLM2-user", 1)}
 
 
 def server_processes(out: Path) -> list[int]:
@@ -43,20 +43,21 @@ def server_processes(out: Path) -> list[int]:
     return found
 
 
-def test_two_managed_servers_serve_a_real_generate_and_end_with_it(tmp_path):
+def test_two_managed_servers_serve_a_real_run_and_end_with_it(tmp_path):
     out = tmp_path / "run"
     overrides = [f"{role}.{key}={value}" for role in MODELS for key, value in TINY.items()]
     for role, (name, seed) in MODELS.items():
         overrides += [f"{role}.name={name}", f"{role}.seed={seed}"]
-    args = ["generate", "data.users=0", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=1"]
-    args += ["protocol.user_agent.max_tokens=16", "protocol.assistant.max_tokens=16"]
+    args = ["run", "data.users=0", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=1"]
+    args += ["protocol.user_agent.max_tokens=16", "protocol.assistant.max_tokens=16", "protocol.judge.max_tokens=128"]
     proc = run_cli(*args, *overrides, f"run.out_dir={out}", "progress=false")
 
     # the layout, logged at start: no GPU here, so only the forced servers
     assert "placement not planned (no GPU" in proc.stderr
     assert (
-        len(re.findall(r"SmolLM2-(user|assistant) \((user_agent|assistant)\): managed vLLM server", proc.stderr)) == 2
-    )
+        len(re.findall(r"SmolLM2-(user|assistant) \((user_agent, judge|assistant)\): managed vLLM server", proc.stderr))
+        == 2
+    ), proc.stderr
     ready = re.findall(r"vLLM server for (SmolLM2-\w+) ready after (\d+) s", proc.stderr)
     assert sorted(name for name, _ in ready) == ["SmolLM2-assistant", "SmolLM2-user"], proc.stderr
     saved = OmegaConf.load(out / "generate.yaml").resolved.placement
@@ -67,6 +68,10 @@ def test_two_managed_servers_serve_a_real_generate_and_end_with_it(tmp_path):
         ("SmolLM2-assistant", "SmolLM2-user")
     }
     assert all(t["prompt_tokens"] > 0 and t["completion_tokens"] > 0 for d in dialogues for t in d["turns"])
+    # the judge's requests went to the user agent's server; the report came out at the end
+    judgments = read_rows(out / "judgments")
+    assert len(judgments) == 4 * 6 and {j["judge_model"] for j in judgments} == {"SmolLM2-user"}
+    assert proc.stdout.lstrip().startswith("### Table 3"), proc.stdout
     # served with prompt-token details: later prompts of a user's dialogues come from the prefix cache
     cached = re.search(r"prompts \d+ tokens, (\d+)% from the prefix cache", proc.stderr)
     assert cached and int(cached[1]) > 0, proc.stderr
