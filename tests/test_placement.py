@@ -92,6 +92,25 @@ def test_70b_alone_on_one_or_two_gpus_is_refused_before_loading_with_the_sizes()
         plan_placement([need("llama31_70b", ("user",), tp=2)], 2, RULES)
 
 
+def test_the_kv_budget_holds_at_least_one_sequence_of_max_model_len():
+    """vLLM refuses to start unless the KV cache holds one max_model_len sequence: at Llama-3.1's full
+    131,072-token context the 70B's KV (10 GiB per GPU at tp 4) beside the 8B's (16 GiB) no longer fits
+    one node of 4 x 80 GB in process, which 32 sequences of 2,048 tokens alone would allow."""
+    full = 131_072
+    a = arch("llama31_8b")
+    [alone] = plan_placement([need("llama31_8b", ("assistant",), max_model_len=full)], 1, RULES)
+    assert alone.kv_cache_memory_bytes >= a.kv_bytes_for(full, 2)
+    models = [
+        need("llama31_8b", ("assistant",), max_model_len=full),
+        need("llama31_70b", ("user", "judge"), tp=4, max_model_len=full),
+    ]
+    with pytest.raises(PersonalensError, match="at least one max_model_len of 131072"):
+        plan_placement(models, 4, RULES)
+    placed = plan_placement(models, 8, RULES)  # each on its own GPUs instead
+    assert [(p.mode, p.gpus) for p in placed] == [("managed_server", (0,)), ("managed_server", (1, 2, 3, 4))]
+    assert all(p.kv_cache_memory_bytes >= p.kv_per_token_per_gpu * full for p in placed)
+
+
 def test_two_8b_class_models_share_one_gpu_in_process():
     models = [need("llama31_8b", ("assistant",)), need("mistral7b_v02", ("user", "judge"))]
     placed = plan_placement(models, 1, RULES)

@@ -185,7 +185,8 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
             f"model {config.name}: no {config_json}; placement sizes each model from its local files: set "
             "path to a local Hugging Face directory"
         )
-    arch = Architecture.from_config(json.loads(config_json.read_text()), where=str(config_json))
+    raw = json.loads(config_json.read_text())
+    arch = Architecture.from_config(raw, where=str(config_json))
     dtype_bytes = _dtype_bytes(config)
     leading = tuple(range(config.tensor_parallel_size))
     placement = config.placement
@@ -207,6 +208,8 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
         placement=placement,
         gpus=config.gpus,
         kv_cache_bytes=config.kv_cache_memory_bytes,
+        # vLLM's own default when max_model_len is unset: the model's context length
+        max_model_len=config.max_model_len or raw.get("max_position_embeddings"),
     )
 
 

@@ -119,6 +119,9 @@ class ModelNeed:
     placement: str = "auto"  # auto | in_process | managed_server
     gpus: tuple[int, ...] | None = None  # explicit GPU indices (of the visible ones)
     kv_cache_bytes: int | None = None  # per GPU, set in the model config: given as it is, not sized
+    # tokens of the longest sequence (vLLM's max_model_len): vLLM refuses to start unless its KV cache
+    # holds one such sequence, so the budget is never below that; None: not known
+    max_model_len: int | None = None
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,9 @@ def visible_gpus(env: Mapping[str, str], device_count: int) -> tuple[str, ...]:
 def _need_per_gpu(m: ModelNeed, rules: Rules) -> int:
     if m.kv_cache_bytes is not None:
         return 0  # fixed, counted in _fixed_per_gpu
-    return rules.min_seqs * m.arch.kv_bytes_for(rules.seq_tokens, m.dtype_bytes, m.tp)
+    typical = rules.min_seqs * m.arch.kv_bytes_for(rules.seq_tokens, m.dtype_bytes, m.tp)
+    longest = m.arch.kv_bytes_for(m.max_model_len, m.dtype_bytes, m.tp) if m.max_model_len else 0
+    return max(typical, longest)
 
 
 def _fixed_per_gpu(m: ModelNeed, rules: Rules) -> int:
@@ -233,7 +238,10 @@ def plan_placement(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> li
 def _kv_need(m: ModelNeed, rules: Rules) -> str:
     if m.kv_cache_bytes is not None:
         return f"KV {m.kv_cache_bytes / GIB:.1f} GiB per GPU as configured (included)"
-    return f"KV for {rules.min_seqs} x {rules.seq_tokens} tokens {_need_per_gpu(m, rules) / GIB:.1f} GiB per GPU"
+    longest = f" (at least one max_model_len of {m.max_model_len})" if m.max_model_len else ""
+    return (
+        f"KV for {rules.min_seqs} x {rules.seq_tokens} tokens{longest} {_need_per_gpu(m, rules) / GIB:.1f} GiB per GPU"
+    )
 
 
 def refusal(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> str:
