@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from test_lockstep import SAMPLING, ScriptedEngine, render, scenario
 from test_report import judge_all, make_dialogue, write_run
 
+from personalens import cli
 from personalens.config import register_resolvers
 from personalens.engines.base import Generation
 from personalens.errors import PersonalensError
@@ -345,6 +346,14 @@ def test_unknown_prompt_family_is_refused_before_anything_runs(tmp_path):
     cfg = config(f"run.out_dir={tmp_path / 'run'}", "assistant.prompt_family=gpt")
     with pytest.raises(PersonalensError, match="prompt_family"):
         simulate_command.generate(cfg, lambda: pytest.fail("no engine may load"))
+
+
+def test_run_refuses_a_judge_budget_too_small_before_simulating_anything(tmp_path):
+    out = tmp_path / "run"
+    cfg = config(f"run.out_dir={out}", "protocol.judge.max_tokens=48")
+    with pytest.raises(PersonalensError, match="fidelity.judge_format: .*at least"):
+        cli.run(cfg)
+    assert not out.exists()  # not a dialogue generated, not a config saved
 
 
 # ---- rows 13 and 14 and the published Table 3 in the report ---------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -15,7 +15,6 @@ from personalens.errors import PersonalensError
 
 def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     from personalens.engines.base import sampling_from
-    from personalens.judge.formats import formats_named
     from personalens.judge.run import judge as score
     from personalens.store import append_summary, read_table, shard_dir
 
@@ -28,10 +27,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
             "run `personalens generate` with the same run.out_dir and shard first"
         )
     templates, templates_digest = R.templates(cfg, fidelity)
-    try:
-        formats = formats_named(fidelity.judge_format, int(cfg.protocol.judge.max_tokens))
-    except ValueError as err:
-        raise PersonalensError(f"fidelity.judge_format: {err}") from None
+    formats, chunk = settings(cfg)
     digest = C.fingerprint(
         {
             "judge": C.model_identity(cfg.judge),
@@ -41,9 +37,6 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
             "fidelity": fidelity.identity(),
         }
     )
-    chunk = int(cfg.judging.chunk)
-    if chunk < 1:
-        raise PersonalensError(f"judging.chunk must be at least 1 (judgments per generate call), not {chunk}")
     load = engines or R.engines(cfg, ("judge",))  # checks the model and its layout before the config is saved
     C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load))
     print(f"judge: fidelity option {fidelity.name}", file=console.err())
@@ -63,3 +56,18 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     if summary.judgments:
         append_summary(out_dir, "judge", cfg.shard.index, cfg.shard.count, summary)
     return 0
+
+
+def settings(cfg: DictConfig) -> tuple[Mapping, int]:
+    """The judge's output formats and chunk size, checked: `run` calls this before generating, so a
+    judge setting that cannot work stops the command before any dialogue is simulated."""
+    from personalens.judge.formats import formats_named
+
+    try:
+        formats = formats_named(R.fidelity(cfg).judge_format, int(cfg.protocol.judge.max_tokens))
+    except ValueError as err:
+        raise PersonalensError(f"fidelity.judge_format: {err}") from None
+    chunk = int(cfg.judging.chunk)
+    if chunk < 1:
+        raise PersonalensError(f"judging.chunk must be at least 1 (judgments per generate call), not {chunk}")
+    return formats, chunk
