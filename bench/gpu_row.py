@@ -164,7 +164,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     result: dict = {}
     engines: dict = {}
     result["load_s"] = timed(
-        "model load (random weights)", lambda: engines.update(R.engines(cfg, ("user_agent", "assistant", "judge")))
+        "model load (random weights)", lambda: engines.update(R.engines(cfg, ("user_agent", "assistant", "judge"))())
     )
     engine = engines["assistant"]
     recorder = Recorder(engine)
