@@ -21,7 +21,7 @@ from personalens.engines.base import Engine, Generation, Sampling
 from personalens.errors import PersonalensError
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.lockstep import Render, StepStats, build_requests, plan_step, token_prompts
-from personalens.simulate.trace import CallTrace, finishes
+from personalens.simulate.trace import CallTrace, call_trace
 
 
 @dataclass
@@ -38,23 +38,16 @@ class _Submission:
     generations: list[Generation] = field(default_factory=list)
 
     def trace(self, begun: float) -> CallTrace:
-        last = max(self.done)
-        timing = finishes(self.requests, self.started, self.done, last)
-        return CallTrace(
-            step=self.step,
-            call=self.call,
-            model=self.model,
-            roles=self.roles,
-            requests=self.requests,
-            prompt_tokens=sum(g.prompt_tokens for g in self.generations),
-            cached_tokens=sum(g.cached_tokens for g in self.generations),
-            completion_tokens=sum(g.completion_tokens for g in self.generations),
-            started=self.started - begun,
-            seconds=last - self.started,
-            first_finished=timing.first,
-            last_finished=timing.last,
-            tail=timing.tail,
-            reported=timing.reported,
+        return call_trace(
+            (self.step, self.call),
+            self.model,
+            self.roles,
+            self.requests,
+            self.generations,
+            begun,
+            self.started,
+            self.done,
+            max(self.done),  # complete when its last request finished
         )
 
 

@@ -21,7 +21,7 @@ from personalens.data.records import Role
 from personalens.engines.base import Engine, Message, Request, Sampling
 from personalens.engines.tokens import PromptIds
 from personalens.simulate.dialogue import Dialogue
-from personalens.simulate.trace import CallTrace, finishes
+from personalens.simulate.trace import CallTrace, call_trace
 
 Render = Callable[[Dialogue, Role], Sequence[Message]]
 
@@ -155,20 +155,5 @@ def _call(
         raise RuntimeError(f"engine {engine.name} returned {len(generations)} replies for {len(batch)} requests")
     for (dialogue, role), gen in zip(waiting, generations):
         dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, returned)
-    done = finishes(len(batch), started, reported, returned)
-    return CallTrace(
-        step=where[0],
-        call=where[1],
-        model=engine.name,
-        roles=tuple(sorted({role for _, role in waiting})),
-        requests=len(batch),
-        prompt_tokens=sum(g.prompt_tokens for g in generations),
-        cached_tokens=sum(g.cached_tokens for g in generations),
-        completion_tokens=sum(g.completion_tokens for g in generations),
-        started=started - begun,
-        seconds=returned - started,
-        first_finished=done.first,
-        last_finished=done.last,
-        tail=done.tail,
-        reported=done.reported,
-    )
+    roles = tuple(sorted({role for _, role in waiting}))
+    return call_trace(where, engine.name, roles, len(batch), generations, begun, started, reported, returned)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from personalens.engines.base import Generation
+
 TAIL_SHARE = 0.25  # the tail: fewer than this share of a call's requests still running
 
 
@@ -53,6 +55,38 @@ def finishes(requests: int, started: float, reported: Sequence[float], returned:
     # with requests - j < TAIL_SHARE * requests
     j = int(requests * (1 - TAIL_SHARE)) + 1
     return Finishes(times[0], times[-1], times[-1] - times[j - 1], min(len(reported), requests))
+
+
+def call_trace(
+    where: tuple[int, int],
+    model: str,
+    roles: tuple[str, ...],
+    requests: int,
+    generations: Sequence[Generation],
+    begun: float,
+    started: float,
+    reported: Sequence[float],
+    returned: float,
+) -> CallTrace:
+    """The record of one call (`where`: its step and index) or submission of `requests` requests,
+    started at `started` and complete at `returned` (clock times; `begun`: the run's start)."""
+    done = finishes(requests, started, reported, returned)
+    return CallTrace(
+        step=where[0],
+        call=where[1],
+        model=model,
+        roles=roles,
+        requests=requests,
+        prompt_tokens=sum(g.prompt_tokens for g in generations),
+        cached_tokens=sum(g.cached_tokens for g in generations),
+        completion_tokens=sum(g.completion_tokens for g in generations),
+        started=started - begun,
+        seconds=returned - started,
+        first_finished=done.first,
+        last_finished=done.last,
+        tail=done.tail,
+        reported=done.reported,
+    )
 
 
 @dataclass
