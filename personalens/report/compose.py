@@ -83,14 +83,16 @@ def compute_report(
 
 
 def _setup_note(setups: tuple[RunSetup, ...]) -> str:
-    """One line naming the fidelity option and the user-agent and judge models of the runs."""
+    """One line naming the fidelity option, the user-agent and judge models and whether the engines
+    were batch-invariant, over the runs."""
 
     def names(values: set) -> str:
         return ", ".join(sorted(v or "unknown" for v in values))
 
     return (
         f"Fidelity option: {setups[0].option.name} (docs/fidelity.md). "
-        f"User agent: {names({s.user_agent for s in setups})}. Judge: {names({s.judge for s in setups})}."
+        f"User agent: {names({s.user_agent for s in setups})}. Judge: {names({s.judge for s in setups})}. "
+        f"{names({s.engines for s in setups}).capitalize()} (docs/reproducibility.md)."
     )
 
 
