@@ -4,6 +4,7 @@ fingerprint, the saved config and the report."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -176,3 +177,19 @@ def test_the_option_is_in_the_fingerprint_the_saved_config_and_the_report(tmp_pa
         md = (out / "report" / "report.md").read_text()
         assert named in md and named.capitalize() in (out / "report" / "table3.md").read_text()
         assert report.setups[0].engines == named
+
+
+def test_plan_states_the_mode_its_cost_and_whether_this_machine_takes_it(tmp_path):
+    def plan(*args: str):
+        out = tmp_path / "plan.json"
+        proc = run_cli("plan", "protocol=quick", "data.users=0", *args, f"plan.out={out}", timeout=120)
+        return proc.stdout, json.loads(out.read_text())["reproducible"]
+
+    stdout, mode = plan()
+    assert mode["on"] is False and "reproducible: off; engines are not batch-invariant" in stdout
+    stdout, mode = plan("reproducible=true")
+    assert mode["env"] == {"VLLM_BATCH_INVARIANT": "1"} and "throughput cost" in mode["cost"]
+    assert "reproducible: on: every engine started batch-invariant (VLLM_BATCH_INVARIANT=1)" in stdout
+    assert "on this machine: reproducible: true refused: " in stdout and "CPU build has none" in mode["here"]
+    _, mode = plan("reproducible=true", "plan.gpus=4", "plan.gpu_memory_gib=80")
+    assert mode["here"].startswith("on the GPUs given: needs compute capability 8.0 or higher")
