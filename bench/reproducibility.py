@@ -297,41 +297,49 @@ def machine() -> dict:
     }
 
 
-def measure(bench: Bench, ways: Sequence[str], fresh: bool) -> dict:
+def measure(bench: Bench, ways: Sequence[str], fresh: bool, run: bool = True) -> dict:
+    """Runs the ways not yet recorded (none when not `run`), then compares those that are."""
     results = {"machine": machine(), "overrides": bench.base, "ways": {}}
     for name in ways:
         folder, record = bench.out / name, bench.out / name / "bench.json"
-        if folder.exists() and (fresh or not record.exists()):
+        if run and folder.exists() and (fresh or not record.exists()):
             shutil.rmtree(folder)  # asked to, or a way that stopped half-way: start it over
-        if not record.exists():
+        if run and not record.exists():
             record.write_text(json.dumps(bench.run_way(name), indent=1))
-        results["ways"][name] = {"runs": json.loads(record.read_text())}
-        print(f"{name}: {sum(r['seconds'] for r in results['ways'][name]['runs']):.0f} s", flush=True)
+        if record.exists():
+            results["ways"][name] = {"runs": json.loads(record.read_text())}
+            print(f"{name}: {sum(r['seconds'] for r in results['ways'][name]['runs']):.0f} s", flush=True)
+    if BASELINE not in results["ways"]:
+        return results
 
-    generated = [w for w in ways if w in GENERATE_WAYS]
+    generated = [w for w in GENERATE_WAYS if w in results["ways"]]
     record = bench.out / UNION / "bench.json"
-    if fresh or not record.exists() or json.loads(record.read_text())["ways"] != generated:
-        together = {"ways": generated, "run": bench.judge_together(generated)}
-        record.write_text(json.dumps(together, indent=1))
-    results["judged_together"] = json.loads(record.read_text())
+    if run and (fresh or not record.exists() or json.loads(record.read_text())["ways"] != generated):
+        record.write_text(json.dumps({"ways": generated, "run": bench.judge_together(generated)}, indent=1))
+    judged = json.loads(record.read_text())["ways"] if record.exists() else []
+    if judged:
+        results["judged_together"] = json.loads(record.read_text())
 
-    base_turns, base_table = dialogue_turns(bench.out / BASELINE), table3_of(bench.out / BASELINE)
+    base_turns = dialogue_turns(bench.out / BASELINE)
+    base_table = table3_of(bench.out / BASELINE) if BASELINE in judged else None
     for name in generated[1:]:
         entry, folder = results["ways"][name], bench.out / name
         turns = dialogue_turns(folder)
         entry["dialogues"] = compare_dialogues(base_turns, turns)
-        entry["table3"] = cell_changes(base_table, table3_of(folder))
+        if base_table and name in judged:
+            entry["table3"] = cell_changes(base_table, table3_of(folder))
         if name == "killed-resumed":
             before = {tuple(k) for k in json.loads((folder / "before-kill.json").read_text())}
             entry["written_before_kill"] = compare_dialogues(base_turns, turns, before)
             entry["written_after_resume"] = compare_dialogues(base_turns, turns, set(base_turns) - before)
-    if REFERENCE_JUDGE in ways:
+    if REFERENCE_JUDGE in results["ways"]:
         reference = bench.out / REFERENCE_JUDGE
         ref_judgments, ref_table = judgments_of(reference), table3_of(reference)
-        for name in [w for w in ways if w in JUDGE_WAYS and w != REFERENCE_JUDGE] + [BASELINE]:
-            entry = results["ways"][name]
-            # the baseline's dialogues as judged together with every other way's (a larger batch)
+        others = [w for w in JUDGE_WAYS if w in results["ways"] and w != REFERENCE_JUDGE]
+        for name in others + ([BASELINE] if BASELINE in judged else []):
+            # the baseline's dialogues as judged together with every other way's: a larger batch
             key = "judged_together_vs_alone" if name == BASELINE else "judgments"
+            entry = results["ways"][name]
             entry[key] = compare_judgments(ref_judgments, judgments_of(bench.out / name))
             entry[key]["table3"] = cell_changes(ref_table, table3_of(bench.out / name))
     return results
@@ -352,7 +360,9 @@ def markdown(results: dict) -> str:
             f"{r['what']}: {r['seconds']:.0f} ({r['load'][0]:.1f}-{r['load'][1]:.1f})" for r in entry["runs"]
         )
 
-    def changes(cells: list[dict]) -> str:
+    def changes(cells: list[dict] | None) -> str:
+        if cells is None:
+            return "not judged yet | -"
         changed = [c for c in cells if c["change"] != 0]
         largest = max(changed, key=lambda c: abs(c["change"]), default=None)
         biggest = f"{largest['change']:+.2f} ({largest['cell']})" if largest else "-"
@@ -372,11 +382,13 @@ def markdown(results: dict) -> str:
         if part in resumed:
             d = resumed[part]
             out.append(f"\nkilled-resumed, {part.replace('_', ' ')}: {d['identical']} of {d['dialogues']} identical")
-    together = results["judged_together"]
-    out.append(
-        f"\nTable 3 of the generate ways: {together['run']['distinct_dialogues']} distinct dialogues judged in one "
-        f"pass, {together['run']['seconds']:.0f} s (load {together['run']['load'][0]:.1f}-{together['run']['load'][1]:.1f})"
-    )
+    together = results.get("judged_together")
+    if together:
+        r = together["run"]
+        out.append(
+            f"\nTable 3 of {', '.join(together['ways'])}: {r['distinct_dialogues']} distinct dialogues judged in one "
+            f"pass, {r['seconds']:.0f} s (load {r['load'][0]:.1f}-{r['load'][1]:.1f})"
+        )
     judged = [(n, e, e.get("judgments") or e.get("judged_together_vs_alone")) for n, e in ways.items()]
     judged = [(n, e, j) for n, e, j in judged if j]
     if judged:
@@ -417,6 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default=every, help=f"ways, comma-separated (default: all, {every})")
     parser.add_argument("--users", default="0-2", help="data.users of the bundled sample (default 0-2)")
     parser.add_argument("--fresh", action="store_true", help="run every way again")
+    parser.add_argument("--no-run", action="store_true", help="run nothing: compare the ways already recorded")
     args = parser.parse_args(argv)
     ways = [w for w in (*GENERATE_WAYS, *JUDGE_WAYS) if w in args.only.split(",")]
     unknown = set(args.only.split(",")) - set(ways)
@@ -425,7 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if BASELINE not in ways:
         ways.insert(0, BASELINE)
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the commands' summary lines
-    results = measure(Bench(args.out.resolve(), args.users), ways, args.fresh)
+    results = measure(Bench(args.out.resolve(), args.users), ways, args.fresh, run=not args.no_run)
+    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print(markdown(results))
     return 0
