@@ -13,6 +13,7 @@ from omegaconf import OmegaConf, open_dict
 from test_engine_layout import Recorder, conf, paper_models
 from test_fidelity import PromptRecorder, config
 
+from personalens.config.run import resolved
 from personalens.engines import invariance
 from personalens.engines.factory import EngineLoader
 from personalens.engines.gpus import GpuSpec, parse_nvidia_smi, simulated
@@ -115,6 +116,9 @@ def test_batch_invariant_engines_and_servers_get_the_environment_when_they_start
             if reproducible:
                 assert load.batch_invariance.startswith("VLLM_BATCH_INVARIANT=1 for Llama-3.1-")
                 assert load.batch_invariance.endswith("compute capability 9.0")
+                # what ran is kept beside the saved config
+                cfg = OmegaConf.create({"assistant": {"engine": "vllm", "dtype": "auto"}})
+                assert resolved(cfg, ("assistant",), load)["batch_invariance"] == load.batch_invariance
                 monkeypatch.delenv("VLLM_BATCH_INVARIANT")
             else:
                 assert load.batch_invariance is None
