@@ -11,21 +11,24 @@ The ways, each into its own output folder, each compared with `baseline` (one sh
 - `continuous`: `scheduling=continuous`;
 - `killed-resumed`: the real CLI in its own process, SIGKILLed (its process group, vLLM's
   processes too) as soon as its first dialogues are on disk, then run again, which resumes;
-- `judge-chunk-N`: the baseline's dialogues judged with `judging.chunk=N`; `judge-chunk-512`, one
-  call for all of them as `personalens run` makes it, is the reference of the others.
+- `judge-chunk-N`: the baseline's dialogues (with `--judge-users`, those of some users) judged
+  again with `judging.chunk=N`; `judge-chunk-512`, one call for all of them as `personalens run`
+  makes it, is the reference of the others.
 
 Everything but `killed-resumed` runs the real `generate` and `judge` commands in this process on one
 engine (the embedded model loaded once; its prefix cache emptied before each command, so each starts
 as a fresh process does). The Table 3 of each generate way is judged in one pass over every distinct
-dialogue of all of them, so a cell's change comes from the dialogues alone; the judge ways show what
-batch sizes do to the judge on its own. Table 3 comes from the report's loader and table code, its
+dialogue of all of them, so a cell's change comes from the dialogues alone (a later run of the bench
+with more ways judges only the dialogues not judged before); the judge ways show what batch sizes do
+to the judge on its own. Table 3 comes from the report's loader and table code, its
 intervals from the report's bootstrap (1000 resamples, seed 0).
 
     python bench/reproducibility.py                   # everything, on the bundled sample's users 0-2
     python bench/reproducibility.py --only baseline,repeat,judge-chunk-512,judge-chunk-16
 
-A way whose folder holds its record (`bench.json`) is not run again, so a stopped bench resumes;
-`--fresh` starts over. It prints its measurements and writes them to `<out>/results.json`.
+Ways run in the order given. A way whose folder holds its record (`bench.json`) is not run again,
+so a stopped bench resumes; `--fresh` starts over; `--no-run` compares the ways recorded so far.
+It prints its measurements and writes them to `<out>/results.json`.
 """
 
 from __future__ import annotations
@@ -86,8 +89,10 @@ def timed(label: str, work: Callable[[], object]) -> dict:
 
 
 class Bench:
-    def __init__(self, out: Path, users: str):
+    def __init__(self, out: Path, users: str, judge_users: str | None = None):
         self.out, self.base = out, [f"data.users={users}", "protocol=quick", "progress=false"]
+        # the judge ways' selection: the baseline's dialogues of these users only (None: all)
+        self.judge_users = [f"data.users={judge_users}"] if judge_users else []
         self._engines = None
 
     def config(self, folder: Path, *overrides: str) -> DictConfig:
@@ -169,15 +174,20 @@ class Bench:
 
     def judge_together(self, ways: Sequence[str]) -> dict:
         """Judges every distinct dialogue of `ways` once, in one pass, then gives each way the
-        judgments of its own dialogues (under its own run_id), for the report's loader."""
+        judgments of its own dialogues, for the report's loader. Dialogues judged by an earlier pass
+        are not judged again: each distinct one gets a trial number of its own, so the judge's
+        resume skips them."""
         union = self.out / UNION
-        shutil.rmtree(union, ignore_errors=True)
-        rows = {}
+        folder = shard_dir(union, "dialogues", 0, 1)
+        present = read_table(folder, ["run_id"])
+        known = set(present.column("run_id").to_pylist()) if present is not None else set()
+        new: dict[str, dict] = {}
         for name in ways:
             for row in read_table(self.out / name / "dialogues").to_pylist():
-                rows.setdefault(identity(row), {**row, "run_id": identity(row)})
-        PartWriter(shard_dir(union, "dialogues", 0, 1), DIALOGUE_SCHEMA).write(list(rows.values()))
-        spent = timed(f"judge {len(rows)} distinct dialogues", lambda: judge(self.config(union), self.engines()))
+                if identity(row) not in known and identity(row) not in new:
+                    new[identity(row)] = {**row, "run_id": identity(row), "trial": len(known) + len(new)}
+        PartWriter(folder, DIALOGUE_SCHEMA).write(list(new.values()))
+        spent = timed(f"judge {len(new)} distinct dialogues", lambda: judge(self.config(union), self.engines()))
         judged: dict[str, list[dict]] = {}
         for row in read_table(union / "judgments").to_pylist():
             judged.setdefault(row["run_id"], []).append(row)
@@ -185,12 +195,12 @@ class Bench:
             target = self.out / name / "judgments"
             shutil.rmtree(target, ignore_errors=True)
             mine = [
-                {**j, "run_id": row["run_id"]}
+                {**j, "run_id": row["run_id"], "trial": row["trial"]}
                 for row in read_table(self.out / name / "dialogues").to_pylist()
                 for j in judged[identity(row)]
             ]
             PartWriter(shard_dir(self.out / name, "judgments", 0, 1), JUDGMENT_SCHEMA).write(mine)
-        return {**spent, "distinct_dialogues": len(rows)}
+        return {**spent, "ways": list(ways), "distinct_dialogues": len(known) + len(new), "judged_now": len(new)}
 
 
 # ---- comparisons ----------------------------------------------------------------------------------
@@ -297,28 +307,43 @@ def machine() -> dict:
     }
 
 
+def judged_ways(passes: Sequence[dict]) -> set[str]:
+    return {way for p in passes for way in p["ways"]}
+
+
+def judge_passes(bench: Bench, generated: Sequence[str], run: bool) -> list[dict]:
+    """The judge passes over the generate ways' dialogues so far; with `run`, one more when a way
+    is not judged yet."""
+    record = bench.out / UNION / "bench.json"
+    passes = json.loads(record.read_text()) if record.exists() else []
+    if run and set(generated) - judged_ways(passes):
+        passes.append(bench.judge_together(generated))
+        record.write_text(json.dumps(passes, indent=1))
+    return passes
+
+
 def measure(bench: Bench, ways: Sequence[str], fresh: bool, run: bool = True) -> dict:
     """Runs the ways not yet recorded (none when not `run`), then compares those that are."""
-    results = {"machine": machine(), "overrides": bench.base, "ways": {}}
+    results = {"machine": machine(), "overrides": bench.base, "judge_ways": bench.judge_users, "ways": {}}
     for name in ways:
         folder, record = bench.out / name, bench.out / name / "bench.json"
         if run and folder.exists() and (fresh or not record.exists()):
             shutil.rmtree(folder)  # asked to, or a way that stopped half-way: start it over
         if run and not record.exists():
             record.write_text(json.dumps(bench.run_way(name), indent=1))
+        if run and name in GENERATE_WAYS:  # judged as soon as it is made, so a stopped bench has its Table 3
+            judge_passes(bench, [w for w in ways[: ways.index(name) + 1] if w in GENERATE_WAYS], run=True)
         if record.exists():
             results["ways"][name] = {"runs": json.loads(record.read_text())}
             print(f"{name}: {sum(r['seconds'] for r in results['ways'][name]['runs']):.0f} s", flush=True)
     if BASELINE not in results["ways"]:
         return results
 
-    generated = [w for w in GENERATE_WAYS if w in results["ways"]]
-    record = bench.out / UNION / "bench.json"
-    if run and (fresh or not record.exists() or json.loads(record.read_text())["ways"] != generated):
-        record.write_text(json.dumps({"ways": generated, "run": bench.judge_together(generated)}, indent=1))
-    judged = json.loads(record.read_text())["ways"] if record.exists() else []
-    if judged:
-        results["judged_together"] = json.loads(record.read_text())
+    generated = [w for w in ways if w in GENERATE_WAYS and w in results["ways"]]
+    passes = judge_passes(bench, generated, run=False)
+    judged = judged_ways(passes)
+    if passes:
+        results["judged_together"] = passes
 
     base_turns = dialogue_turns(bench.out / BASELINE)
     base_table = table3_of(bench.out / BASELINE) if BASELINE in judged else None
@@ -336,19 +361,22 @@ def measure(bench: Bench, ways: Sequence[str], fresh: bool, run: bool = True) ->
         reference = bench.out / REFERENCE_JUDGE
         ref_judgments, ref_table = judgments_of(reference), table3_of(reference)
         others = [w for w in JUDGE_WAYS if w in results["ways"] and w != REFERENCE_JUDGE]
-        for name in others + ([BASELINE] if BASELINE in judged else []):
-            # the baseline's dialogues as judged together with every other way's: a larger batch
-            key = "judged_together_vs_alone" if name == BASELINE else "judgments"
+        for name in others:
             entry = results["ways"][name]
-            entry[key] = compare_judgments(ref_judgments, judgments_of(bench.out / name))
-            entry[key]["table3"] = cell_changes(ref_table, table3_of(bench.out / name))
+            entry["judgments"] = compare_judgments(ref_judgments, judgments_of(bench.out / name))
+            entry["judgments"]["table3"] = cell_changes(ref_table, table3_of(bench.out / name))
+        if BASELINE in judged:  # the same judgments made in the passes over every way's dialogues
+            results["ways"][BASELINE]["judgments"] = compare_judgments(
+                ref_judgments, judgments_of(bench.out / BASELINE)
+            )
     return results
 
 
 def markdown(results: dict) -> str:
     m, ways = results["machine"], results["ways"]
     out = [
-        f"machine: {m['cpu']}, {m['cores']} cores, flags {' '.join(m['flags'])}; overrides {' '.join(results['overrides'])}",
+        f"machine: {m['cpu']}, {m['cores']} cores, flags {' '.join(m['flags'])}; overrides {' '.join(results['overrides'])}"
+        + (f"; judge ways: {' '.join(results['judge_ways'])}" if results["judge_ways"] else ""),
         "",
         "| way | wall s (load avg 1 min at start-end) | identical dialogues | first differing turn: dialogues "
         "| Table 3 cells changed | largest change |",
@@ -382,15 +410,12 @@ def markdown(results: dict) -> str:
         if part in resumed:
             d = resumed[part]
             out.append(f"\nkilled-resumed, {part.replace('_', ' ')}: {d['identical']} of {d['dialogues']} identical")
-    together = results.get("judged_together")
-    if together:
-        r = together["run"]
+    for r in results.get("judged_together", []):
         out.append(
-            f"\nTable 3 of {', '.join(together['ways'])}: {r['distinct_dialogues']} distinct dialogues judged in one "
-            f"pass, {r['seconds']:.0f} s (load {r['load'][0]:.1f}-{r['load'][1]:.1f})"
+            f"\nTable 3 of {', '.join(r['ways'])}: {r['distinct_dialogues']} distinct dialogues, {r['judged_now']} "
+            f"judged in this pass, {r['seconds']:.0f} s (load {r['load'][0]:.1f}-{r['load'][1]:.1f})"
         )
-    judged = [(n, e, e.get("judgments") or e.get("judged_together_vs_alone")) for n, e in ways.items()]
-    judged = [(n, e, j) for n, e, j in judged if j]
+    judged = [(n, e, e["judgments"]) for n, e in ways.items() if "judgments" in e]
     if judged:
         out += [
             "",
@@ -401,12 +426,12 @@ def markdown(results: dict) -> str:
             "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for name, entry, j in judged:
-            label = "together with the other ways' dialogues" if name == BASELINE else name
+            label = "in the passes over every way's dialogues" if name == BASELINE else name
             seconds = "" if name == BASELINE else f"{entry['runs'][0]['seconds']:.0f}"
             dims = ", ".join(f"{d}: {n}" for d, n in j["score_changed_by_dimension"].items()) or "-"
             out.append(
                 f"| {label} | {seconds} | {j['same_text']} of {j['judgments']} | {j['same_score']} of {j['judgments']} "
-                f"| {dims} | {j['unparsed'][0]}, {j['unparsed'][1]} | {changes(j['table3'])} |"
+                f"| {dims} | {j['unparsed'][0]}, {j['unparsed'][1]} | {changes(j.get('table3'))} |"
             )
     cells = [(n, e["table3"]) for n, e in ways.items() if "table3" in e]
     if cells:
@@ -428,17 +453,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     every = ",".join((*GENERATE_WAYS, *JUDGE_WAYS))
     parser.add_argument("--only", default=every, help=f"ways, comma-separated (default: all, {every})")
     parser.add_argument("--users", default="0-2", help="data.users of the bundled sample (default 0-2)")
+    parser.add_argument("--judge-users", help="judge ways: judge the baseline's dialogues of these users only")
     parser.add_argument("--fresh", action="store_true", help="run every way again")
     parser.add_argument("--no-run", action="store_true", help="run nothing: compare the ways already recorded")
     args = parser.parse_args(argv)
-    ways = [w for w in (*GENERATE_WAYS, *JUDGE_WAYS) if w in args.only.split(",")]
-    unknown = set(args.only.split(",")) - set(ways)
+    ways = [w for w in args.only.split(",") if w in (*GENERATE_WAYS, *JUDGE_WAYS)]  # in the order given
+    unknown = {w for w in args.only.split(",") if w} - set(ways)
     if unknown:
         parser.error(f"unknown way(s) {sorted(unknown)}; the ways are {every}")
-    if BASELINE not in ways:
-        ways.insert(0, BASELINE)
+    ways = [BASELINE, *(w for w in ways if w != BASELINE)]
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the commands' summary lines
-    results = measure(Bench(args.out.resolve(), args.users), ways, args.fresh, run=not args.no_run)
+    bench = Bench(args.out.resolve(), args.users, args.judge_users)
+    results = measure(bench, ways, args.fresh, run=not args.no_run)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print(markdown(results))
