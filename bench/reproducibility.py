@@ -331,7 +331,8 @@ def measure(bench: Bench, ways: Sequence[str], fresh: bool, run: bool = True) ->
             shutil.rmtree(folder)  # asked to, or a way that stopped half-way: start it over
         if run and not record.exists():
             record.write_text(json.dumps(bench.run_way(name), indent=1))
-        if run and name in GENERATE_WAYS:  # judged as soon as it is made, so a stopped bench has its Table 3
+        if run and name in GENERATE_WAYS and name != BASELINE:
+            # judged (with the baseline's) as soon as it is made, so a stopped bench has its Table 3
             judge_passes(bench, [w for w in ways[: ways.index(name) + 1] if w in GENERATE_WAYS], run=True)
         if record.exists():
             results["ways"][name] = {"runs": json.loads(record.read_text())}
