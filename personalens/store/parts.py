@@ -57,9 +57,7 @@ def _next_index(folder: Path) -> int:
     return sum(1 for p in folder.glob("part-*.parquet"))
 
 
-def read_table(
-    folder: Path, columns: Sequence[str] | None = None, optional: Sequence[str] = ()
-) -> pa.Table | None:
+def read_table(folder: Path, columns: Sequence[str] | None = None, optional: Sequence[str] = ()) -> pa.Table | None:
     """All part files under `folder` (recursively); None when there are none. Parts written before a
     column was added read as null in it (a run resumed across a version of personalens); `optional`
     columns are read too where any part has them (a run written before them has none)."""
