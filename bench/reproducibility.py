@@ -98,7 +98,9 @@ class Bench:
     def config(self, folder: Path, *overrides: str) -> DictConfig:
         register_resolvers()
         with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-            return compose("config", overrides=[*self.base, f"run.out_dir={folder}", *overrides])
+            given = {o.split("=", 1)[0] for o in overrides}  # an override replaces the base's value
+            base = [o for o in self.base if o.split("=", 1)[0] not in given]
+            return compose("config", overrides=[*base, f"run.out_dir={folder}", *overrides])
 
     def engines(self) -> Callable[[], dict]:
         """The one engine loader every in-process command shares, with an empty prefix cache."""
