@@ -114,7 +114,7 @@ def test_models_too_large_to_share_get_managed_servers_on_their_own_gpus(tmp_pat
     recorder = Recorder()
     models = {"assistant": conf(tmp_path, "mixtral8x7b"), "user_agent": conf(tmp_path, "llama31_70b")}
     gpus = parse_nvidia_smi(
-        "\n".join(f"{i}, GPU-{i}, 81559" for i in range(8)), {"CUDA_VISIBLE_DEVICES": "7,6,5,4,3,2,1,0"}
+        "\n".join(f"{i}, GPU-{i}, 81559, 9.0" for i in range(8)), {"CUDA_VISIBLE_DEVICES": "7,6,5,4,3,2,1,0"}
     )
     load = loader(models, tmp_path, gpus, recorder)
     mixtral, seventy = load.layout.decisions
@@ -208,9 +208,10 @@ def test_a_managed_server_gets_every_model_setting_on_vllms_command_line(tmp_pat
 
 
 def test_nvidia_smi_rows_are_read_for_the_visible_gpus():
-    rows = "0, GPU-a, 81559\n1, GPU-b, 40960\n2, GPU-c, 81559\n"
+    rows = "0, GPU-a, 81559, 9.0\n1, GPU-b, 40960, 8.0\n2, GPU-c, 81559, 9.0\n"
     spec = parse_nvidia_smi(rows, {"CUDA_VISIBLE_DEVICES": "2,0"})
     assert (spec.count, spec.ids, spec.memory_bytes) == (2, ("2", "0"), 81559 * 2**20)
+    assert spec.capabilities == ("9.0", "9.0")
     assert parse_nvidia_smi(rows, {}).memory_bytes == 40960 * 2**20  # the smallest of all three
     assert parse_nvidia_smi(rows, {"CUDA_VISIBLE_DEVICES": "GPU-b"}).ids == ("GPU-b",)
     assert parse_nvidia_smi("", {}) is None

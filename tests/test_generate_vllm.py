@@ -121,3 +121,7 @@ def test_a_killed_run_resumes_with_no_dialogue_lost_or_duplicated(tmp_path):
     sessions = Counter(r["session_started"] for r in read_rows(out / "trace"))
     assert len(sessions) == 2 and min(sessions) < max(sessions)
     assert all(n >= 1 for n in sessions.values())
+    # each dialogue names the invocation that wrote it: the kept ones the killed run, the rest the resumed one
+    written_by = {k: r["session_started"] for k, r in zip(keys(after), after)}
+    assert set(written_by.values()) == set(sessions)
+    assert {written_by[k] for k in first} == {min(sessions)}

@@ -42,6 +42,18 @@ def fingerprint(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def reproducible(cfg: DictConfig) -> bool:
+    """`reproducible: true`: batch-invariant engines (docs/reproducibility.md); configs saved before
+    the option existed have none."""
+    return bool(cfg.get("reproducible", False))
+
+
+def run_options(cfg: DictConfig) -> dict:
+    """The run-level options of a generate or judge fingerprint, each only when set, so a run without
+    them keeps the fingerprint it had before they existed (and still resumes)."""
+    return {"reproducible": True} if reproducible(cfg) else {}
+
+
 def model_identity(model_cfg: DictConfig) -> dict:
     return {
         k: v

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from personalens.config.core import fingerprint
+from personalens.config.core import fingerprint, reproducible
 from personalens.config.fidelity import Fidelity
 from personalens.errors import PersonalensError
 
@@ -67,14 +67,20 @@ def prompt_family(cfg: DictConfig) -> str:
 
 
 def resolved(cfg: DictConfig, roles: tuple[str, ...], engines) -> dict:
-    """What each in-process model's `dtype` means on this machine, and where each model runs (the
-    layout of `engines`, an `engines()` loader), kept in the saved config: the fingerprint keeps the
-    configured values, so shards on different CPUs or nodes still form one run."""
+    """What each in-process model's `dtype` means on this machine, where each model runs (the
+    layout of `engines`, an `engines()` loader) and, under `reproducible: true`, what runs
+    batch-invariant, kept in the saved config: the fingerprint keeps the configured values, so
+    shards on different CPUs or nodes still form one run."""
     from personalens.engines.dtype import local_dtype
 
     dtypes = {role: {"dtype": vars(local_dtype(str(cfg[role].dtype)))} for role in roles if cfg[role].engine == "vllm"}
     layout = getattr(engines, "layout", None)  # scripted engines (tests, benchmarks) have none
-    return dtypes if layout is None else {**dtypes, "placement": layout.as_dict()}
+    invariant = getattr(engines, "batch_invariance", None)
+    return (
+        dtypes
+        if layout is None
+        else {**dtypes, "placement": layout.as_dict(), **({"batch_invariance": invariant} if invariant else {})}
+    )
 
 
 def engines(cfg: DictConfig, roles: tuple[str, ...]):
@@ -82,7 +88,9 @@ def engines(cfg: DictConfig, roles: tuple[str, ...]):
     decided, logged and, when it cannot fit, refused now, before anything is saved or loaded."""
     from personalens.engines.factory import EngineLoader
 
-    return EngineLoader({role: cfg[role] for role in roles}, Path(cfg.run.out_dir) / "logs")
+    return EngineLoader(
+        {role: cfg[role] for role in roles}, Path(cfg.run.out_dir) / "logs", reproducible=reproducible(cfg)
+    )
 
 
 def engine(cfg: DictConfig, role: str):

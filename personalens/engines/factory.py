@@ -9,15 +9,19 @@ together (managed.py), then the in-process engines load.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from personalens.engines import invariance
 from personalens.engines.base import Engine
 from personalens.engines.config import ModelConfig, ModelConfigError
+from personalens.engines.dtype import vllm_is_cpu_build
 from personalens.engines.gpus import GpuSpec, visible_gpu_spec
 from personalens.engines.layout import Decision, plan_layout
 from personalens.engines.managed import start_servers
+from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
 
@@ -45,30 +49,58 @@ def build_engine(config: ModelConfig) -> Engine:
 class EngineLoader:
     """The engines of some roles: their layout decided (or refused) and logged when the loader is made,
     the engines made on the first call and kept. `log_dir` takes the managed servers' logs; `gpus`,
-    `build` and `serve` are the GPU reader, the engine maker and the server starter (tests replace them)."""
+    `build` and `serve` are the GPU reader, the engine maker and the server starter (tests replace them).
+    `reproducible` runs every engine it starts batch-invariant (invariance.py), or refuses the platform
+    that cannot, when the loader is made."""
 
     def __init__(
         self,
         models: Mapping[str, Mapping[str, Any]],
         log_dir: Path,
         *,
+        reproducible: bool = False,
         gpus: Callable[[], GpuSpec | None] = visible_gpu_spec,
         build: Callable[[ModelConfig], Engine] = build_engine,
         serve: Callable[[list[Decision], Path], dict[ModelConfig, ModelConfig]] = start_servers,
     ):
         self._configs = model_configs(models)
-        self.layout = plan_layout(self._configs, gpus())
+        spec = gpus()
+        self.batch_invariance = _batch_invariance(self._configs, spec) if reproducible else None
+        self.layout = plan_layout(self._configs, spec)
         log.info("\n".join(self.layout.lines()))
+        if self.batch_invariance:
+            log.info(f"reproducible: {self.batch_invariance}")
         self._log_dir, self._build, self._serve = Path(log_dir), build, serve
         self._engines: dict[str, Engine] | None = None
 
     def __call__(self) -> dict[str, Engine]:
         if self._engines is None:
+            if self.batch_invariance is not None:
+                # read by vLLM when an engine starts; inherited by its processes and the managed servers
+                os.environ.update(invariance.ENV)
             managed = [d for d in self.layout.decisions if d.mode == "managed_server"]
             served = self._serve(managed, self._log_dir) if managed else {}
             built = {d.config: self._build(served.get(d.config, d.run_config)) for d in self.layout.decisions}
             self._engines = {role: built[config] for role, config in self._configs.items()}
         return self._engines
+
+
+def _batch_invariance(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None) -> str | None:
+    """What `reproducible: true` runs (None: no engine is started here), or a PersonalensError in one
+    line where the platform cannot."""
+    local = sorted({c.name for c in configs.values() if c.engine == "vllm"})
+    external = sorted({c.name for c in configs.values() if c.engine == "server"})
+    if external:
+        log.warning(
+            f"reproducible: {', '.join(external)} answer(s) from an endpoint personalens does not start; its "
+            "replies depend on batching unless it runs with VLLM_BATCH_INVARIANT=1"
+        )
+    if not local:
+        return None
+    why = invariance.refusal(gpus, vllm_is_cpu_build())
+    if why is not None:
+        raise PersonalensError(why)
+    return invariance.describe(gpus, local)
 
 
 def build_engines(models: Mapping[str, Mapping[str, Any]], log_dir: Path = Path("logs")) -> dict[str, Engine]:

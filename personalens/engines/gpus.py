@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from personalens.engines.dtype import vllm_is_cpu_build
 from personalens.engines.placement import GIB, visible_gpus
 
-_QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
+_QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.total,compute_cap", "--format=csv,noheader,nounits"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class GpuSpec:
     source: str
     # CUDA_VISIBLE_DEVICES value of each (index or UUID); a managed server on GPU k gets ids[k]
     ids: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()  # compute capability of each ("9.0"); unknown for described GPUs
 
     def device_ids(self, indices: tuple[int, ...]) -> tuple[str, ...]:
         return tuple(self.ids[i] if i < len(self.ids) else str(i) for i in indices)
@@ -40,15 +41,16 @@ def simulated(count: int, memory_gib: float) -> GpuSpec:
 
 
 def parse_nvidia_smi(text: str, env: Mapping[str, str]) -> GpuSpec | None:
-    """The visible GPUs among `nvidia-smi`'s rows (index, uuid, MiB); None when none is visible."""
+    """The visible GPUs among `nvidia-smi`'s rows (index, uuid, MiB, compute capability); None when
+    none is visible."""
     rows = [[cell.strip() for cell in line.split(",")] for line in text.splitlines() if line.strip()]
-    rows = [r for r in rows if len(r) == 3 and r[2].isdigit()]
+    rows = [r for r in rows if len(r) == 4 and r[2].isdigit()]
     by_id = {key: r for r in rows for key in (r[0], r[1])}
     ids = tuple(g for g in visible_gpus(env, len(rows)) if g in by_id)  # in CUDA's order
     if not ids:
         return None
     memory = min(int(by_id[g][2]) for g in ids) * 2**20
-    return GpuSpec(len(ids), memory, f"nvidia-smi, visible: {','.join(ids)}", ids)
+    return GpuSpec(len(ids), memory, f"nvidia-smi, visible: {','.join(ids)}", ids, tuple(by_id[g][3] for g in ids))
 
 
 def visible_gpu_spec(env: Mapping[str, str] = os.environ) -> GpuSpec | None:

@@ -35,6 +35,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
             "templates": templates_digest,
             "turn_level": bool(cfg.judging.turn_level),
             "fidelity": fidelity.identity(),
+            **C.run_options(cfg),
         }
     )
     load = engines or R.engines(cfg, ("judge",))  # checks the model and its layout before the config is saved

@@ -18,6 +18,7 @@ from personalens.plan.options import JOBS, PlanOptions
 
 def plan(cfg: DictConfig) -> int:
     from personalens.engines.factory import ROLES, model_configs
+    from personalens.engines.gpus import simulated, visible_gpu_spec
     from personalens.plan.estimate import estimate
     from personalens.plan.text import lines
 
@@ -26,10 +27,12 @@ def plan(cfg: DictConfig) -> int:
     if not scenarios:
         raise PersonalensError("the selection holds no scenario (data.users, data.kinds)")
     models = model_configs({role: cfg[role] for role in ROLES})
+    gpus = simulated(options.gpus, options.gpu_memory_gib) if options.gpus else visible_gpu_spec()
     result = {
         "command": "personalens plan",
         "selection": selection(cfg, scenarios),
-        "placement": placement(models, options),
+        "placement": placement(models, options, gpus),
+        "reproducible": reproducibility(cfg, gpus, given=bool(options.gpus)),
         **estimate(cfg, options, scenarios, models),
     }
     for line in lines(result):
@@ -57,12 +60,10 @@ def selection(cfg: DictConfig, scenarios: list) -> dict:
     }
 
 
-def placement(models: dict, options: PlanOptions) -> dict:
-    """Each job's layout on the given GPUs, else this machine's; a layout that cannot fit is shown refused."""
-    from personalens.engines.gpus import simulated, visible_gpu_spec
+def placement(models: dict, options: PlanOptions, gpus) -> dict:
+    """Each job's layout on `gpus` (given, else this machine's); a layout that cannot fit is shown refused."""
     from personalens.engines.layout import plan_layout
 
-    gpus = simulated(options.gpus, options.gpu_memory_gib) if options.gpus else visible_gpu_spec()
     if gpus is None:
         return {
             "planned": False,
@@ -77,3 +78,23 @@ def placement(models: dict, options: PlanOptions) -> dict:
         except PersonalensError as err:
             jobs[job] = {"refused": str(err)}
     return {"planned": True, "gpus": gpus.describe(), "jobs": jobs}
+
+
+def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:
+    """The `reproducible` mode, its documented cost, and whether `gpus` would take it: GPUs given to
+    the plan (plan.gpus) say nothing of their compute capability, this machine's do."""
+    from personalens.config import reproducible
+    from personalens.engines import invariance
+    from personalens.engines.dtype import vllm_is_cpu_build
+
+    if not reproducible(cfg):
+        return {"on": False, "note": f"engines are not batch-invariant: {invariance.STILL_VARIES}"}
+    minimum = ".".join(map(str, invariance.MIN_CAPABILITY))
+    refusal = None if given else invariance.refusal(gpus, vllm_is_cpu_build())
+    here = (
+        f"on the GPUs given: needs compute capability {minimum} or higher where the jobs run (plan.gpus does not "
+        "say theirs)"
+        if given
+        else f"on this machine: {refusal or f'accepted on {gpus.describe()}'}"
+    )
+    return {"on": True, "env": dict(invariance.ENV), "cost": invariance.COST, "here": here}

@@ -51,6 +51,16 @@ def _placement(p: Mapping) -> list[str]:
     return out
 
 
+def _reproducible(r: Mapping) -> list[str]:
+    if not r["on"]:
+        return [f"reproducible: off; {r['note']}"]
+    env = " ".join(f"{k}={v}" for k, v in r["env"].items())
+    return [
+        f"reproducible: on: every engine started batch-invariant ({env}); {r['cost']}",
+        f"  {r['here']}",
+    ]
+
+
 def _tokens(t: Mapping) -> list[str]:
     if "not_counted" in t:
         return [f"tokens: not counted: {t['not_counted']}"]
@@ -145,6 +155,7 @@ def lines(plan: Mapping) -> list[str]:
     out = [
         *_selection(plan["selection"]),
         *_placement(plan["placement"]),
+        *_reproducible(plan["reproducible"]),
         *_tokens(plan["tokens"]),
         *_calibration(plan.get("calibration")),
         *_time(plan["time"]),

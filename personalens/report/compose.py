@@ -13,6 +13,7 @@ from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
 from personalens.report.load import KINDS, RunData, load_runs
 from personalens.report.paper_tables import by_domain, by_turn, parse_failures, table3, table4, table12, table13
+from personalens.report.provenance import mixed_runs
 from personalens.report.result import Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
 from personalens.tables import render
@@ -67,7 +68,12 @@ def compute_report(
     shared = common_fidelity(setups) if setups else None
     official = shared is not None and shared.option.reproduces_release
     context = context_note(data.dialogues)
-    notes = ((_setup_note(setups),) if setups else ()) + ((context,) if context else ())
+    mixed = mixed_runs(data.dialogues, data.judgments)
+    notes = (
+        ((_setup_note(setups),) if setups else ())
+        + ((context,) if context else ())
+        + ((f"Written in more than one go (docs/reproducibility.md): {'; '.join(mixed)}.",) if mixed else ())
+    )
     return Report(
         run_dirs=run_dirs,
         out_dir=out_dir,
@@ -83,18 +89,21 @@ def compute_report(
         endings=endings(data.dialogues),
         cut_replies=cut_replies(data.dialogues, j),
         setups=setups,
+        mixed=mixed,
     )
 
 
 def _setup_note(setups: tuple[RunSetup, ...]) -> str:
-    """One line naming the fidelity option and the user-agent and judge models of the runs."""
+    """One line naming the fidelity option, the user-agent and judge models and whether the engines
+    were batch-invariant, over the runs."""
 
     def names(values: set) -> str:
         return ", ".join(sorted(v or "unknown" for v in values))
 
     return (
         f"Fidelity option: {setups[0].option.name} (docs/fidelity.md). "
-        f"User agent: {names({s.user_agent for s in setups})}. Judge: {names({s.judge for s in setups})}."
+        f"User agent: {names({s.user_agent for s in setups})}. Judge: {names({s.judge for s in setups})}. "
+        f"{names({s.engines for s in setups}).capitalize()} (docs/reproducibility.md)."
     )
 
 
@@ -133,6 +142,15 @@ def report_markdown(report: Report) -> str:
         "# PersonaLens report",
         "Runs: " + ", ".join(f"`{d}`" for d in report.run_dirs),
         *(["\n".join(f"- {s.line()}" for s in report.setups)] if report.setups else []),
+        *(
+            [
+                "**Written in more than one go**: without batch-invariant engines a resumed shard or another "
+                "shard count changes some dialogues (docs/reproducibility.md; docs/outputs.md says how to tell):\n"
+                + "\n".join(f"- {line}" for line in report.mixed)
+            ]
+            if report.mixed
+            else []
+        ),
         f"Cells show `mean [95% CI] (n=dialogues)`; intervals are percentile bootstrap over dialogues "
         f"({report.bootstrap.resamples} resamples, seed {report.bootstrap.seed}). "
         "TCR is in percent; P is 1-4; Nat. and Coh. are 1-5.",

@@ -39,6 +39,8 @@ class Judgment:
     failure: str | None = None  # why it has no valid score (null in runs written before the column)
     finish_reason: str | None = None  # "stop" | "length"; None when refused or not recorded
     run: str = ""  # the run directory it was read from
+    shard: str = ""  # the folder of its part file, "shard-KKK-of-NNN"
+    session: float | None = None  # session_started of the `judge` that wrote it; None before it was kept
 
     @property
     def out_of_range(self) -> bool:
@@ -61,6 +63,8 @@ class Dialogue:
     opening_terminate: bool = False
     # per turn: (role, finish_reason); the reason is None in runs written before it was recorded
     finishes: tuple[tuple[str, str | None], ...] = ()
+    shard: str = ""  # the folder of its part file, "shard-KKK-of-NNN"
+    session: float | None = None  # session_started of the `generate` that wrote it; None before it was kept
 
 
 @dataclass(frozen=True)
@@ -81,14 +85,14 @@ def load_runs(run_dirs: Sequence[Path]) -> RunData:
         dialogue_rows += _read_dataset(
             run_dir / "dialogues",
             _DIALOGUE_KEY + ("kind", "domains", "rounds"),
-            optional=("ended", "opening_terminate"),
+            optional=("ended", "opening_terminate", "session_started"),
             turns=("role", "completion_tokens", "finish_reason"),
             run=str(run_dir),
         )
         judgment_rows += _read_dataset(
             run_dir / "judgments",
             _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"),
-            optional=("failure", "finish_reason"),
+            optional=("failure", "finish_reason", "session_started"),
             run=str(run_dir),
         )
     _reject_repeats(dialogue_rows, _DIALOGUE_KEY, "dialogue")
@@ -197,6 +201,8 @@ def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
         ended=row["ended"],
         opening_terminate=bool(row["opening_terminate"]),
         finishes=tuple((t.get("role"), t.get("finish_reason")) for t in row["turns"]),
+        shard=path.parent.name,
+        session=row["session_started"],
     )
 
 
@@ -221,4 +227,6 @@ def _judgment(path: Path, row: dict[str, Any]) -> Judgment:
         row["failure"],
         row["finish_reason"],
         row["run"],
+        path.parent.name,
+        row["session_started"],
     )

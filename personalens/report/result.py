@@ -28,6 +28,7 @@ class Report:
     endings: Table  # how dialogues ended, per run and kind (endings.py)
     cut_replies: Table  # replies cut at max_tokens, per run and role
     setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
+    mixed: tuple[str, ...] = ()  # runs resumed or written under several shard counts (provenance.py)
     files: tuple[Path, ...] = ()  # everything written, report.md last
 
     def table3_markdown(self) -> str:

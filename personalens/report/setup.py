@@ -23,11 +23,19 @@ class RunSetup:
     option: Fidelity
     user_agent: str | None  # model names; None when the run's config does not say
     judge: str | None
+    reproducible: tuple[str, ...] = ()  # the steps ("generate", "judge") saved with `reproducible: true`
+
+    @property
+    def engines(self) -> str:
+        """Whether the run's engines were batch-invariant (docs/reproducibility.md)."""
+        if not self.reproducible:
+            return "engines not batch-invariant"
+        return f"batch-invariant engines (reproducible: true) in {' and '.join(self.reproducible)}"
 
     def line(self) -> str:
         return (
             f"`{self.run_dir}`: fidelity option **{self.option.name}**, user agent {self.user_agent or 'unknown'}, "
-            f"judge {self.judge or 'unknown'}"
+            f"judge {self.judge or 'unknown'}, {self.engines}"
         )
 
 
@@ -55,6 +63,7 @@ def read_setup(run_dir: Path) -> RunSetup:
         option=options[0],
         user_agent=model("generate", "user_agent"),
         judge=model("judge", "judge"),
+        reproducible=tuple(step for step, cfg in saved.items() if cfg.get("reproducible", False)),
     )
 
 

@@ -49,6 +49,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
             "seed": int(cfg.seed),
             "data_root": str(Path(cfg.data.root).resolve()),
             "fidelity": fidelity.identity(),
+            **C.run_options(cfg),
         }
     )
     load = engines or R.engines(cfg, ROLES)  # checks the models and their layout before the config is saved
