@@ -67,14 +67,20 @@ def prompt_family(cfg: DictConfig) -> str:
 
 
 def resolved(cfg: DictConfig, roles: tuple[str, ...], engines) -> dict:
-    """What each in-process model's `dtype` means on this machine, and where each model runs (the
-    layout of `engines`, an `engines()` loader), kept in the saved config: the fingerprint keeps the
-    configured values, so shards on different CPUs or nodes still form one run."""
+    """What each in-process model's `dtype` means on this machine, the hub snapshot (id, revision,
+    commit, folder) each hub id was found at, and where each model runs (the layout of `engines`, an
+    `engines()` loader), kept in the saved config: the fingerprint keeps the configured values, so
+    shards on different CPUs or nodes still form one run."""
     from personalens.engines.dtype import local_dtype
 
-    dtypes = {role: {"dtype": vars(local_dtype(str(cfg[role].dtype)))} for role in roles if cfg[role].engine == "vllm"}
+    out = {role: {"dtype": vars(local_dtype(str(cfg[role].dtype)))} for role in roles if cfg[role].engine == "vllm"}
     layout = getattr(engines, "layout", None)  # scripted engines (tests, benchmarks) have none
-    return dtypes if layout is None else {**dtypes, "placement": layout.as_dict()}
+    if layout is None:
+        return out
+    for role, config in engines.configs.items():
+        if config.snapshots:
+            out.setdefault(role, {})["hub"] = {key: s.as_dict() for key, s in config.snapshots}
+    return {**out, "placement": layout.as_dict()}
 
 
 def engines(cfg: DictConfig, roles: tuple[str, ...]):

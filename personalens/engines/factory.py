@@ -56,8 +56,8 @@ class EngineLoader:
         build: Callable[[ModelConfig], Engine] = build_engine,
         serve: Callable[[list[Decision], Path], dict[ModelConfig, ModelConfig]] = start_servers,
     ):
-        self._configs = model_configs(models)
-        self.layout = plan_layout(self._configs, gpus())
+        self.configs = model_configs(models)  # hub ids replaced by their snapshot folders
+        self.layout = plan_layout(self.configs, gpus())
         log.info("\n".join(self.layout.lines()))
         self._log_dir, self._build, self._serve = Path(log_dir), build, serve
         self._engines: dict[str, Engine] | None = None
@@ -67,7 +67,7 @@ class EngineLoader:
             managed = [d for d in self.layout.decisions if d.mode == "managed_server"]
             served = self._serve(managed, self._log_dir) if managed else {}
             built = {d.config: self._build(served.get(d.config, d.run_config)) for d in self.layout.decisions}
-            self._engines = {role: built[config] for role, config in self._configs.items()}
+            self._engines = {role: built[config] for role, config in self.configs.items()}
         return self._engines
 
 
