@@ -95,10 +95,11 @@ def test_two_managed_servers_serve_a_real_run_and_end_with_it(tmp_path):
     assert "0 dialogues simulated" in again.stderr and "starting a vLLM server" not in again.stderr
 
 
-def _status(url: str, key: str | None) -> int:
+def _status(url: str, key: str | None, body: dict | None = None) -> int:
+    """The HTTP status of a POST of `body` (a one-token chat completion) to `url`, with `key` or none."""
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
-    body = json.dumps({"model": "SmolLM2-keyed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
-    request = urllib.request.Request(f"{url}/chat/completions", data=body.encode(), headers=headers, method="POST")
+    body = body or {"model": "SmolLM2-keyed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status
@@ -129,8 +130,14 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
         served = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs)[config]
         key, url = served.server.api_key, served.server.base_url
         assert key and len(key) >= 32 and key not in repr(served)
-        assert _status(url, None) == 401 and _status(url, "not-the-key") == 401
-        assert _status(url, key) == 200
+        chat_url, root = f"{url}/chat/completions", url.removesuffix("/v1")
+        assert _status(chat_url, None) == 401 and _status(chat_url, "not-the-key") == 401
+        assert _status(chat_url, key) == 200
+        # the routes vLLM's own key check leaves open: the SageMaker route serves the same completions
+        assert _status(f"{root}/invocations", None) == 401 and _status(f"{root}/invocations", key) == 200
+        assert _status(f"{root}/tokenize", None, {"model": "SmolLM2-keyed", "prompt": "hi"}) == 401
+        with urllib.request.urlopen(f"{root}/health", timeout=30) as health:  # what the start-up polls
+            assert health.status == 200
         # personalens' own engine for it carries the key
         (reply,) = ServerEngine(served).generate([chat("Say hello.", max_tokens=4)])
         assert reply.completion_tokens > 0

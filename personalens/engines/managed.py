@@ -6,7 +6,8 @@ launcher (launcher.py), which also stops it when personalens is killed outright 
 All servers of a command start at once and load in parallel; each listens on a free port of
 127.0.0.1 and writes its log to `<run.out_dir>/logs/`. Each gets a fresh random API key, in its
 environment (VLLM_API_KEY), not on its command line, which every user of the node can read (`ps`);
-only this process's server engines are given it, so other jobs on a shared node cannot use the server.
+only this process's server engines are given it, and every route but /health asks for it
+(server_guard.py), so other jobs on a shared node cannot use the server.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from personalens.engines.config import ModelConfig, ServerConfig
 from personalens.engines.dtype import local_dtype
 from personalens.engines.embedded import model_path
 from personalens.engines.layout import Decision
+from personalens.engines.server_guard import RequireKey
 from personalens.engines.tokenizer_files import chat_template
 from personalens.engines.vllm_api import SERVER_KEY_ENV, SERVER_MODULE
 from personalens.engines.vllm_check import check_server
@@ -71,9 +73,9 @@ def serve_args(config: ModelConfig, model: str, port: int, dtype: str) -> list[s
     if config.enforce_eager:
         args += ["--enforce-eager"]
     # cached prompt tokens in each reply's usage (generate's summary); the grammar backend in-process
-    # engines use; no access-log line per request
+    # engines use; no access-log line per request; the key on every route (server_guard.py)
     args += ["--enable-prompt-tokens-details", "--structured-outputs-config.backend", "xgrammar"]
-    return [*args, "--disable-uvicorn-access-log"]
+    return [*args, "--disable-uvicorn-access-log", "--middleware", f"{RequireKey.__module__}.{RequireKey.__qualname__}"]
 
 
 def server_env(
