@@ -39,12 +39,15 @@ LLM_ARGUMENTS = (
 IN_PROCESS = (
     Needed("vllm:LLM", LLM_ARGUMENTS, via=ENGINE_ARGS),
     Needed("vllm:LLM.get_tokenizer"),
-    Needed("vllm:LLM.generate", ("prompts", "sampling_params", "use_tqdm")),
-    Needed("vllm:LLM.chat", ("messages", "sampling_params", "use_tqdm")),
     Needed("vllm:LLM.enqueue", ("prompts", "sampling_params", "use_tqdm")),
+    Needed("vllm:LLM.enqueue_chat", ("messages", "sampling_params", "use_tqdm")),
     Needed("vllm:LLM.reset_prefix_cache"),
     Needed("vllm:LLM.embed", ("prompts", "use_tqdm", "tokenization_kwargs")),
-    Needed("vllm.v1.engine.llm_engine:LLMEngine.step"),  # the class of LLM.llm_engine
+    # the class of LLM.llm_engine (its model_config.max_model_len is an instance's: not checked here)
+    Needed("vllm.v1.engine.llm_engine:LLMEngine.step"),
+    Needed("vllm.v1.engine.llm_engine:LLMEngine.abort_request", ("request_ids", "internal")),
+    Needed("vllm.v1.engine.exceptions:EngineDeadError"),
+    Needed("vllm.v1.engine.exceptions:EngineGenerateError"),
     Needed("vllm.inputs:TokensPrompt", ("prompt_token_ids",)),
     Needed("vllm:SamplingParams", ("temperature", "top_p", "max_tokens", "min_tokens", "seed", "structured_outputs")),
     Needed("vllm.sampling_params:StructuredOutputsParams", ("grammar",)),
