@@ -142,7 +142,7 @@ def test_generate_runs_a_hub_model_offline_and_records_its_commit(hf_home, tmp_p
         models += [f"{role}.max_model_len={TEST_MAX_MODEL_LEN}", f"{role}.max_num_seqs=8"]
     args = ["data.users=0", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=1"]
     args += ["protocol.user_agent.max_tokens=8", "protocol.assistant.max_tokens=8", "progress=false"]
-    proc = run_cli("generate", *models, *args, f"run.out_dir={out}", timeout=900, env=_hub_env(hf_home))
+    proc = run_cli("generate", *models, *args, f"run.out_dir={out}", timeout=1800, env=_hub_env(hf_home))
     snapshot = _snapshot(hf_home / "hub", MAIN)
     resolved = OmegaConf.load(out / "generate.yaml").resolved
     for role in ("user_agent", "assistant"):
