@@ -84,12 +84,16 @@ def run(cfg: DictConfig) -> int:
     """generate, judge and report in one process, loading each model once (and only if needed)."""
     from personalens.config import run as R
     from personalens.judge.command import judge, settings
-    from personalens.report.command import report
     from personalens.simulate.command import generate
 
     settings(cfg)  # a judge setting that cannot work fails now, not after the dialogues
     engines = R.engines(cfg, ("user_agent", "assistant", "judge"))
-    return generate(cfg, engines) or judge(cfg, engines) or report(cfg)
+    code = generate(cfg, engines) or judge(cfg, engines)
+    if code:
+        return code
+    from personalens.report.command import report  # matplotlib and pandas: seconds, only once there is a report
+
+    return report(cfg)
 
 
 def _hydra_args(rest: list[str]) -> list[str]:

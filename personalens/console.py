@@ -48,8 +48,8 @@ def to_log_file(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    _terminal["out"] = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    _terminal["err"] = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8")
+    _terminal["out"] = _terminal_stream(1)
+    _terminal["err"] = _terminal_stream(2)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -67,8 +67,14 @@ def libraries_to_stderr() -> None:
     if _terminal:
         return
     sys.stdout.flush()
-    _terminal["out"] = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    _terminal["out"] = _terminal_stream(1)
     os.dup2(2, 1)
+
+
+def _terminal_stream(fd: int) -> TextIO:
+    """A duplicate of the terminal's descriptor `fd`: text that cannot be encoded (a file name that is
+    not UTF-8, carried as surrogates) is written escaped rather than failing the message it is in."""
+    return os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
 
 
 class _TerminalErr:

@@ -16,8 +16,10 @@ REPO = Path(__file__).resolve().parents[1]
 PERSONALENS = [sys.executable, "-m", "personalens.cli"]
 
 
-def run_cli(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*PERSONALENS, *args], cwd=REPO, text=True, capture_output=True, timeout=timeout)
+def run_cli(
+    *args: str, timeout: float = 900, check: bool = True, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*PERSONALENS, *args], cwd=REPO, text=True, capture_output=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"personalens {' '.join(args)} exited {proc.returncode}\n"

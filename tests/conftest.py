@@ -73,3 +73,18 @@ def cluster(tmp_path_factory):
     started = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
     yield started
     started.stop()
+
+
+# variables that change how every later engine, server or SLURM job (which inherits this environment) runs
+ENGINE_ENV = ("VLLM_BATCH_INVARIANT", "CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "VLLM_CPU_NUM_OF_RESERVED_CPU")
+
+
+@pytest.fixture(autouse=True)
+def _engine_environment_unchanged():
+    """A test that leaves an engine variable behind fails itself instead of the unrelated tests after it."""
+    import os
+
+    before = {k: os.environ.get(k) for k in ENGINE_ENV}
+    yield
+    after = {k: os.environ.get(k) for k in ENGINE_ENV}
+    assert after == before, f"this test left the environment changed: {before} -> {after}"

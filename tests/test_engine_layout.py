@@ -202,9 +202,16 @@ def test_a_managed_server_gets_every_model_setting_on_vllms_command_line(tmp_pat
         assert flag in args
     plain = serve_args(ModelConfig("m"), "/w", 1, "auto")
     assert "--enable-prefix-caching" in plain and "--enforce-eager" not in plain and "--block-size" not in plain
-    env = server_env(config, ("2", "3"), {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}, tmp_path / "s.log")
+    env = server_env(
+        config,
+        ("2", "3"),
+        {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1", "VLLM_API_KEY": "the user's"},
+        tmp_path / "s.log",
+        "k1",
+    )
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"  # the user's wins
-    assert server_env(config, (), {}, tmp_path / "s.log")["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert env["VLLM_API_KEY"] == "k1" and not any("k1" in a for a in args)  # the key: not on the command line
+    assert server_env(config, (), {}, tmp_path / "s.log", "k2")["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
 
 
 def test_nvidia_smi_rows_are_read_for_the_visible_gpus():

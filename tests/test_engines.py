@@ -29,6 +29,7 @@ from personalens.engines.chat import (
 from personalens.engines.config import ModelConfig, ModelConfigError
 from personalens.engines.factory import build_engines, model_configs
 from personalens.engines.layout import plan_layout
+from personalens.errors import PersonalensError
 
 MODEL_CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 
@@ -114,10 +115,13 @@ def test_embedded_default_config_loads():
 
 
 @pytest.mark.parametrize("name", ["llama31_8b", "llama31_70b", "mistral7b_v02", "mixtral8x7b"])
-def test_ready_made_configs_need_a_path(name, tmp_path):
+def test_ready_made_configs_name_their_hub_id_or_a_directory(name, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
     raw = _yaml(name)
-    with pytest.raises(ModelConfigError, match=r"model@assistant\.path: mandatory"):
-        ModelConfig.from_mapping(raw, where="model@assistant")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(PersonalensError, match=rf"model@assistant\.path: {raw.path} .*`hf download {raw.path} "):
+        ModelConfig.from_mapping(raw, where="model@assistant")  # not in this (empty) cache: refused, the fix named
     raw.path = str(tmp_path)  # an existing directory stands for the weights
     config = ModelConfig.from_mapping(raw)
     assert config.gpu_memory_utilization == 0.9
@@ -126,7 +130,7 @@ def test_ready_made_configs_need_a_path(name, tmp_path):
 
 
 def test_vllm_configs_spell_out_every_setting():
-    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    names = {f.name for f in dataclasses.fields(ModelConfig)} - {"snapshots"}  # found, never configured
     for path in MODEL_CONF.glob("*.yaml"):
         raw = OmegaConf.load(path)
         if raw.engine == "vllm":

@@ -1,9 +1,21 @@
 """Seeded fuzz of the data reader through the real CLI: mutated copies of data/sample, each checked
-by `personalens validate` (and a few by `stats`) in its own subprocess with a timeout.
+by `personalens validate` (and a few by `stats`) in its own subprocess with a timeout, and every
+tenth also by `personalens run`.
 
 Each outcome is classified: clean error (rc != 0, a message naming the file, no traceback), warning
 (rc 0, a named warning), accepted (rc 0, and then the counts must equal the unmutated sample's),
-traceback, hang. The test prints the table and fails on any traceback, hang or silent count change."""
+traceback, hang. The test prints the table and fails on any traceback, hang or silent count change.
+
+`run` reads the same root through the loader every command uses, then loads vLLM and the model,
+which costs a minute per run on a small CPU: far too much for 200 mutations. So `run` goes as far as
+the model load and no further: its process has vLLM made unimportable (NO_VLLM), and the first
+import of vLLM, the first thing an engine does, ends it with status 97. A mutation that validate
+refuses must make `run` fail with the same kind of clean error before that point (the model is never
+loaded for bad data); one that validate accepts must bring `run` to that point (the run's config is
+checked, its layout planned, its data loaded and its config saved). What comes after (prompts
+rendered and sent to the model) is exercised on the sample by the real-vLLM tests. A tenth of the
+mutations rather than all keeps this test near its former ~100 s on a 2-core CI machine: a `run`
+process up to the model costs about 2.1 s of CPU, a `validate` 0.8 s."""
 
 from __future__ import annotations
 
@@ -26,7 +38,23 @@ from personalens.personalbench.wildchat import COLUMNS as READ_COLUMNS  # the co
 REPO = Path(__file__).resolve().parents[1]
 SEED = 22
 MUTATIONS = 200
+THROUGH_RUN = 10  # every 10th mutation also through `run`
 TIMEOUT_S = 60
+# `python -c NO_VLLM ARGS...` is `personalens ARGS...` in which importing vLLM ends the process with
+# status REACHED_MODEL (an engine imports it first thing, before loading its model)
+REACHED_MODEL = 97
+NO_VLLM = f"""
+import os, sys
+
+class NoVllm:
+    def find_spec(self, name, path=None, target=None):
+        if name == "vllm" or name.startswith("vllm."):
+            os._exit({REACHED_MODEL})
+
+sys.meta_path.insert(0, NoVllm())
+from personalens.cli import main
+main(sys.argv[1:])
+"""
 COUNTS = re.compile(r"(\d+) users, (\d+) single-domain and (\d+) multi-domain scenarios")
 
 
@@ -91,9 +119,14 @@ def _mutate(rng: random.Random, root: Path) -> str:
         [
             "truncate", "empty", "directory", "crlf", "blank lines", "nan", "infinity", "field", "field",
             "field", "bom", "surrogate", "nesting", "long int", "bad utf8", "fifo", "u2028", "duplicate",
-            "not json", "trailing comma",
+            "not json", "trailing comma", "latin-1 folder",
         ]
     )  # fmt: skip
+    if how == "latin-1 folder":  # a task folder named in Latin-1, not UTF-8, holding a task file
+        folder = root / "task" / os.fsdecode("Caf\u00e9".encode("latin-1"))
+        folder.mkdir()
+        shutil.copy(next((root / "task").glob("*/task.jsonl")), folder / "task.jsonl")
+        return "latin-1 folder task/Caf\\xe9"
     if how == "truncate":
         path.write_bytes(data[: rng.randrange(1, max(2, len(data) - 1))])
     elif how == "empty":
@@ -138,7 +171,7 @@ def _mutate(rng: random.Random, root: Path) -> str:
 
 def _classify(mutation: str, result: subprocess.CompletedProcess | None, expected: tuple) -> Outcome:
     if result is None:
-        return Outcome(mutation, "hang", f"no answer in {TIMEOUT_S} s")
+        return Outcome(mutation, "hang", f"no answer in {TIMEOUT_S} s, nor alone in {3 * TIMEOUT_S} s")
     text = result.stdout + result.stderr
     if "Traceback" in text:
         return Outcome(mutation, "traceback", result.stderr[-1500:])
@@ -155,10 +188,29 @@ def _classify(mutation: str, result: subprocess.CompletedProcess | None, expecte
     return Outcome(mutation, "warning" if "warning:" in text else "accepted", "")
 
 
-def _run(args: list[str], timeout: float = TIMEOUT_S, **kwargs) -> subprocess.CompletedProcess | None:
+def _classify_run(mutation: str, result: subprocess.CompletedProcess | None, validated: Outcome) -> Outcome:
+    """`run` (without vLLM) against validate's verdict on the same root: refused the same way, before
+    the model, or brought to the model load."""
+    if result is None:
+        return Outcome(mutation, "hang", f"no answer in {TIMEOUT_S} s, nor alone in {3 * TIMEOUT_S} s")
+    text = result.stdout + result.stderr
+    if "Traceback" in text or "failed:" in text:  # an unexpected exception: its traceback is in the log file
+        return Outcome(mutation, "traceback", text[-1500:])
+    refused = validated.kind in ("clean error", "unnamed error")
+    if result.returncode == REACHED_MODEL:
+        kind = "reached the model" if not refused else "loads a model for data validate refused"
+        return Outcome(mutation, kind, text[-300:])
+    if result.returncode == 2 and re.search(r"error: .*(profile|task)/", text, re.S):
+        return Outcome(mutation, "clean error" if refused else "refused what validate accepted", text[-300:])
+    return Outcome(mutation, "unnamed error", text[-300:])
+
+
+def _run(
+    args: list[str], timeout: float = TIMEOUT_S, no_vllm: bool = False, **kwargs
+) -> subprocess.CompletedProcess | None:
     try:
         return subprocess.run(
-            [sys.executable, "-m", "personalens.cli", *args],
+            [sys.executable, *(["-c", NO_VLLM] if no_vllm else ["-m", "personalens.cli"]), *args],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -175,7 +227,7 @@ def test_seeded_mutations_of_the_sample_never_crash_hang_or_change_counts_silent
     assert clean is not None and clean.returncode == 0, clean
     expected = tuple(map(int, COUNTS.search(clean.stdout).groups()))
     rng = random.Random(SEED)
-    cases = []
+    cases, runs = [], []
     for i in range(MUTATIONS):
         root = tmp_path / f"m{i:03d}"
         shutil.copytree(sample_root, root)
@@ -187,13 +239,54 @@ def test_seeded_mutations_of_the_sample_never_crash_hang_or_change_counts_silent
             else ["validate", str(root)]
         )
         cases.append((f"{command[0]}: {mutation}", command))
+        if i % THROUGH_RUN == 1:
+            run = ["run", str(root), "protocol=quick", f"run.out_dir={tmp_path / f'run{i:03d}'}", "progress=false"]
+            runs.append((len(cases) - 1, f"run: {mutation}", run))
+    calls = [(case[1], False) for case in cases] + [(case[2], True) for case in runs]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda case: _run(case[1]), cases))
+        answers = list(pool.map(lambda call: _run(call[0], no_vllm=call[1]), calls))
+    # a command that timed out beside the others (a loaded CI machine) runs again alone, with more time:
+    # a hang is one that does not end either way
+    answers = [_run(a, 3 * TIMEOUT_S, no_vllm=n) if r is None else r for (a, n), r in zip(calls, answers)]
+    results, ran = answers[: len(cases)], answers[len(cases) :]
     outcomes = [_classify(name, result, expected) for (name, _), result in zip(cases, results)]
+    outcomes += [_classify_run(name, result, outcomes[index]) for (index, name, _), result in zip(runs, ran)]
     table = Counter(o.kind for o in outcomes)
-    print(f"\n{len(outcomes)} mutations (seed {SEED}): " + ", ".join(f"{k}: {n}" for k, n in sorted(table.items())))
-    bad = [o for o in outcomes if o.kind in ("traceback", "hang", "silent change", "unnamed error")]
+    print(f"\n{len(outcomes)} outcomes (seed {SEED}): " + ", ".join(f"{k}: {n}" for k, n in sorted(table.items())))
+    assert {"clean error", "reached the model"} <= {o.kind for o in outcomes if o.mutation.startswith("run:")}
+    good = ("clean error", "warning", "accepted", "reached the model")
+    bad = [o for o in outcomes if o.kind not in good]
     assert not bad, "\n\n".join(f"{o.kind}: {o.mutation}\n{o.detail}" for o in bad[:8])
+
+
+READS_DATA = ["validate", "stats", "plan", "merge", "generate", "judge", "run", "consistency", "agreement export"]
+
+
+@pytest.mark.parametrize("command", READS_DATA)
+def test_a_task_folder_named_in_latin1_is_a_clean_error_in_every_command(command, sample_root, tmp_path):
+    root = tmp_path / "data"
+    shutil.copytree(sample_root, root)
+    folder = root / "task" / os.fsdecode("Caf\u00e9".encode("latin-1"))  # b"Caf\xe9"
+    folder.mkdir()
+    shutil.copy(root / "task" / "Alarm" / "task.jsonl", folder / "task.jsonl")
+    out = tmp_path / "out"
+    args = [*command.split(), f"data.root={root}", f"run.out_dir={out}", "progress=false"]
+    if command in ("judge", "agreement export"):  # they read the data for the dialogues of a run: one dialogue
+        from run_rows import dialogue_row
+
+        from personalens.data import load_scenarios
+        from personalens.store import DIALOGUE_SCHEMA, PartWriter, shard_dir
+
+        s = load_scenarios(sample_root, "0", "SD")[0]
+        row = dialogue_row(s.user.user_id, s.task.task_id, "SD", list(s.task.domains), user_index=0)
+        PartWriter(shard_dir(out, "dialogues", 0, 1), DIALOGUE_SCHEMA).write([row])
+        args += [f"agreement.out_dir={tmp_path / 'sheets'}", "agreement.dialogues=1"] if "agreement" in command else []
+    result = _run(args, no_vllm=True)
+    assert result is not None, "no answer"
+    text = result.stdout + result.stderr
+    assert "Traceback" not in text and "failed:" not in text, text
+    assert result.returncode not in (0, REACHED_MODEL), text  # refused, and before any model loads
+    assert "task/Caf\\xe9/: the folder name is not UTF-8" in text, text
 
 
 # ---- PersonalBench: the WildChat reader and the prompts file, up to reading (no model) -----------

@@ -1,19 +1,29 @@
 """Managed vLLM servers on this CPU: two distinct models (the embedded model under two names and seeds)
 forced to `placement: managed_server`, so two real servers start together, serve a real `personalens
-run` (the judge shares the user agent's model, so its server) and end with it. Kept small: 4 one-round
-dialogues of 16-token replies, short judge outputs, a fixed 512 MiB KV cache, no torch.compile."""
+run` (the judge shares the user agent's model, so its server) and end with it; and one server of a
+hub-id model (read offline from a test cache) that answers only requests carrying its random key.
+Kept small: 4 one-round dialogues of 16-token replies, short judge outputs, a fixed 512 MiB KV cache,
+no torch.compile."""
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 from cli_helpers import read_rows, run_cli
-from engine_fixtures import TEST_KV_CACHE_BYTES, TEST_MAX_MODEL_LEN
+from engine_fixtures import TEST_KV_CACHE_BYTES, TEST_MAX_MODEL_LEN, chat
+from hub_cache import add_snapshot
 from omegaconf import OmegaConf
 
-from personalens.engines.managed import MARKER_ENV
+from personalens.engines.config import ModelConfig
+from personalens.engines.embedded import embedded_model_dir
+from personalens.engines.layout import Decision
+from personalens.engines.managed import MARKER_ENV, start_servers, stop_all
+from personalens.engines.server import ServerEngine
 
 pytestmark = pytest.mark.vllm
 
@@ -83,3 +93,64 @@ def test_two_managed_servers_serve_a_real_run_and_end_with_it(tmp_path):
     # nothing left to do: no server is started at all
     again = run_cli(*args, *overrides, f"run.out_dir={out}", "progress=false")
     assert "0 dialogues simulated" in again.stderr and "starting a vLLM server" not in again.stderr
+
+
+def _status(url: str, key: str | None, body: dict | None = None) -> int:
+    """The HTTP status of a POST of `body` (a one-token chat completion) to `url`, with `key` or none."""
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    body = body or {"model": "SmolLM2-keyed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = add_snapshot(tmp_path / "hub", "personalens-test/SmolLM2", embedded_model_dir(), commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the server reads nothing from the hub either
+    raw = {
+        "name": "SmolLM2-keyed",
+        "path": "personalens-test/SmolLM2",
+        "kv_cache_memory_bytes": TEST_KV_CACHE_BYTES,
+        "max_model_len": TEST_MAX_MODEL_LEN,
+        "max_num_seqs": 8,
+        "enforce_eager": True,
+        "cpu_reserved_cores": 0,
+        "placement": "managed_server",
+    }
+    config = ModelConfig.from_mapping(raw, where="model@assistant")
+    logs = tmp_path / "logs"
+    try:
+        served = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs)[config]
+        key, url = served.server.api_key, served.server.base_url
+        assert key and len(key) >= 32 and key not in repr(served)
+        chat_url, root = f"{url}/chat/completions", url.removesuffix("/v1")
+        assert _status(chat_url, None) == 401 and _status(chat_url, "not-the-key") == 401
+        assert _status(chat_url, key) == 200
+        # the routes vLLM's own key check leaves open: the SageMaker route serves the same completions
+        assert _status(f"{root}/invocations", None) == 401 and _status(f"{root}/invocations", key) == 200
+        assert _status(f"{root}/tokenize", None, {"model": "SmolLM2-keyed", "prompt": "hi"}) == 401
+        with urllib.request.urlopen(f"{root}/health", timeout=30) as health:  # what the start-up polls
+            assert health.status == 200
+        # personalens' own engine for it carries the key
+        (reply,) = ServerEngine(served).generate([chat("Say hello.", max_tokens=4)])
+        assert reply.completion_tokens > 0
+        # the key is in no process's command line (readable by every user: ps) and in no log; the server
+        # was given the snapshot folder
+        processes = server_processes(logs)
+        assert processes
+        for pid in processes:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert key.encode() not in cmdline
+        assert any(str(snapshot).encode() in Path(f"/proc/{p}/cmdline").read_bytes() for p in processes)
+        [log] = logs.glob("vllm-server.*.log")
+        assert key not in log.read_text(errors="replace")
+    finally:
+        stop_all()
+    assert server_processes(logs) == []

@@ -93,7 +93,8 @@ def test_the_terminal_shows_results_on_stdout_and_a_few_lines_on_stderr(pipeline
     # the judge's summary says how much of its prompts the prefix cache served, as generate's does
     # (personalization prompts share their long instructions across dialogues and turns)
     judged = re.search(
-        r"judge: \d+ judgments in [\d.]+ s, 0 outputs without a valid score, "
+        r"judge: \d+ judgments in [\d.]+ s, 0 outputs without a valid score "
+        r"\(0 refused by the engine, 0 cut at max_tokens\), "
         r"0 out-of-range scores kept as the released code keeps them; "
         r"prompts (\d+) tokens, (\d+)% from the prefix cache",
         proc.stderr,

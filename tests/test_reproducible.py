@@ -64,7 +64,11 @@ def test_the_refusal_names_what_the_platform_lacks():
 
 
 def test_batch_invariant_engines_and_servers_get_the_environment_when_they_start(tmp_path, monkeypatch):
-    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    # set, then deleted: monkeypatch then restores "unset" at teardown, whatever the loader set (a bare
+    # delenv of an absent variable records nothing, and the later delenv would restore "1" for every
+    # test after this one, engines and SLURM jobs included)
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "unset")
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT")
     seen = []
 
     class Starting(Recorder):
@@ -76,7 +80,7 @@ def test_batch_invariant_engines_and_servers_get_the_environment_when_they_start
 
         def serve(self, decisions, log_dir):
             for d in decisions:  # the launch environment start_servers builds from this process's
-                env = server_env(d.run_config, d.device_ids, os.environ, log_dir / "s.log")
+                env = server_env(d.run_config, d.device_ids, os.environ, log_dir / "s.log", "key")
                 seen.append(("server", d.config.name, env.get("VLLM_BATCH_INVARIANT")))
             return super().serve(decisions, log_dir)
 

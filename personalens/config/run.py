@@ -67,20 +67,22 @@ def prompt_family(cfg: DictConfig) -> str:
 
 
 def resolved(cfg: DictConfig, roles: tuple[str, ...], engines) -> dict:
-    """What each in-process model's `dtype` means on this machine, where each model runs (the
-    layout of `engines`, an `engines()` loader) and, under `reproducible: true`, what runs
-    batch-invariant, kept in the saved config: the fingerprint keeps the configured values, so
-    shards on different CPUs or nodes still form one run."""
+    """What each in-process model's `dtype` means on this machine, the hub snapshot (id, revision,
+    commit, folder) each hub id was found at, where each model runs (the layout of `engines`, an
+    `engines()` loader) and, under `reproducible: true`, what runs batch-invariant, kept in the saved
+    config: the fingerprint keeps the configured values, so shards on different CPUs or nodes still
+    form one run."""
     from personalens.engines.dtype import local_dtype
 
-    dtypes = {role: {"dtype": vars(local_dtype(str(cfg[role].dtype)))} for role in roles if cfg[role].engine == "vllm"}
+    out = {role: {"dtype": vars(local_dtype(str(cfg[role].dtype)))} for role in roles if cfg[role].engine == "vllm"}
     layout = getattr(engines, "layout", None)  # scripted engines (tests, benchmarks) have none
+    if layout is None:
+        return out
+    for role, config in engines.configs.items():
+        if config.snapshots:
+            out.setdefault(role, {})["hub"] = {key: s.as_dict() for key, s in config.snapshots}
     invariant = getattr(engines, "batch_invariance", None)
-    return (
-        dtypes
-        if layout is None
-        else {**dtypes, "placement": layout.as_dict(), **({"batch_invariance": invariant} if invariant else {})}
-    )
+    return {**out, "placement": layout.as_dict(), **({"batch_invariance": invariant} if invariant else {})}
 
 
 def engines(cfg: DictConfig, roles: tuple[str, ...]):

@@ -138,13 +138,18 @@ def json_lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def printable(name: str | bytes) -> str:
-    """A file name as it can always be printed: undecodable bytes as escapes, not a crash."""
+    """A file name as it can always be printed: bytes that are not UTF-8 as escapes (`Caf\\xe9`),
+    not a crash."""
     text = os.fsdecode(name)
     try:
         text.encode("utf-8")
+        return text
     except UnicodeEncodeError:
+        pass
+    try:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")  # the bytes the OS gave
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
         return ascii(text)[1:-1]
-    return text
 
 
 def _os_reason(e: OSError) -> str:

@@ -10,7 +10,9 @@ user's copy of a task that differs from its definition (the copy is used, as the
 uses it), and a per-domain key with stray punctuation (`"Buses**"`, read as `"Buses"`).
 
 The domains of a root are the release's 20 and any other `task/<Domain>/` folder that holds a task
-file (a domain a lab added, `domains_of`); every profile holds every domain of its root.
+file (a domain a lab added, `domains_of`); every profile holds every domain of its root. A folder
+whose name is not UTF-8 (`task/Caf\xe9/`, Latin-1) names no domain, since profiles (JSON, UTF-8)
+could not name it: it is an error that names the folder, escaped so that it can be printed.
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ from personalens.data.selection import task_kinds, user_indices
 
 _USER_DIR = re.compile(r"user(0|[1-9][0-9]*)", re.ASCII)
 IGNORED_ENTRY = "an entry of profile/ that is not a user directory is ignored"
+NOT_UTF8 = (
+    "the folder name is not UTF-8 (undecodable bytes shown escaped): no profile can name it as a domain; "
+    "rename it to UTF-8 text"
+)
 NO_USERS = "profile/ holds no user directory"
 log = logging.getLogger(__name__)
 
@@ -110,29 +116,32 @@ def read_user_listing(root: Path, problems: Problems) -> list[int]:
     return sorted(indices)
 
 
-def domains_of(root: str | Path) -> tuple[str, ...]:
+def domains_of(root: str | Path, problems: Problems | None = None) -> tuple[str, ...]:
     """The domains of a data root: the release's, then each other `task/<Domain>/` folder with a
     task file, by name. A folder without one (or a misspelt one) declares nothing: the files that
-    name it are reported as naming an unknown domain."""
+    name it are reported as naming an unknown domain. A folder whose name is not UTF-8 declares
+    nothing either, and is an error in `problems`."""
     task_dir = Path(root) / TASK_DIR
     if not task_dir.is_dir():
         return DOMAINS
     with os.scandir(task_dir) as entries:
-        return with_domains(
-            e.name
-            for e in entries
-            if e.is_dir()
-            and not e.name.startswith(".")
-            and e.name != MULTI_DOMAIN
-            and (task_dir / e.name / TASK_FILE).is_file()
-        )
+        folders = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+    named = []
+    for name in folders:
+        shown = files.printable(name)
+        if shown != name:
+            if problems is not None:
+                problems.add(f"{TASK_DIR}/{shown}/", "", NOT_UTF8)
+        elif name != MULTI_DOMAIN and (task_dir / name / TASK_FILE).is_file():
+            named.append(name)
+    return with_domains(named)
 
 
 def load_task_definitions(root: str | Path) -> dict[str, Task]:
     """task_id -> Task for every line of every `task/<Domain>/task.jsonl` (SD ids first, MD last)."""
     problems = Problems()
-    definitions = read_task_definitions(_existing_root(root), domains_of(root), problems)
-    problems.raise_if_any(root)
+    definitions = read_task_definitions(_existing_root(root), domains_of(root, problems), problems)
+    problems.raise_if_any(files.printable(str(root)))
     return definitions
 
 
@@ -141,8 +150,8 @@ def load_user(root: str | Path, index: int) -> UserProfile:
     path = _existing_root(root)
     _require_user_dirs(path, (index,))
     problems = Problems()
-    profile, _ = read_user_files(path, index, (), domains_of(path), {}, problems)
-    problems.raise_if_any(root)
+    profile, _ = read_user_files(path, index, (), domains_of(path, problems), {}, problems)
+    problems.raise_if_any(files.printable(str(root)))
     assert profile is not None  # no problems means the profile parsed
     return profile
 
@@ -166,7 +175,7 @@ def load_scenarios(
         _require_user_dirs(path, selected)
     if not selected:
         raise DataError(f"0 users selected in {files.printable(str(root))}: profile/ holds no user directory")
-    domains = domains_of(path)
+    domains = domains_of(path, problems)
     definitions = read_task_definitions(path, domains, problems)
     scenarios: list[Scenario] = []
     for index in selected:
@@ -175,9 +184,9 @@ def load_scenarios(
             scenarios.extend(
                 Scenario(profile, task, situation) for kind in kind_list for task, situation in assigned[kind]
             )
-    problems.raise_if_any(root, strict)
+    problems.raise_if_any(files.printable(str(root)), strict)
     for line in summarize_warnings(problems.warnings):
-        log.warning("%s: %s", root, line)
+        log.warning("%s: %s", files.printable(str(root)), line)
     return scenarios
 
 
@@ -195,6 +204,8 @@ def read_task_definitions(root: Path, domains: tuple[str, ...], problems: Proble
     order = {name: i for i, name in enumerate(domains + (MULTI_DOMAIN,))}
     definitions: dict[str, Task] = {}
     for folder in sorted(folders, key=lambda name: (order.get(name, len(order)), name)):
+        if files.printable(folder) != folder:
+            continue  # not UTF-8: reported by domains_of
         if folder not in order:
             problems.add(f"{TASK_DIR}/{folder}/", "", f"unknown domain {folder!r}")
             continue

@@ -54,7 +54,7 @@ def validate(root: str | Path, strict: bool = False) -> Report:
         return Report(
             root=str(root), problems=tuple(problems.items), users=0, sd_scenarios=0, md_scenarios=0, strict=strict
         )
-    domains = domains_of(path)
+    domains = domains_of(path, problems)
     definitions = read_task_definitions(path, domains, problems)
     if (path / PROFILE_DIR).is_dir():
         indices = read_user_listing(path, problems)

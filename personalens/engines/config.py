@@ -8,6 +8,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from personalens.engines.hub import (
+    TOKENIZER_FILES,
+    WEIGHT_FILES,
+    HubSnapshot,
+    cache_dir,
+    download_command,
+    find_snapshot,
+    is_valid_id,
+)
 from personalens.errors import PersonalensError
 
 ENGINE_KINDS = ("vllm", "server")
@@ -32,14 +41,20 @@ class ServerConfig:
     backoff_s: float = 1.0  # wait before the first retry, doubled for each next one
     timeout_s: float = 600.0  # per HTTP request
     api_key_env: str | None = None  # name of an environment variable holding a bearer token
+    # the key of a server personalens started (managed.py): never read from a config, never printed
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     name: str  # recorded in outputs
     engine: str = "vllm"
-    path: str | None = None  # None: the embedded SmolLM2-135M-Instruct
+    # a local directory or a Hugging Face hub id (hub.py); None: the embedded SmolLM2-135M-Instruct.
+    # from_mapping replaces a hub id (here and in `tokenizer`) by its snapshot folder in the local cache
+    path: str | None = None
     tokenizer: str | None = None
+    revision: str | None = None  # a hub id's branch, tag or commit; None: main
+    download: bool = False  # fetch a hub id that is not in the local cache (else it is refused)
     dtype: str = "auto"
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
@@ -65,6 +80,8 @@ class ModelConfig:
     # GPUs of a managed server, as indices into this job's visible GPUs; None: the planner picks
     gpus: tuple[int, ...] | None = None
     server: ServerConfig | None = field(default=None)
+    # where `path` and `tokenizer` were found when they named hub ids (set by from_mapping, not configurable)
+    snapshots: tuple[tuple[str, HubSnapshot], ...] = ()
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], where: str = "model") -> ModelConfig:
@@ -91,19 +108,57 @@ class ModelConfig:
             )
         if config.block_size is not None and config.block_size <= 0:
             raise ModelConfigError(f"{where}.block_size: must be a positive number of tokens, got {config.block_size}")
-        # a filesystem path is checked now, before any model loads; a hub id is left to vLLM
-        if (
-            config.engine == "vllm"
-            and config.path
-            and config.path.startswith(("/", ".", "~"))
-            and not Path(config.path).expanduser().is_dir()
-        ):
-            raise ModelConfigError(f"{where}.path: {config.path} is not a directory; set it to local weights")
-        return config
+        return _with_files_found(config, where)
+
+    def source(self, key: str = "path") -> str:
+        """Where `path` (or `tokenizer`, falling back to `path`) comes from, for messages."""
+        found = dict(self.snapshots)
+        if key == "tokenizer" and self.tokenizer is None:
+            key = "path"
+        if key in found:
+            return found[key].label()
+        return getattr(self, key) or "the embedded model"
 
     def with_memory_share(self, share: float) -> ModelConfig:
         """The same model given `share` of the memory it was configured with."""
         return dataclasses.replace(self, gpu_memory_utilization=self.gpu_memory_utilization * share)
+
+
+def _with_files_found(config: ModelConfig, where: str) -> ModelConfig:
+    """The config with each hub id among `path` (read by engine: vllm) and `tokenizer` replaced by its
+    snapshot folder, found (or refused) now, before any model loads, so that every reader of the
+    model (planner, token counting, vLLM in process or in a server) reads the same snapshot."""
+    wanted = ({"path": WEIGHT_FILES} if config.engine == "vllm" else {}) | {"tokenizer": TOKENIZER_FILES}
+    found, replaced = [], {}
+    for key, patterns in wanted.items():
+        value = getattr(config, key)
+        if not value or Path(value).expanduser().is_dir():
+            continue
+        if value.startswith(("/", ".", "~")) or not is_valid_id(value):
+            raise ModelConfigError(f"{where}.{key}: {value} is not a directory, nor a Hugging Face hub id")
+        snapshot = find_snapshot(
+            value, config.revision, download=config.download, patterns=patterns, where=f"{where}.{key}"
+        )
+        _check_snapshot(snapshot, key, config, where)
+        found.append((key, snapshot))
+        replaced[key] = str(snapshot.directory)
+    return dataclasses.replace(config, **replaced, snapshots=tuple(found)) if found else config
+
+
+def _check_snapshot(snapshot: HubSnapshot, key: str, config: ModelConfig, where: str) -> None:
+    """A weights snapshot that lacks config.json or the weights themselves (a partial `hf download`)
+    is refused now rather than when vLLM reads it."""
+    if key != "path":
+        return
+    missing = [] if (snapshot.directory / "config.json").is_file() else ["config.json"]
+    weights = [*snapshot.directory.glob("*.safetensors"), *snapshot.directory.glob("*.bin")]
+    if config.load_format != "dummy" and not weights:
+        missing.append("weights (*.safetensors)")
+    if missing:
+        raise ModelConfigError(
+            f"{where}.path: the cached snapshot of {snapshot.label()} ({snapshot.directory}) has no "
+            f"{' or '.join(missing)}; complete it: `{download_command(snapshot.repo_id, config.revision, cache_dir())}`"
+        )
 
 
 def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
@@ -126,7 +181,7 @@ def _gpus(raw: Any, where: str) -> tuple[int, ...] | None:
 
 
 def _checked(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
-    known = {f.name: f for f in fields(cls) if f.name not in ("server", "gpus")}
+    known = {f.name: f for f in fields(cls) if f.name not in ("server", "gpus", "snapshots", "api_key")}
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ModelConfigError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from personalens.engines.dtype import local_dtype
 from personalens.engines.packaged import packaged_file
+from personalens.engines.vllm_check import check_in_process
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class VllmEmbedder:
     """Unit-length sentence embeddings, one batched call per embed()."""
 
     def __init__(self, config: EmbeddingConfig):
+        check_in_process()  # the installed vLLM is one this code runs on, before a model loads
         model = str(model_dir(config))
         started = time.monotonic()
         from vllm import LLM

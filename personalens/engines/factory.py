@@ -63,10 +63,10 @@ class EngineLoader:
         build: Callable[[ModelConfig], Engine] = build_engine,
         serve: Callable[[list[Decision], Path], dict[ModelConfig, ModelConfig]] = start_servers,
     ):
-        self._configs = model_configs(models)
+        self.configs = model_configs(models)  # hub ids replaced by their snapshot folders
         spec = gpus()
-        self.batch_invariance = _batch_invariance(self._configs, spec) if reproducible else None
-        self.layout = plan_layout(self._configs, spec)
+        self.batch_invariance = _batch_invariance(self.configs, spec) if reproducible else None
+        self.layout = plan_layout(self.configs, spec)
         log.info("\n".join(self.layout.lines()))
         if self.batch_invariance:
             log.info(f"reproducible: {self.batch_invariance}")
@@ -81,7 +81,7 @@ class EngineLoader:
             managed = [d for d in self.layout.decisions if d.mode == "managed_server"]
             served = self._serve(managed, self._log_dir) if managed else {}
             built = {d.config: self._build(served.get(d.config, d.run_config)) for d in self.layout.decisions}
-            self._engines = {role: built[config] for role, config in self._configs.items()}
+            self._engines = {role: built[config] for role, config in self.configs.items()}
         return self._engines
 
 

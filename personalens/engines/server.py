@@ -127,8 +127,9 @@ def _call(server: ServerConfig, method: str, route: str, body: dict | None = Non
 
 def _send(server: ServerConfig, method: str, url: str, body: dict | None) -> dict:
     headers = {"Content-Type": "application/json"}
-    if server.api_key_env:
-        headers["Authorization"] = f"Bearer {os.environ.get(server.api_key_env, '')}"
+    key = server.api_key or (os.environ.get(server.api_key_env, "") if server.api_key_env else None)
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:

@@ -18,12 +18,14 @@ from personalens.engines.config import ModelConfig
 from personalens.engines.dtype import local_dtype
 from personalens.engines.embedded import model_path
 from personalens.engines.tokens import ChatTokenizer
+from personalens.engines.vllm_check import check_in_process
 
 log = logging.getLogger(__name__)
 
 
 class VllmEngine:
     def __init__(self, config: ModelConfig):
+        check_in_process()  # the installed vLLM is one this code runs on, before a model loads
         model = model_path(config)
         if config.cpu_reserved_cores is not None:
             # read by vLLM's engine processes when they start; a value the user exported wins

@@ -75,9 +75,7 @@ def estimate(cfg: DictConfig, options: PlanOptions, scenarios: Sequence, models:
     }
     at_cap = {k: _one(fixed[k], caps[k], judging.max_tokens, judging) for k in fixed}
     tokens = {
-        "counted_with": {
-            role: models[role].tokenizer or models[role].path or "the embedded model" for role in tokenizers
-        },
+        "counted_with": {role: models[role].source("tokenizer") for role in tokenizers},
         "rendered_scenarios": len(rows),
         "first_prompts": {
             "user_agent_total": round(sum(first) / len(first) * sum(dialogues.values())),
