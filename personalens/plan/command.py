@@ -26,11 +26,13 @@ def plan(cfg: DictConfig) -> int:
     if not scenarios:
         raise PersonalensError("the selection holds no scenario (data.users, data.kinds)")
     models = model_configs({role: cfg[role] for role in ROLES})
+    chosen = selection(cfg, scenarios)
+    estimated, workload = estimate(cfg, options, scenarios, models)
     result = {
         "command": "personalens plan",
-        "selection": selection(cfg, scenarios),
-        "placement": placement(models, options),
-        **estimate(cfg, options, scenarios, models),
+        "selection": chosen,
+        "placement": placement(cfg, models, options, workload, chosen["largest_shard"]),
+        **estimated,
     }
     for line in lines(result):
         print(line, file=console.out())
@@ -57,8 +59,9 @@ def selection(cfg: DictConfig, scenarios: list) -> dict:
     }
 
 
-def placement(models: dict, options: PlanOptions) -> dict:
-    """Each job's layout on the given GPUs, else this machine's; a layout that cannot fit is shown refused."""
+def placement(cfg: DictConfig, models: dict, options: PlanOptions, workload, largest: dict) -> dict:
+    """Each job's layout on the given GPUs, else this machine's, and the modelled throughput of the
+    layouts it could take; a layout that cannot fit is shown refused."""
     from personalens.engines.gpus import simulated, visible_gpu_spec
     from personalens.engines.layout import plan_layout
 
@@ -71,9 +74,34 @@ def placement(models: dict, options: PlanOptions) -> dict:
         }
     jobs = {}
     for job in options.jobs:
+        roles = JOBS[job]
         try:
-            layout = plan_layout({role: models[role] for role in JOBS[job]}, gpus)
-            jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
+            layout = plan_layout({role: models[role] for role in roles}, gpus, R.in_process_roles(cfg, roles))
         except PersonalensError as err:
             jobs[job] = {"refused": str(err)}
+            continue
+        jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
+        if workload is not None:
+            jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options)
     return {"planned": True, "gpus": gpus.describe(), "jobs": jobs}
+
+
+def throughput(job: str, layout, models: dict, workload, largest: dict, options: PlanOptions) -> dict:
+    """The job's layouts modelled on a sample of the largest shard's dialogues (plan/throughput.py)."""
+    from personalens.plan.throughput import GPUS, TURN_ROLES, compare, dialogues, sampled
+
+    served = [role for role in JOBS[job] if models[role].engine == "server"]
+    if served:
+        return {"not_modelled": f"{', '.join(served)} served elsewhere (engine: server)"}
+    limit = {need_role: n.max_model_len for n in layout.needs for need_role in n.roles}
+    shapes = sampled(largest, workload, options.model_dialogues)
+    turns, judged = dialogues(shapes, workload, {turn: limit.get(role) for turn, role in TURN_ROLES.items()})
+    work = {"generate": [turns], "judge": [judged], "run": [turns, judged]}[job]
+    gpu = GPUS[options.gpu_type]
+    return {
+        "gpu": gpu.name,
+        "dialogues": len(shapes),
+        "of": sum(largest.values()),
+        "basis": workload.source,
+        **compare(layout.needs, layout.candidates, layout.gpus.count, layout.rules, gpu, work),
+    }
