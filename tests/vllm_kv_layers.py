@@ -1,9 +1,9 @@
 """What vLLM allocates per layer for a model directory: started with random weights (load_format dummy,
 no tokenizer), each attention layer's KV bytes per token and the tokens it keeps (its sliding window
-or attention chunk), printed as JSON. Run as a script by tests/test_placement_vllm.py, one model
-directory after another in one process:
+or attention chunk), printed as JSON after `KV LAYERS ` (vLLM logs to stdout too). Run as a script
+by tests/test_placement_vllm.py, one process per model directory:
 
-    python tests/vllm_kv_layers.py DTYPE DIR [DIR ...]
+    python tests/vllm_kv_layers.py DTYPE DIR
 """
 
 import json
@@ -27,20 +27,20 @@ def layers(path: str, dtype: str) -> dict[int, dict]:
         kv_cache_memory_bytes=64 * 2**20,
         limit_mm_per_prompt={"image": 0},
     )
-    try:
-        [specs] = llm.collective_rpc("get_kv_cache_spec")
-    finally:
-        del llm
+    # the engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): its scheduler's KV-cache
+    # config lists every group of layers with the spec it was allocated by
+    config = llm.llm_engine.engine_core.engine_core.scheduler.kv_cache_config
     out = {}
-    for name, spec in specs.items():
-        index = int(re.search(r"layers\.(\d+)\.", name)[1])
+    for group in config.kv_cache_groups:
+        spec = group.kv_cache_spec
         kept = getattr(spec, "sliding_window", None) or getattr(spec, "attention_chunk_size", None)
-        out[index] = {"bytes_per_token": spec.page_size_bytes // spec.block_size, "kept": kept}
+        for name in group.layer_names:
+            index = int(re.search(r"layers\.(\d+)\.", name)[1])
+            out[index] = {"bytes_per_token": spec.page_size_bytes // spec.block_size, "kept": kept}
     return out
 
 
 if __name__ == "__main__":
-    # the specs come back through vLLM's engine-core socket; torch dtypes in them need pickle
-    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
-    dtype, *paths = sys.argv[1:]
-    print(json.dumps({path: layers(path, dtype) for path in paths}))
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    dtype, path = sys.argv[1:]
+    print("KV LAYERS " + json.dumps(layers(path, dtype)))

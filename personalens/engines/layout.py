@@ -105,6 +105,8 @@ class Layout:
 
     def why(self) -> str:
         """Which layout was chosen, and why."""
+        if self.gpus is not None and not self.needs:
+            return "no model runs on this job's GPUs"
         if len(self.candidates) < 2:
             return ""
         chosen, other = self.candidates
@@ -165,7 +167,7 @@ def plan_layout(
         if in_process & set(roles[c]) and need.placement == "auto":
             need = dataclasses.replace(need, placement="in_process")
         needs.append(need)
-    candidates = layouts(needs, gpus.count, rules)
+    candidates = layouts(needs, gpus.count, rules) if needs else [Candidate("none", (), "")]
     if candidates[0].placements is None:
         held = (
             f"scheduling=continuous keeps the {' and '.join(sorted(in_process))} in this process: "

@@ -48,7 +48,11 @@ def estimate(
     ]
     if missing:
         why = "; ".join(f"{role}: {reason}" for role, reason in missing.items())
-        return {"tokens": {"not_counted": why}, "time": {"unknown": "no token budget"}, "assumptions": assumptions}, None
+        return {
+            "tokens": {"not_counted": why},
+            "time": {"unknown": "no token budget"},
+            "assumptions": assumptions,
+        }, None
     fidelity = R.fidelity(cfg)
     templates, _ = R.templates(cfg, fidelity)
     setting, family = R.setting(cfg), R.prompt_family(cfg)
@@ -176,19 +180,24 @@ def _calibrated(
         f"calibrated by {measured.run_dir}: its turns per dialogue, reply tokens and judge reply tokens, `history` "
         "fitted to its prompts; its models, prompt setting and protocol should be this config's"
     )
-    return per_kind, turns, judge_reply, {
-        "run_dir": measured.run_dir,
-        "measured": measured.totals(),
-        "turns_per_dialogue": measured.turn_counts(),
-        "reply_tokens": reply,
-        "history_tokens_per_turn": history,
-        "judgments": measured.judgments,
-        "judge_reply_tokens": judge_reply,
-        "generate": measured.generate.as_dict() if measured.generate else None,
-        "judge": measured.judge.as_dict() if measured.judge else None,
-        # the same dialogues' first prompts: rendered here, and as the run's engine counted them
-        "first_prompts": {"rendered": sum(r for r, _ in pairs), "measured": sum(m for _, m in pairs)},
-    }
+    return (
+        per_kind,
+        turns,
+        judge_reply,
+        {
+            "run_dir": measured.run_dir,
+            "measured": measured.totals(),
+            "turns_per_dialogue": measured.turn_counts(),
+            "reply_tokens": reply,
+            "history_tokens_per_turn": history,
+            "judgments": measured.judgments,
+            "judge_reply_tokens": judge_reply,
+            "generate": measured.generate.as_dict() if measured.generate else None,
+            "judge": measured.judge.as_dict() if measured.judge else None,
+            # the same dialogues' first prompts: rendered here, and as the run's engine counted them
+            "first_prompts": {"rendered": sum(r for r, _ in pairs), "measured": sum(m for _, m in pairs)},
+        },
+    )
 
 
 def _rates(options: PlanOptions, calibration: dict | None) -> Rates | None:

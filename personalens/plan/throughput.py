@@ -107,9 +107,7 @@ class Modelled:
         return self.generated / self.seconds if self.seconds else 0.0
 
 
-def modelled(
-    engines: Mapping[str, Sequence[GpuModel]], work: Sequence[Sequence[Sequence[Turn]]]
-) -> Modelled | None:
+def modelled(engines: Mapping[str, Sequence[GpuModel]], work: Sequence[Sequence[Sequence[Turn]]]) -> Modelled | None:
     """One job's phases (its dialogues, then its judgments) one after the other, under lockstep."""
     results = [simulate(phase, engines, "lockstep") for phase in work if phase]
     if not results:
