@@ -49,30 +49,41 @@ def shrunk(name: str, layers: int, directory: Path) -> dict:
     return config
 
 
-@pytest.mark.parametrize(
-    ("name", "layers", "dtype"),
-    [
-        ("gemma2_27b", 2, "bfloat16"),  # no layer_types: a sliding layer, then a global one
-        ("gemma3_27b", 6, "bfloat16"),  # text_config without its pattern: five sliding layers to a global one
-        ("mistral_small31_24b", 1, "bfloat16"),  # text_config
-        ("qwen25_72b", 1, "float32"),  # a sliding window switched off; float32 doubles the KV
-    ],
-)
-def test_every_layers_kv_matches_what_vllm_allocates(tmp_path, name, layers, dtype):
-    config = shrunk(name, layers, tmp_path / name)
+FAMILIES = {  # published config: layers in the copy, dtype
+    "gemma2_27b": (2, "bfloat16"),  # no layer_types: a sliding layer, then a global one
+    "gemma3_27b": (6, "bfloat16"),  # text_config without its pattern: five sliding layers to a global one
+    "mistral_small31_24b": (1, "bfloat16"),  # text_config
+    "qwen25_72b": (1, "float32"),  # a sliding window switched off; float32 doubles the KV
+}
+
+
+@pytest.fixture(scope="module")
+def allocated(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
+    """Per family: the copy's config, and what vLLM allocated for each of its layers (one process
+    starts the four copies one after another)."""
+    root = tmp_path_factory.mktemp("families")
+    configs = {name: shrunk(name, layers, root / name) for name, (layers, _) in FAMILIES.items()}
     proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "vllm_kv_layers.py"), dtype, str(tmp_path / name)],
-        cwd=tmp_path,
+        [sys.executable, str(REPO / "tests" / "vllm_kv_layers.py")]
+        + [f"{dtype}:{root / name}" for name, (_, dtype) in FAMILIES.items()],
+        cwd=root,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1800,
     )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("KV LAYERS ")), None)
-    assert line, proc.stdout[-3000:] + proc.stderr[-3000:]
-    allocated = {int(i): (layer["bytes_per_token"], layer["kept"]) for i, layer in json.loads(line[10:]).items()}
+    found = [json.loads(x[10:]) for x in proc.stdout.splitlines() if x.startswith("KV LAYERS ")]
+    assert len(found) == len(FAMILIES), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {Path(f["path"]).name: (configs[Path(f["path"]).name], f["layers"]) for f in found}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_layers_kv_matches_what_vllm_allocates(allocated, name):
+    layers, dtype = FAMILIES[name]
+    config, by_layer = allocated[name]
     ours = Architecture.from_config(config)
     per_layer = ours.kv_bytes_per_layer_token(DTYPE_BYTES[dtype])
-    assert allocated == {i: (per_layer, window) for i, window in enumerate(ours.windows)}
+    got = {int(i): (layer["bytes_per_token"], layer["kept"]) for i, layer in by_layer.items()}
+    assert got == {i: (per_layer, window) for i, window in enumerate(ours.windows)}
     # the published config, read whole (text_config nested), has the same layers: the copy only has fewer
     published = Architecture.from_config(json.loads((ARCHITECTURES / f"{name}.json").read_text()))
     assert published.windows[:layers] == ours.windows

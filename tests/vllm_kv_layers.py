@@ -1,9 +1,10 @@
 """What vLLM allocates per layer for a model directory: started with random weights (load_format dummy,
 no tokenizer), each attention layer's KV bytes per token and the tokens it keeps (its sliding window
-or attention chunk), printed as JSON after `KV LAYERS ` (vLLM logs to stdout too). Run as a script
-by tests/test_placement_vllm.py, one process per model directory:
+or attention chunk), printed as JSON after `KV LAYERS ` (vLLM logs to stdout too), one line per
+model directory, all in one process (vLLM is imported once). Run as a script by
+tests/test_placement_vllm.py:
 
-    python tests/vllm_kv_layers.py DTYPE DIR
+    python tests/vllm_kv_layers.py DTYPE:DIR [DTYPE:DIR ...]
 """
 
 import json
@@ -14,6 +15,7 @@ import sys
 
 def layers(path: str, dtype: str) -> dict[int, dict]:
     from vllm import LLM
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
     llm = LLM(
         model=path,
@@ -37,10 +39,13 @@ def layers(path: str, dtype: str) -> dict[int, dict]:
         for name in group.layer_names:
             index = int(re.search(r"layers\.(\d+)\.", name)[1])
             out[index] = {"bytes_per_token": spec.page_size_bytes // spec.block_size, "kept": kept}
+    del llm
+    cleanup_dist_env_and_memory()  # so that the next model starts in this process
     return out
 
 
 if __name__ == "__main__":
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    dtype, path = sys.argv[1:]
-    print("KV LAYERS " + json.dumps(layers(path, dtype)))
+    for arg in sys.argv[1:]:
+        dtype, path = arg.split(":", 1)
+        print("KV LAYERS " + json.dumps({"path": path, "layers": layers(path, dtype)}), flush=True)

@@ -141,13 +141,6 @@ class Architecture:
         )
         return batched_tokens * per_token * dtype_bytes + seqs * self.vocab * 4 * _SAMPLER_COPIES
 
-    def parameters_per_token(self) -> int:
-        """Parameters one token passes through: an MoE model's routed experts only."""
-        if self.experts <= 1:
-            return self.parameters()
-        unused = 3 * self.hidden * self.intermediate * (self.experts - self.experts_per_token)
-        return self.parameters() - self.layers * unused
-
 
 def _windows(get, layers: int) -> tuple[int | None, ...]:
     """Per layer, the tokens it keeps: None for full attention."""
