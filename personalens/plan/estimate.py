@@ -114,6 +114,7 @@ def estimate(
     if options.calibrate is not None:
         measured = read_calibration(options.calibrate)
         per_kind, turns, judge_reply, calibration = _calibrated(cfg, measured, fixed, caps, judging, count, assumptions)
+        calibration["context_ended"] = measured.context_ended(dialogues)
         tokens["calibrated"] = _totals(per_kind, dialogues)
         workload = dataclasses.replace(workload, turns=turns, judge_reply=judge_reply, source="calibrated")
     estimated = {
