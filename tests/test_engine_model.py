@@ -83,7 +83,7 @@ def test_a_layouts_engines_follow_its_models_gpus_and_kv():
         False,
         "test",
     )
-    _, judged = dialogues(sampled({"SD": 64}, workload, 64), workload, {"judge": 16_384})
+    _, judged = dialogues(sampled({"SD": 64}, workload, 64), workload, {"judge": 16_000})
     eight = layouts([need], 8, Rules(gpu_bytes=80 * 10**9))
     result = compare([need], eight, 8, Rules(gpu_bytes=80 * 10**9), GPUS["h100"], [judged])
     [chosen] = result["layouts"]
@@ -100,7 +100,7 @@ def test_sampled_dialogues_keep_the_kinds_and_turn_counts_and_end_at_max_model_l
     assert sorted(shapes) == sorted([("MD", 2)] * 3 + [("MD", 4)] * 7 + [("SD", 2)] * 9 + [("SD", 4)] * 21)
     assert len(sampled({"SD": 2, "MD": 1}, workload, 40)) == 3  # fewer than the limit: all of them
     made, judged = dialogues([("SD", 4)], workload, {"user": 1000, "assistant": None, "judge": None})
-    # turn 3 (the user agent's, 800 + 2 x 130 prompt tokens + 50) passes its 1,000-token limit: the dialogue ends
+    # turn 3 (the user agent's, 800 + 2 x 130 prompt tokens) is longer than its 1,000: the dialogue ends
     assert [(t.role, t.prompt, t.reusable, t.reply) for t in made[0]] == [
         ("user", 600, 0, 50),
         ("assistant", 630, 0, 200),

@@ -82,20 +82,27 @@ def placement(cfg: DictConfig, models: dict, options: PlanOptions, workload, lar
             continue
         jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
         if workload is not None:
-            jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options)
+            jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options, cfg)
     return {"planned": True, "gpus": gpus.describe(), "jobs": jobs}
 
 
-def throughput(job: str, layout, models: dict, workload, largest: dict, options: PlanOptions) -> dict:
+def throughput(job: str, layout, models: dict, workload, largest: dict, options: PlanOptions, cfg: DictConfig) -> dict:
     """The job's layouts modelled on a sample of the largest shard's dialogues (plan/throughput.py)."""
     from personalens.plan.throughput import GPUS, TURN_ROLES, compare, dialogues, sampled
 
     served = [role for role in JOBS[job] if models[role].engine == "server"]
     if served:
         return {"not_modelled": f"{', '.join(served)} served elsewhere (engine: server)"}
-    limit = {need_role: n.max_model_len for n in layout.needs for need_role in n.roles}
+    limit = {role: n.max_model_len for n in layout.needs for role in n.roles}
+    room = cfg.protocol.get("context_room")
+    longest = {
+        turn: None
+        if limit.get(role) is None
+        else limit[role] - int(cfg.protocol[role].max_tokens if room is None or role == "judge" else room)
+        for turn, role in TURN_ROLES.items()
+    }
     shapes = sampled(largest, workload, options.model_dialogues)
-    turns, judged = dialogues(shapes, workload, {turn: limit.get(role) for turn, role in TURN_ROLES.items()})
+    turns, judged = dialogues(shapes, workload, longest)
     work = {"generate": [turns], "judge": [judged], "run": [turns, judged]}[job]
     gpu = GPUS[options.gpu_type]
     return {

@@ -70,27 +70,28 @@ def sampled(load: Mapping[str, int], workload: Workload, limit: int) -> list[tup
 
 
 def dialogues(
-    shapes: Sequence[tuple[str, int]], workload: Workload, limits: Mapping[str, int | None]
+    shapes: Sequence[tuple[str, int]], workload: Workload, longest: Mapping[str, int | None]
 ) -> tuple[list[list[Turn]], list[list[Turn]]]:
     """The dialogues' turns, and the judge's requests (each alone), of dialogues of these shapes. A
     turn repeats its role's previous prompt as a prefix (instructions after the conversation, as
-    under fidelity=official, make that an upper bound on prefix-cache hits); a dialogue ends where a
-    turn's prompt and reply no longer fit its model's max_model_len (`limits` per turn role)."""
+    under fidelity=official, make that an upper bound on prefix-cache hits). `longest` is per turn
+    role the longest prompt that still runs (its model's max_model_len less the room kept for the
+    reply, as simulate/ keeps it): a dialogue ends at a longer one, a judgment is left out."""
     turns_out, judge_out = [], []
     for kind, n in shapes:
         fixed, turns = workload.fixed[kind], workload.turns[kind]
         last = {"user": 0, "assistant": 0}
         kept = []
         for role, prompt in turn_prompts(fixed, n, turns.history):
-            prompt, reply = round(prompt), max(1, round(turns.reply[role]))
-            if limits.get(role) and prompt + reply > limits[role]:
+            prompt = round(prompt)
+            if longest.get(role) is not None and prompt > longest[role]:
                 break
-            kept.append(Turn(role, prompt, min(last[role], prompt), reply))
+            kept.append(Turn(role, prompt, min(last[role], prompt), max(1, round(turns.reply[role]))))
             last[role] = prompt
         turns_out.append(kept)
         reply = max(1, round(workload.judge_reply))
         for prompt in judge_prompts(fixed, len(kept), turns.history, workload.judged, workload.turn_level):
-            if not limits.get("judge") or round(prompt) + reply <= limits["judge"]:
+            if longest.get("judge") is None or round(prompt) <= longest["judge"]:
                 judge_out.append([Turn("judge", round(prompt), 0, reply)])
     return turns_out, judge_out
 
