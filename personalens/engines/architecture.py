@@ -35,9 +35,10 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama4_text": {"no_rope_layer_interval": 4},
 }
 
-# the sampler keeps float32 logits of the whole vocabulary per sequence, and copies of them
-# (probabilities, the sorted copy of top-p/top-k)
-_SAMPLER_COPIES = 3
+# bytes per sequence and vocabulary entry of vLLM's sampler (its profile run samples with top-k and
+# top-p): the logits, in float32, sorted (float32 values and int64 indices), their probabilities and
+# cumulative sums, a mask
+_SAMPLER_BYTES = 32
 
 
 @dataclass(frozen=True)
@@ -131,15 +132,16 @@ class Architecture:
         make room for: one forward pass over `batched_tokens` (max_num_batched_tokens) holding, per
         token, four hidden-size vectors (the residual stream, the normed input, the attention's and the
         MLP's outputs), the attention's q, k, v and output heads of this GPU, and the MLP's gate-up
-        output and activated product (3 x intermediate per GPU, per routed expert); then the sampler's
-        float32 logits of `seqs` sequences and two copies of them."""
+        output, activation and product (4 x intermediate per GPU, per routed expert: vLLM fuses the
+        last two, an unfused layer needs them all); then the sampler over `seqs` sequences of the
+        whole vocabulary. Checked against one such layer and sampler on an H200 (docs/cluster.md)."""
         heads = math.ceil(self.heads / tp)
         per_token = (
             4 * self.hidden
             + (2 * heads + 2 * self.kv_heads_per_gpu(tp)) * self.head_dim
-            + 3 * math.ceil(self.intermediate / tp) * self.experts_per_token
+            + 4 * math.ceil(self.intermediate / tp) * self.experts_per_token
         )
-        return batched_tokens * per_token * dtype_bytes + seqs * self.vocab * 4 * _SAMPLER_COPIES
+        return batched_tokens * per_token * dtype_bytes + seqs * self.vocab * _SAMPLER_BYTES
 
 
 def _windows(get, layers: int) -> tuple[int | None, ...]:
