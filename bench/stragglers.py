@@ -1,212 +1,27 @@
-"""What the per-round barrier of lockstep costs on a GPU, estimated: dialogues replayed through a
-model of a continuous-batching engine (vLLM's scheduler, much simplified) whose step time comes
-from a roofline model of one GPU, once with lockstep's barrier and once without it.
+"""What the per-round barrier of lockstep costs on a GPU, estimated: dialogues replayed through the
+model of a continuous-batching engine in personalens/plan/engine_model.py (vLLM's scheduler, much
+simplified, with a roofline step time of one GPU), once with lockstep's barrier and once without it.
 
     python bench/stragglers.py                      # a Table-3 row: 4,096 synthetic dialogues
     python bench/stragglers.py --run runs/default   # replay a run's dialogues (their real lengths)
     python bench/stragglers.py --sweep              # the synthetic row under other assumptions
 
-Schedulers compared, on the same requests (same prompts, replies, order):
-  lockstep    every active dialogue's next request submitted together; the next step's requests
-              only when all of this step's have finished (`personalens generate` today)
-  continuous  each dialogue's next request submitted as soon as its previous one finished
-  window W    continuous, with at most W dialogues in flight (new ones start as others end), so
-              that the dialogues in flight keep their history in the prefix cache
-
-The engine model: FCFS admission while fewer than `max_num_seqs` requests run and their KV fits
-the cache; every step decodes one token of every running request and prefills up to
-`max_num_batched_tokens` - running prompt tokens of the admitted requests (chunked prefill). A step
-takes overhead + max(memory time, compute time): memory = weights + the running requests' KV read
-once, compute = 2 x parameters x tokens in the step + attention over the context. The prefix cache
-keeps each (dialogue, role)'s last sequence (prompt and reply) until it is evicted, least recently
-used first, when admissions need room; a hit saves the part of the new prompt that repeats it.
-
-Every number of the GPU model is an assumption stated in `GpuModel` (H100 SXM figures from
-NVIDIA's datasheet, efficiencies assumed), and so are the synthetic dialogue lengths in
-`SyntheticRow`: nothing here was measured on a GPU. See docs/performance.md for the results.
+The schedulers compared (lockstep, continuous, continuous with a window of W dialogues in flight)
+and the engine model are described in that module. Every number of the GPU model is an assumption
+stated in `GpuModel` (H100 SXM figures from NVIDIA's datasheet, efficiencies assumed), and so are
+the synthetic dialogue lengths in `SyntheticRow`: nothing here was measured on a GPU. See
+docs/performance.md for the results.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-from collections import OrderedDict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class GpuModel:
-    """Llama-3.1-8B-Instruct (its published config: 8.03e9 parameters, 32 layers, hidden 4096,
-    8 KV heads of 128) in bf16 on one H100 SXM (datasheet: 3.35 TB/s HBM3, 989 TFLOPS dense bf16,
-    80 GB). Efficiencies, overhead and the engine's limits are assumptions."""
-
-    params: float = 8.03e9
-    layers: int = 32
-    hidden: int = 4096
-    kv_bytes_per_token: int = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 heads of 128, 2 bytes
-    bandwidth: float = 3.35e12 * 0.75  # assumed: 75% of peak HBM bandwidth reached by decoding
-    flops: float = 989e12 * 0.5  # assumed: 50% of dense bf16 peak in prefill-heavy steps
-    overhead: float = 0.5e-3  # assumed: per engine step (scheduling, launches; CUDA graphs on)
-    kv_tokens: int = 400_000  # assumed: 0.9 x 80 GB - 16 GB weights - activations, / 128 KiB per token
-    max_num_seqs: int = 256  # conf/model/llama31_8b.yaml
-    max_batched_tokens: int = 8192  # assumed: vLLM's chunked-prefill token budget per step
-
-    def step_seconds(self, decodes: int, prefill: int, context: int) -> float:
-        """One engine step: `decodes` running requests one token each, `prefill` prompt tokens,
-        `context` tokens of KV read by the step's attention."""
-        memory = (2 * self.params + context * self.kv_bytes_per_token) / self.bandwidth
-        tokens = decodes + prefill
-        compute = (2 * self.params * tokens + 4 * self.layers * self.hidden * context * min(tokens, 1)) / self.flops
-        return self.overhead + max(memory, compute)
-
-
-@dataclass(frozen=True)
-class Turn:
-    role: str
-    prompt: int  # prompt tokens
-    reusable: int  # of them, the tokens that repeat this role's previous sequence of the dialogue
-    reply: int  # generated tokens
-
-
-Dialogue = Sequence[Turn]
-
-
-@dataclass
-class _Request:
-    dialogue: int
-    turn: Turn
-    prefill: int = 0  # prompt tokens still to compute
-    remaining: int = 0  # tokens still to generate
-    context: int = 0  # KV held: prompt (and reply) tokens so far
-    finished: float = 0.0
-
-
-@dataclass
-class Result:
-    scheduling: str
-    seconds: float = 0.0
-    generated: int = 0
-    prompt: int = 0
-    computed: int = 0  # prompt tokens prefilled (not served from the cache)
-    calls: list[tuple[float, float, list[float]]] = field(default_factory=list)  # lockstep: start, end, finishes
-
-    def tail_share(self) -> float:
-        """As the step trace counts it: the time fewer than a quarter of a call's requests ran."""
-        tail = total = 0.0
-        for start, end, done in self.calls:
-            done = sorted(done)
-            j = int(len(done) * 0.75) + 1
-            tail += done[-1] - done[j - 1]
-            total += end - start
-        return tail / total if total else 0.0
-
-
-class Engine:
-    """The simplified vLLM: a waiting queue, the running requests, the prefix cache, a clock."""
-
-    def __init__(self, gpu: GpuModel, shared_prefix: int):
-        self.gpu, self.shared = gpu, shared_prefix
-        self.now = 0.0
-        self.waiting: deque[_Request] = deque()
-        self.running: list[_Request] = []
-        self.cache: OrderedDict[tuple[int, str], int] = OrderedDict()  # (dialogue, role) -> tokens
-        self.cached_tokens = 0  # in the cache, not held by running requests
-        self.held = 0  # KV of the running requests
-        self.computed = 0
-
-    def submit(self, request: _Request) -> None:
-        self.waiting.append(request)
-
-    def step(self) -> list[_Request]:
-        """Admit what fits, run one engine step, return the requests that finished in it."""
-        self._admit()
-        budget = self.gpu.max_batched_tokens - sum(1 for r in self.running if r.prefill == 0)
-        prefill = 0
-        for r in self.running:
-            if r.prefill and budget > 0:
-                chunk = min(r.prefill, budget)
-                r.prefill -= chunk
-                budget -= chunk
-                prefill += chunk
-        decoding = [r for r in self.running if r.prefill == 0]  # a finished prefill samples a token too
-        self.now += self.gpu.step_seconds(len(decoding), prefill, self.held)
-        self.computed += prefill
-        done = []
-        for r in decoding:
-            r.remaining -= 1
-            r.context += 1
-            self.held += 1
-            if r.remaining <= 0:
-                r.finished = self.now
-                done.append(r)
-        if done:
-            self.running = [r for r in self.running if r.remaining > 0]
-            for r in done:  # its prompt and reply stay cached for the dialogue's next turn
-                self.held -= r.context
-                self.cache[(r.dialogue, r.turn.role)] = r.context
-                self.cached_tokens += r.context
-        return done
-
-    def _admit(self) -> None:
-        while self.waiting and len(self.running) < self.gpu.max_num_seqs:
-            r = self.waiting[0]
-            if self.running and self.held + r.turn.prompt > self.gpu.kv_tokens:
-                break
-            own = self.cache.pop((r.dialogue, r.turn.role), 0)  # its blocks become the request's own
-            self.cached_tokens -= own
-            while self.cache and self.held + r.turn.prompt + self.cached_tokens > self.gpu.kv_tokens:
-                _, size = self.cache.popitem(last=False)  # the least recently used
-                self.cached_tokens -= size
-            self.waiting.popleft()
-            hit = max(min(own, r.turn.reusable), min(self.shared, r.turn.prompt))
-            r.prefill, r.remaining, r.context = r.turn.prompt - hit, r.turn.reply, r.turn.prompt
-            self.running.append(r)
-            self.held += r.context
-
-
-def simulate(
-    dialogues: Sequence[Dialogue], gpu: GpuModel, scheduling: str, window: int | None = None, shared_prefix: int = 0
-) -> Result:
-    """Replay every dialogue's turns through the engine model under one scheduler."""
-    engine = Engine(gpu, shared_prefix)
-    result = Result(scheduling if window is None else f"{scheduling}, window {window}")
-    position = [0] * len(dialogues)  # each dialogue's next turn
-
-    def submit(d: int) -> None:
-        turn = dialogues[d][position[d]]
-        engine.submit(_Request(d, turn))
-        result.generated += turn.reply
-        result.prompt += turn.prompt
-
-    if scheduling == "lockstep":
-        active = [d for d in range(len(dialogues)) if dialogues[d]]
-        while active:
-            start = engine.now
-            for d in active:
-                submit(d)
-            finishes: list[float] = []
-            while len(finishes) < len(active):
-                finishes += [r.finished for r in engine.step()]
-            result.calls.append((start, engine.now, finishes))
-            for d in active:
-                position[d] += 1
-            active = [d for d in active if position[d] < len(dialogues[d])]
-    else:
-        waiting = deque(d for d in range(len(dialogues)) if dialogues[d])
-        for _ in range(min(window or len(waiting), len(waiting))):
-            submit(waiting.popleft())
-        while engine.waiting or engine.running:
-            for r in engine.step():
-                position[r.dialogue] += 1
-                if position[r.dialogue] < len(dialogues[r.dialogue]):
-                    submit(r.dialogue)
-                elif waiting:  # a dialogue ended: the next one starts
-                    submit(waiting.popleft())
-    result.seconds = engine.now
-    result.computed = engine.computed
-    return result
+from personalens.plan.engine_model import Dialogue, GpuModel, Result, Turn, simulate
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ started with; a layout that cannot fit refused before any engine is made. Publis
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -15,12 +18,14 @@ from personalens.config.core import model_identity
 from personalens.engines.config import ModelConfig, ModelConfigError
 from personalens.engines.factory import EngineLoader
 from personalens.engines.gpus import parse_nvidia_smi, simulated
-from personalens.engines.layout import plan_layout
-from personalens.engines.managed import serve_args, server_env
+from personalens.engines.layout import model_need, plan_layout
+from personalens.engines.managed import log_path, serve_args, server_env
 from personalens.engines.placement import GIB
+from personalens.engines.vllm_args import cli_flags, engine_args
 from personalens.errors import PersonalensError
 
 REPO = Path(__file__).resolve().parents[1]
+ROLES_DIALOGUE = ("user_agent", "assistant")
 ARCHITECTURES = Path(__file__).parent / "fixtures" / "architectures"
 NODE_4X80 = simulated(4, 80)
 
@@ -56,8 +61,9 @@ class Recorder:
         self.built.append(config)
         return config.name
 
-    def serve(self, decisions, log_dir: Path) -> dict:
+    def serve(self, decisions, log_dir: Path, shard: str) -> dict:
         self.served.extend(decisions)
+        self.shard = shard
         url = "http://127.0.0.1:{}/v1"
         return {
             d.config: ModelConfig(d.config.name, "server", server=_server(url.format(9000 + i)))
@@ -71,8 +77,8 @@ def _server(url: str):
     return ServerConfig(base_url=url)
 
 
-def loader(models: dict, tmp_path: Path, gpus, recorder: Recorder) -> EngineLoader:
-    return EngineLoader(models, tmp_path / "logs", gpus=lambda: gpus, build=recorder.build, serve=recorder.serve)
+def loader(models: dict, tmp_path: Path, gpus, recorder: Recorder, **kw) -> EngineLoader:
+    return EngineLoader(models, tmp_path / "logs", gpus=lambda: gpus, build=recorder.build, serve=recorder.serve, **kw)
 
 
 def test_8b_assistant_with_70b_user_agent_and_judge_on_4x80gb_run_in_process_with_explicit_kv(tmp_path):
@@ -84,9 +90,10 @@ def test_8b_assistant_with_70b_user_agent_and_judge_on_4x80gb_run_in_process_wit
     for d in (assistant, seventy):
         # the engine gets the planner's per-GPU KV bytes, and a memory share that covers only what it holds
         assert d.run_config.kv_cache_memory_bytes == d.placement.kv_cache_memory_bytes > 0
-        held = d.placement.weights_per_gpu + 2 * GIB + d.placement.kv_cache_memory_bytes
+        p = d.placement
+        held = p.weights_per_gpu + 2 * GIB + p.activation_per_gpu + p.kv_cache_memory_bytes
         assert d.run_config.gpu_memory_utilization == pytest.approx(held / NODE_4X80.memory_bytes)
-        assert d.placement.seqs_that_fit >= 32
+        assert p.max_len_seqs >= 1
     # GPU 0 holds both: their shares add up within the 90% vLLM may use
     assert assistant.run_config.gpu_memory_utilization + seventy.run_config.gpu_memory_utilization <= 0.9
     engines = load()
@@ -99,6 +106,8 @@ def test_8b_assistant_with_70b_user_agent_and_judge_on_4x80gb_run_in_process_wit
     assert load() is engines  # made once
     lines = load.layout.lines()
     assert lines[0].startswith("placement on 4 GPU(s) of 80.0 GiB") and "in process on GPU 0,1,2,3" in lines[2]
+    # why: the other layout needs a GPU more than the node has
+    assert lines[0].endswith("; every model in this process, sharing GPUs (own GPUs: they need 5 GPUs, the job has 4)")
 
 
 @pytest.mark.parametrize("n_gpus", [1, 2])
@@ -110,39 +119,41 @@ def test_an_impossible_layout_is_refused_before_any_engine_is_made(tmp_path, n_g
     assert recorder.built == [] and recorder.served == []
 
 
-def test_models_too_large_to_share_get_managed_servers_on_their_own_gpus(tmp_path):
+def test_models_too_large_to_share_get_gpus_of_their_own(tmp_path):
     recorder = Recorder()
     models = {"assistant": conf(tmp_path, "mixtral8x7b"), "user_agent": conf(tmp_path, "llama31_70b")}
     gpus = parse_nvidia_smi(
         "\n".join(f"{i}, GPU-{i}, 81559, 9.0" for i in range(8)), {"CUDA_VISIBLE_DEVICES": "7,6,5,4,3,2,1,0"}
     )
-    load = loader(models, tmp_path, gpus, recorder)
+    load = loader(models, tmp_path, gpus, recorder, shard="shard-002-of-008")
     mixtral, seventy = load.layout.decisions
-    assert [(d.mode, d.device_ids) for d in (mixtral, seventy)] == [
-        ("managed_server", ("7", "6")),
-        ("managed_server", ("5", "4", "3", "2")),
+    # the widest model on the first GPUs, in this process; the other a server on the next ones
+    assert [(d.mode, d.device_ids, d.placement.gpus) for d in (mixtral, seventy)] == [
+        ("managed_server", ("3", "2"), (4, 5)),
+        ("in_process", (), (0, 1, 2, 3)),
     ]
     assert mixtral.run_config.kv_cache_memory_bytes == mixtral.placement.kv_cache_memory_bytes
+    assert load.layout.why() == "each model on GPUs of its own (in process: they do not fit together on the first GPUs)"
     engines = load()
-    assert recorder.served == [mixtral, seventy]
-    assert [c.engine for c in recorder.built] == ["server", "server"] and engines["assistant"] == mixtral.config.name
+    assert recorder.served == [mixtral] and recorder.shard == "shard-002-of-008"
+    assert [c.engine for c in recorder.built] == ["server", "vllm"] and engines["assistant"] == mixtral.config.name
 
 
-def test_explicit_gpus_and_placement(tmp_path):
+def test_free_gpus_are_used_and_the_choice_is_said(tmp_path):
     recorder = Recorder()
-    models = {"assistant": conf(tmp_path, "llama31_8b", gpus=[3]), "judge": conf(tmp_path, "mistral7b_v02")}
-    layout = loader(models, tmp_path, NODE_4X80, recorder).layout
-    # GPU 3 is not where an in-process engine runs: the model gets a server there, and so does the other
-    assert [(d.mode, d.device_ids) for d in layout.decisions] == [
-        ("managed_server", ("3",)),
-        ("managed_server", ("0",)),
+    load = loader(paper_models(tmp_path), tmp_path, simulated(8, 80), recorder)
+    assistant, seventy = load.layout.decisions
+    assert [(d.mode, d.placement.gpus) for d in (assistant, seventy)] == [
+        ("managed_server", (4,)),
+        ("in_process", (0, 1, 2, 3)),
     ]
-    with pytest.raises(PersonalensError, match="placement in_process; an in-process engine uses GPUs"):
-        loader(
-            {"assistant": conf(tmp_path, "llama31_8b", gpus=[1], placement="in_process")}, tmp_path, NODE_4X80, recorder
-        )
-    forced = {"assistant": conf(tmp_path, "llama31_8b", placement="managed_server")}
-    assert loader(forced, tmp_path, NODE_4X80, recorder).layout.decisions[0].mode == "managed_server"
+    assert (
+        "each model on GPUs of its own: chosen, as it fits (each model gets whole GPUs; every model in this "
+        in (load.layout.lines()[0])
+    )
+    # scheduling=continuous keeps the dialogue models in this process: they share the first GPUs
+    held = loader(paper_models(tmp_path), tmp_path, simulated(8, 80), recorder, in_process=frozenset(ROLES_DIALOGUE))
+    assert {d.mode for d in held.layout.decisions} == {"in_process"}
 
 
 def test_without_gpus_in_process_models_keep_todays_behaviour_and_forced_servers_are_honoured(tmp_path):
@@ -183,8 +194,10 @@ def test_a_managed_server_gets_every_model_setting_on_vllms_command_line(tmp_pat
         enable_chunked_prefill=False,
         seed=7,
         max_num_seqs=16,
+        max_num_batched_tokens=8192,
         block_size=32,
         cpu_reserved_cores=0,
+        load_format="dummy",
     )
     args = serve_args(config, "/weights", 8123, "bfloat16")
     pairs = dict(zip(args, args[1:]))
@@ -193,6 +206,7 @@ def test_a_managed_server_gets_every_model_setting_on_vllms_command_line(tmp_pat
     assert pairs["--tensor-parallel-size"] == "2" and pairs["--kv-cache-memory-bytes"] == "123"
     assert pairs["--max-model-len"] == "4096" and pairs["--seed"] == "7" and pairs["--max-num-seqs"] == "16"
     assert pairs["--block-size"] == "32" and pairs["--structured-outputs-config.backend"] == "xgrammar"
+    assert pairs["--load-format"] == "dummy" and pairs["--max-num-batched-tokens"] == "8192"
     for flag in (
         "--no-enable-prefix-caching",
         "--enforce-eager",
@@ -200,8 +214,15 @@ def test_a_managed_server_gets_every_model_setting_on_vllms_command_line(tmp_pat
         "--enable-prompt-tokens-details",
     ):
         assert flag in args
+    # every engine argument of the in-process engine is among the server's flags, from the same source
+    in_process = engine_args(config, "/weights", "bfloat16")
+    assert args[: len(cli_flags(in_process))] == cli_flags(in_process)
+    assert {f[2:].split(".")[0].replace("-", "_").removeprefix("no_") for f in args if f.startswith("--")} >= set(
+        in_process
+    )
     plain = serve_args(ModelConfig("m"), "/w", 1, "auto")
-    assert "--enable-prefix-caching" in plain and "--enforce-eager" not in plain and "--block-size" not in plain
+    assert "--enable-prefix-caching" in plain and "--no-enforce-eager" in plain and "--block-size" not in plain
+    assert "--max-num-batched-tokens" not in plain and "--no-enable-chunked-prefill" not in plain  # vLLM's defaults
     env = server_env(
         config,
         ("2", "3"),
@@ -212,6 +233,56 @@ def test_a_managed_server_gets_every_model_setting_on_vllms_command_line(tmp_pat
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"  # the user's wins
     assert env["VLLM_API_KEY"] == "k1" and not any("k1" in a for a in args)  # the key: not on the command line
     assert server_env(config, (), {}, tmp_path / "s.log", "k2")["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+
+
+def test_managed_server_logs_are_named_by_model_shard_and_config(tmp_path):
+    a = ModelConfig("Llama 3/70B", seed=1)
+    names = {
+        log_path(tmp_path, c, shard).name
+        for c in (a, dataclasses.replace(a, seed=2))
+        for shard in ("shard-000-of-002", "shard-001-of-002")
+    }
+    assert len(names) == 4  # shards sharing an out_dir and a PID, or two configs of one name, never share a file
+    name = log_path(tmp_path, a, "shard-001-of-002").name
+    assert re.fullmatch(rf"vllm-server\.Llama_3_70B\.shard-001-of-002\.[0-9a-f]{{8}}\.{os.getpid()}\.log", name)
+
+
+def test_a_dtype_override_changes_the_weights_size(tmp_path):
+    """dtype float32 on the bfloat16 checkpoint: twice the weights and KV per token, sized from its files."""
+    model = model_dir(tmp_path, "llama31_8b")
+    (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 16_060_522_496}}))
+    as_is = model_need(ModelConfig("m", path=str(model)), ("assistant",), "m")
+    wide = model_need(ModelConfig("m", path=str(model), dtype="float32"), ("assistant",), "m")
+    assert as_is.weights == 16_060_522_496 and wide.weights == 2 * as_is.weights
+    assert wide.kv_per_token == 2 * as_is.kv_per_token
+    # unset, max_model_len is the model's context; chunked prefill off makes vLLM batch a whole one
+    assert (as_is.max_model_len, as_is.batched_tokens) == (131_072, 16_384)
+    whole = model_need(ModelConfig("m", path=str(model), enable_chunked_prefill=False), ("assistant",), "m")
+    assert whole.batched_tokens == 131_072
+
+
+def test_continuous_scheduling_with_a_model_served_elsewhere_is_refused_before_anything_loads(tmp_path):
+    recorder = Recorder()
+    server = {"name": "s", "engine": "server", "server": {"base_url": "http://gpu-node:8000/v1"}}
+    local = {"name": "a", "kv_cache_memory_bytes": 2**29}
+    dialogue = frozenset(ROLES_DIALOGUE)
+    cases = [
+        ({"user_agent": server, "assistant": local}, r"user_agent: engine server at http://gpu-node:8000/v1"),
+        (
+            {"user_agent": local, "assistant": {**local, "name": "b", "placement": "managed_server"}},
+            "placement managed",
+        ),
+    ]
+    for models, reason in cases:
+        for gpus in (None, NODE_4X80):
+            with pytest.raises(
+                PersonalensError, match=rf"scheduling=continuous runs the assistant and user_agent .*{reason}"
+            ):
+                loader(models, tmp_path, gpus, recorder, in_process=dialogue)
+    assert recorder.built == [] and recorder.served == []
+    # the judge may be served elsewhere: only the dialogue roles run in this process
+    judged = loader({"assistant": local, "judge": server}, tmp_path, None, recorder, in_process=dialogue)
+    assert [d.mode for d in judged.layout.decisions] == ["in_process", "server"]
 
 
 def test_nvidia_smi_rows_are_read_for_the_visible_gpus():
@@ -236,6 +307,16 @@ def test_placement_settings_are_checked_and_left_out_of_the_fingerprint(tmp_path
             {"engine": "server", "server": {"base_url": "http://x/v1"}, "placement": "managed_server"},
             "apply to engine vllm",
         ),
+        ({"engine": "server", "server": {"base_url": "http://x/v1", "retries": -1}}, r"m\.server\.retries: must be 0"),
+        (
+            {"engine": "server", "server": {"base_url": "http://x/v1", "max_concurrency": 0}},
+            "max_concurrency: must be at",
+        ),
+        ({"engine": "server", "server": {"base_url": "http://x/v1", "timeout_s": 0}}, "timeout_s: must be positive"),
+        ({"tensor_parallel_size": 0}, r"m\.tensor_parallel_size: must be a positive"),
+        ({"max_num_batched_tokens": -5}, "max_num_batched_tokens: must be a positive"),
+        ({"kv_cache_memory_bytes": 0}, "kv_cache_memory_bytes: must be a positive"),
+        ({"dtype": "fp8"}, r"m\.dtype: expected one of"),
     ]:
         with pytest.raises(ModelConfigError, match=message):
             ModelConfig.from_mapping({"name": "m", **raw}, where="m")
@@ -254,3 +335,20 @@ def test_the_layout_is_saved_with_the_run_config(tmp_path):
     assert [m["mode"] for m in saved["placement"]["models"]] == ["in_process", "in_process"]
     assert json.loads(json.dumps(saved))  # plain data, as the saved YAML needs
     assert "placement" not in resolved(cfg, ("user_agent",), lambda: {})  # scripted engines have no layout
+
+
+def test_what_the_config_alone_rules_out_is_refused_in_one_line_before_anything_is_written(tmp_path):
+    """`personalens run` with a server-backed user agent under scheduling=continuous, or a server with
+    retries -1: exit status 2 and one line, before any model loads or any output is written."""
+    from cli_helpers import run_cli
+
+    served = ["model@user_agent=server", "user_agent.name=remote", "user_agent.server.base_url=http://127.0.0.1:9/v1"]
+    for extra, message in [
+        (["scheduling=continuous"], "scheduling=continuous runs the assistant and user_agent in this process"),
+        (["user_agent.server.retries=-1"], "model@user_agent.server.retries: must be 0 or more, got -1"),
+    ]:
+        out = tmp_path / extra[0].split("=")[0]
+        proc = run_cli("run", "data.users=0", *served, *extra, f"run.out_dir={out}", check=False)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len([line for line in proc.stderr.splitlines() if "error" in line.lower()]) == 1, proc.stderr
+        assert not (out / "generate.yaml").exists() and not (out / "dialogues").exists()

@@ -167,7 +167,7 @@ def test_server_config_needs_base_url_and_loads_when_set():
         ({"name": "m", "max_num_seqs": True}, r"max_num_seqs: expected int"),
         ({"name": "m", "engine": "llamacpp"}, r"engine: expected one of"),
         ({"name": "m", "gpu_memory_utilization": 1.5}, r"gpu_memory_utilization: must be in"),
-        ({"name": "m", "block_size": 0}, r"m\.block_size: must be a positive number of tokens, got 0"),
+        ({"name": "m", "block_size": 0}, r"m\.block_size: must be a positive number, got 0"),
         ({"path": "/x"}, r"missing field\(s\) \['name'\]"),
         ({"name": "m", "server": {"base_url": "http://x/v1", "retry": 2}}, r"m\.server: unknown field"),
     ],

@@ -7,6 +7,7 @@ no torch.compile."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import urllib.error
@@ -22,8 +23,9 @@ from omegaconf import OmegaConf
 from personalens.engines.config import ModelConfig
 from personalens.engines.embedded import embedded_model_dir
 from personalens.engines.layout import Decision
-from personalens.engines.managed import MARKER_ENV, start_servers, stop_all
+from personalens.engines.managed import MARKER_ENV, serve_args, start_servers, stop_all
 from personalens.engines.server import ServerEngine
+from personalens.engines.vllm_args import engine_args
 
 pytestmark = pytest.mark.vllm
 
@@ -154,3 +156,47 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
     finally:
         stop_all()
     assert server_processes(logs) == []
+
+
+def test_vllms_parser_reads_a_managed_servers_flags_as_the_in_process_engines_arguments():
+    """serve_args parsed by the API server's own parser give the EngineArgs that `vllm.LLM(**engine_args)`
+    gets: every setting an in-process engine is started with reaches a managed server, and nothing else
+    but the server's own flags."""
+    from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    config = ModelConfig(  # every setting away from its default
+        "served",
+        tokenizer="/tok",
+        dtype="bfloat16",
+        tensor_parallel_size=2,
+        gpu_memory_utilization=0.5,
+        kv_cache_memory_bytes=123,
+        max_model_len=4096,
+        enable_prefix_caching=False,
+        enforce_eager=True,
+        enable_chunked_prefill=False,
+        seed=7,
+        max_num_seqs=16,
+        max_num_batched_tokens=8192,
+        block_size=32,
+        load_format="dummy",
+    )
+
+    def parsed(args: list[str]) -> EngineArgs:
+        return AsyncEngineArgs.from_cli_args(make_arg_parser(FlexibleArgumentParser()).parse_args(args))
+
+    served, untouched = parsed(serve_args(config, "/w", 8123, "bfloat16")), parsed(["--model", "/w"])
+    kwargs = engine_args(config, "/w", "bfloat16")
+    direct, default = EngineArgs(**kwargs), EngineArgs(model="/w")
+    for field in dataclasses.fields(EngineArgs):
+        name = field.name
+        got, want = getattr(served, name), getattr(direct, name)
+        if isinstance(want, dict):  # LLM(...) takes a config section as a dict, the parser makes its dataclass
+            want = type(got)(**want)
+        if getattr(direct, name) != getattr(default, name) or got != getattr(untouched, name):
+            assert name in kwargs or name == "served_model_name", name
+        if name in kwargs:
+            assert got == want, name
+    assert served.load_format == "dummy" and served.max_num_batched_tokens == 8192

@@ -115,10 +115,17 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
         ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3]),
         ("Llama-3.1-8B-Instruct", "in_process", [0]),
     ]
-    assert all(
-        m["seqs_that_fit"] >= 32 and m["kv_cache_memory_bytes"] > 0 for m in generate["models"] + judge["models"]
-    )
+    assert all(m["max_len_seqs"] >= 1 and m["kv_cache_memory_bytes"] > 0 for m in generate["models"] + judge["models"])
     assert "placement on 4 GPU(s) of 80.0 GiB" in proc.stdout and "in process on GPU 0,1,2,3" in proc.stdout
+    # the layout the node allows, why, and its modelled throughput (the other needs a fifth GPU)
+    assert generate["why"] == "every model in this process, sharing GPUs (own GPUs: they need 5 GPUs, the job has 4)"
+    modelled = generate["throughput"]
+    assert (modelled["dialogues"], modelled["of"], modelled["basis"]) == (34, 34, "at the protocol's cap")
+    assert [(row["name"], row["chosen"], row["fits"]) for row in modelled["layouts"]] == [
+        ("in process", True, True),
+        ("own GPUs", False, False),
+    ]
+    assert modelled["layouts"][0]["tokens_per_s"] > 0 and modelled["replicas"] == []
     dialogues = sum(plan["selection"]["dialogues"].values())
     assert plan["selection"]["users"] == 6 and dialogues == 34
     # at the cap (3 rounds, official rules: 8 turns), every reply at its max_tokens
@@ -126,6 +133,38 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
     assert plan["tokens"]["at_cap"]["all"]["judgments"] == 34 * 6
     assert plan["time"]["time_limit"]["shards"] >= 2 and "slurm/submit.sh" in proc.stdout
     assert "assumptions:" in proc.stdout
+
+
+def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_models):
+    """On 8 GPUs each model gets GPUs of its own; the in-process layout on the first four fits too, and
+    both are modelled on the paper protocol's dialogues: with whole GPUs each model's KV cache holds
+    more of the histories, so fewer prompt tokens are computed again. A copy of the 8B on the three
+    GPUs left is modelled too, and said not to be available."""
+    out = tmp_path / "plan.json"
+    args = ["plan.gpus=8", "plan.gpu_memory_gib=80", "plan.jobs=[generate]", "plan.model_dialogues=16"]
+    proc = run_cli("plan", *paper_models, *args, f"plan.out={out}", timeout=120)
+    generate = json.loads(out.read_text())["placement"]["jobs"]["generate"]
+    assert [(m["model"], m["mode"], m["gpus"]) for m in generate["models"]] == [
+        ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3]),
+        ("Llama-3.1-8B-Instruct", "managed_server", [4]),
+    ]
+    assert generate["why"].startswith("each model on GPUs of its own: chosen, as it fits")
+    modelled = generate["throughput"]
+    assert modelled["dialogues"] == 16 and modelled["of"] == 34
+    own, shared = modelled["layouts"]
+    assert (own["name"], own["chosen"], shared["name"], shared["fits"]) == ("own GPUs", True, "in process", True)
+    for key in own["kv_tokens"]:
+        assert own["kv_tokens"][key] > 4 * shared["kv_tokens"][key]
+    assert own["tokens_per_s"] > shared["tokens_per_s"] and own["prefilled_share"] < shared["prefilled_share"]
+    [copies] = modelled["replicas"]
+    assert (copies["model"], copies["copies"], copies["gpus"], copies["available"]) == (
+        "Llama-3.1-8B-Instruct",
+        3,
+        [5, 6, 7],
+        False,
+    )
+    assert copies["tokens_per_s"] > own["tokens_per_s"]
+    assert "own GPUs (chosen): " in proc.stdout and "not available yet" in proc.stdout
 
 
 def test_plan_refuses_the_same_models_on_one_gpu_and_says_why(tmp_path, paper_models):

@@ -15,7 +15,16 @@ from personalens.errors import PersonalensError
 from personalens.paths import PROJECT_ROOT
 
 # model settings that change how fast or where a model runs, not what it generates
-_RUNTIME_ONLY = {"gpu_memory_utilization", "max_num_seqs", "block_size", "server", "placement", "gpus", "download"}
+_RUNTIME_ONLY = {
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "server",
+    "placement",
+    "gpus",
+    "download",
+}
 # settings added to the model configs later, at the value that generates what configs without them
 # did: left out of the identity then, so runs started before they existed still resume
 _ADDED_AT = {"load_format": "auto", "revision": None}

@@ -87,12 +87,25 @@ def resolved(cfg: DictConfig, roles: tuple[str, ...], engines) -> dict:
 
 def engines(cfg: DictConfig, roles: tuple[str, ...]):
     """The engines of `roles`, loaded together in this process on the first call; their layout is
-    decided, logged and, when it cannot fit, refused now, before anything is saved or loaded."""
+    decided, logged and, when it cannot fit, refused now, before anything is saved or loaded. Under
+    scheduling=continuous the user agent's and the assistant's models must run in this process (their
+    requests go in while the engine steps), which is checked then too."""
     from personalens.engines.factory import EngineLoader
 
     return EngineLoader(
-        {role: cfg[role] for role in roles}, Path(cfg.run.out_dir) / "logs", reproducible=reproducible(cfg)
+        {role: cfg[role] for role in roles},
+        Path(cfg.run.out_dir) / "logs",
+        shard=f"shard-{int(cfg.shard.index):03d}-of-{int(cfg.shard.count):03d}",
+        in_process=in_process_roles(cfg, roles),
+        reproducible=reproducible(cfg),
     )
+
+
+def in_process_roles(cfg: DictConfig, roles: tuple[str, ...]) -> frozenset[str]:
+    """The roles whose models must run in this process: under scheduling=continuous, the user agent's
+    and the assistant's (their requests go to the engine while it steps)."""
+    continuous = str(cfg.get("scheduling", "lockstep")) == "continuous"
+    return frozenset(r for r in ("user_agent", "assistant") if continuous and r in roles)
 
 
 def engine(cfg: DictConfig, role: str):

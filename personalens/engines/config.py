@@ -23,6 +23,7 @@ ENGINE_KINDS = ("vllm", "server")
 # where an engine: vllm model runs (engines/layout.py): planned from its size, in this process, or
 # in a vLLM server that personalens starts and stops (engines/managed.py)
 PLACEMENTS = ("auto", "in_process", "managed_server")
+DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's names
 _MISSING = "???"  # Hydra's mandatory-value marker
 
 
@@ -65,6 +66,9 @@ class ModelConfig:
     enable_chunked_prefill: bool | None = None  # None: vLLM's default
     seed: int = 0
     max_num_seqs: int = 256
+    # tokens of one engine step (prefill chunks and decodes); None: vLLM's default. It bounds the
+    # activations a pinned KV cache must leave room for (engines/placement.py)
+    max_num_batched_tokens: int | None = None
     # tokens per KV-cache block, the granularity of prefix-cache hits; None: vLLM's default
     # (16 on GPUs, 128 on CPUs)
     block_size: int | None = None
@@ -106,8 +110,18 @@ class ModelConfig:
             raise ModelConfigError(
                 f"{where}.gpu_memory_utilization: must be in (0, 1], got {config.gpu_memory_utilization}"
             )
-        if config.block_size is not None and config.block_size <= 0:
-            raise ModelConfigError(f"{where}.block_size: must be a positive number of tokens, got {config.block_size}")
+        for name in ("tensor_parallel_size", "max_num_seqs", "block_size", "max_model_len", "max_num_batched_tokens"):
+            value = getattr(config, name)
+            if value is not None and value < 1:
+                raise ModelConfigError(f"{where}.{name}: must be a positive number, got {value}")
+        if config.kv_cache_memory_bytes is not None and config.kv_cache_memory_bytes < 1:
+            raise ModelConfigError(
+                f"{where}.kv_cache_memory_bytes: must be a positive number of bytes, got {config.kv_cache_memory_bytes}"
+            )
+        if config.cpu_reserved_cores is not None and config.cpu_reserved_cores < 0:
+            raise ModelConfigError(f"{where}.cpu_reserved_cores: must be 0 or more, got {config.cpu_reserved_cores}")
+        if config.dtype not in DTYPES:
+            raise ModelConfigError(f"{where}.dtype: expected one of {DTYPES}, got {config.dtype!r}")
         return _with_files_found(config, where)
 
     def source(self, key: str = "path") -> str:
@@ -166,7 +180,17 @@ def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
         return None
     if not isinstance(raw, Mapping):
         raise ModelConfigError(f"{where}.server: expected a mapping, got {raw!r}")
-    return ServerConfig(**_checked(ServerConfig, dict(raw), f"{where}.server"))
+    server = ServerConfig(**_checked(ServerConfig, dict(raw), f"{where}.server"))
+    for name, least, what in (
+        ("max_concurrency", 1, "at least 1"),
+        ("retries", 0, "0 or more"),
+        ("backoff_s", 0, "0 or more"),
+    ):
+        if getattr(server, name) < least:
+            raise ModelConfigError(f"{where}.server.{name}: must be {what}, got {getattr(server, name)}")
+    if server.timeout_s <= 0:
+        raise ModelConfigError(f"{where}.server.timeout_s: must be positive, got {server.timeout_s}")
+    return server
 
 
 def _gpus(raw: Any, where: str) -> tuple[int, ...] | None:

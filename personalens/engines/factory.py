@@ -48,8 +48,9 @@ def build_engine(config: ModelConfig) -> Engine:
 
 class EngineLoader:
     """The engines of some roles: their layout decided (or refused) and logged when the loader is made,
-    the engines made on the first call and kept. `log_dir` takes the managed servers' logs; `gpus`,
-    `build` and `serve` are the GPU reader, the engine maker and the server starter (tests replace them).
+    the engines made on the first call and kept. `log_dir` takes the managed servers' logs, named
+    with `shard`; the models of the roles in `in_process` must run in this process. `gpus`, `build`
+    and `serve` are the GPU reader, the engine maker and the server starter (tests replace them).
     `reproducible` runs every engine it starts batch-invariant (invariance.py), or refuses the platform
     that cannot, when the loader is made."""
 
@@ -58,19 +59,21 @@ class EngineLoader:
         models: Mapping[str, Mapping[str, Any]],
         log_dir: Path,
         *,
+        shard: str = "",
+        in_process: frozenset[str] = frozenset(),
         reproducible: bool = False,
         gpus: Callable[[], GpuSpec | None] = visible_gpu_spec,
         build: Callable[[ModelConfig], Engine] = build_engine,
-        serve: Callable[[list[Decision], Path], dict[ModelConfig, ModelConfig]] = start_servers,
+        serve: Callable[[list[Decision], Path, str], dict[ModelConfig, ModelConfig]] = start_servers,
     ):
         self.configs = model_configs(models)  # hub ids replaced by their snapshot folders
         spec = gpus()
         self.batch_invariance = _batch_invariance(self.configs, spec) if reproducible else None
-        self.layout = plan_layout(self.configs, spec)
+        self.layout = plan_layout(self.configs, spec, in_process)
         log.info("\n".join(self.layout.lines()))
         if self.batch_invariance:
             log.info(f"reproducible: {self.batch_invariance}")
-        self._log_dir, self._build, self._serve = Path(log_dir), build, serve
+        self._log_dir, self._shard, self._build, self._serve = Path(log_dir), shard, build, serve
         self._engines: dict[str, Engine] | None = None
 
     def __call__(self) -> dict[str, Engine]:
@@ -79,7 +82,7 @@ class EngineLoader:
                 # read by vLLM when an engine starts; inherited by its processes and the managed servers
                 os.environ.update(invariance.ENV)
             managed = [d for d in self.layout.decisions if d.mode == "managed_server"]
-            served = self._serve(managed, self._log_dir) if managed else {}
+            served = self._serve(managed, self._log_dir, self._shard) if managed else {}
             built = {d.config: self._build(served.get(d.config, d.run_config)) for d in self.layout.decisions}
             self._engines = {role: built[config] for role, config in self.configs.items()}
         return self._engines

@@ -2,10 +2,11 @@
 fit is refused then, with the sizes and the ways out.
 
 On GPUs (read by gpus.py, or described to `personalens plan`) the planner (placement.py) sizes every
-model from its files. When everything fits on shared GPUs, every model runs in this process with an
-explicit per-GPU KV cache and a memory share that covers what it holds: vLLM's own profiling would
-count an engine loaded earlier as its own use. Otherwise each model gets a vLLM server on its own GPUs
-(managed.py). Without GPUs (vLLM's CPU build) nothing is planned: in-process engines split their
+model from its files (architecture.py). When each model fits on GPUs of its own, the one on the
+first GPUs runs in this process and the others in vLLM servers on theirs (managed.py); otherwise every
+model runs in this process on the first GPUs, each with an explicit per-GPU KV cache and a memory
+share that covers what it holds (vLLM's own profiling would count an engine loaded earlier as its own
+use). Every engine gets an explicit KV cache either way. Without GPUs (vLLM's CPU build) nothing is planned: in-process engines split their
 configured memory share as they always did, and only a model whose config says
 `placement: managed_server` gets a server (which is how servers are tested on CPUs).
 """
@@ -18,17 +19,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from personalens.engines.architecture import Architecture, dtype_bytes
 from personalens.engines.config import ModelConfig
 from personalens.engines.embedded import model_path
 from personalens.engines.gpus import GpuSpec
 from personalens.engines.placement import (
-    DTYPE_BYTES,
     GIB,
-    Architecture,
+    Candidate,
     ModelNeed,
     Placement,
     Rules,
-    plan_placement,
+    batched_tokens,
+    layouts,
+    refusal,
     weights_bytes,
 )
 from personalens.errors import PersonalensError
@@ -62,25 +65,30 @@ class Decision:
             out |= {
                 "gpus": list(p.gpus),
                 "weights_per_gpu": p.weights_per_gpu,
+                "activation_per_gpu": p.activation_per_gpu,
                 "kv_per_token_per_gpu": p.kv_per_token_per_gpu,
-                "seqs_that_fit": p.seqs_that_fit,
+                "max_len_seqs": p.max_len_seqs,
             }
         return out
 
-    def line(self, rules: Rules | None) -> str:
+    def line(self) -> str:
         found = f" from {self.config.source()}" if self.config.snapshots else ""
         head = f"  {self.config.name} ({', '.join(self.roles)}){found}: "
         if self.mode == "server":
             return head + f"server at {self.config.server.base_url}"
         where = "in process" if self.mode == "in_process" else "managed vLLM server"
         kv = self.run_config.kv_cache_memory_bytes
-        if self.placement is None or rules is None:
+        if self.placement is None:
             return head + where + (f", KV cache {kv / GIB:.2f} GiB" if kv else "")
         p = self.placement
-        gpus = ",".join(map(str, p.gpus))
+        held = (
+            f"{p.max_len_seqs} sequence(s) of max_model_len {self.run_config.max_model_len or 'unset'}"
+            if p.max_len_seqs is not None
+            else f"{kv // p.kv_per_token_per_gpu:,} tokens"
+        )
         return head + (
-            f"{where} on GPU {gpus}: weights {p.weights_per_gpu / GIB:.1f} GiB + KV {kv / GIB:.1f} GiB per GPU "
-            f"({p.seqs_that_fit} sequences of {rules.seq_tokens} tokens), memory share "
+            f"{where} on GPU {','.join(map(str, p.gpus))}: weights {p.weights_per_gpu / GIB:.1f} GiB + activations "
+            f"{p.activation_per_gpu / GIB:.1f} GiB + KV {kv / GIB:.1f} GiB per GPU ({held}), memory share "
             f"{self.run_config.gpu_memory_utilization:.3f}"
         )
 
@@ -90,9 +98,24 @@ class Layout:
     decisions: tuple[Decision, ...]
     gpus: GpuSpec | None  # None: not planned (no GPU)
     rules: Rules | None
+    needs: tuple[ModelNeed, ...] = ()  # what the planner sized, per in-process or managed model
+    candidates: tuple[Candidate, ...] = ()  # the layouts tried, the chosen one first
 
     def decision(self, config: ModelConfig) -> Decision:
         return next(d for d in self.decisions if d.config == config)
+
+    def why(self) -> str:
+        """Which layout was chosen, and why."""
+        if self.gpus is not None and not self.needs:
+            return "no model runs on this job's GPUs"
+        if len(self.candidates) < 2:
+            return ""
+        chosen, other = self.candidates
+        if other.placements is None:
+            return f"{chosen.why} ({other.name}: {other.why})"
+        if chosen.name == "own GPUs":
+            return f"{chosen.why}: chosen, as it fits (each model gets whole GPUs; {other.why} fits too)"
+        return f"{chosen.why} (one model: the same GPUs either way)"
 
     def describe(self) -> str:
         if self.gpus is None:
@@ -103,37 +126,69 @@ class Layout:
         r = self.rules
         return (
             f"placement on {self.gpus.describe()}: {r.utilization:.0%} usable, {r.overhead_bytes / GIB:.1f} GiB "
-            f"overhead per engine and GPU, KV for at least {r.min_seqs} sequences of {r.seq_tokens} tokens"
+            "overhead per engine and GPU besides activations"
         )
 
     def lines(self) -> list[str]:
-        return [self.describe(), *(d.line(self.rules) for d in self.decisions)]
+        why = self.why()
+        return [self.describe() + (f"; {why}" if why else ""), *(d.line() for d in self.decisions)]
 
     def as_dict(self) -> dict:
         return {
             "planned": self.gpus is not None,
             "basis": self.describe(),
+            "why": self.why(),
             "models": [d.as_dict() for d in self.decisions],
         }
 
 
-def plan_layout(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None) -> Layout:
+def plan_layout(
+    configs: Mapping[str, ModelConfig], gpus: GpuSpec | None, in_process: frozenset[str] = frozenset()
+) -> Layout:
     """The layout of the roles' models (role -> checked config) on `gpus`; raises PersonalensError,
-    with the sizes and the ways out, when they cannot fit."""
+    with the sizes and the ways out, when they cannot fit. The models of the roles in `in_process`
+    must run in this process (scheduling=continuous)."""
     roles: dict[ModelConfig, list[str]] = {}
     for role, config in configs.items():
         roles.setdefault(config, []).append(role)
-    local = [c for c in roles if c.engine == "vllm"]
-    if gpus is None:
-        decided = _unplanned(local, roles)
-        rules = None
-    else:
-        rules = Rules(
-            gpu_bytes=gpus.memory_bytes, utilization=min((c.gpu_memory_utilization for c in local), default=0.9)
+    elsewhere = [f"{role}: {_served(c)}" for role, c in configs.items() if role in in_process and _served(c)]
+    if elsewhere:
+        raise PersonalensError(
+            f"scheduling=continuous runs the {' and '.join(sorted(in_process))} in this process (in-process vLLM), "
+            f"but {'; '.join(elsewhere)}: use scheduling=lockstep, or run them in this process"
         )
-        decided = _planned(local, roles, gpus, rules)
+    local = [c for c in roles if c.engine == "vllm"]
     external = {c: Decision(c, tuple(roles[c]), "server", c) for c in roles if c.engine == "server"}
-    return Layout(tuple((decided | external)[c] for c in roles), gpus, rules)
+    if gpus is None:
+        return Layout(tuple((_unplanned(local, roles) | external)[c] for c in roles), None, None)
+    rules = Rules(gpu_bytes=gpus.memory_bytes, utilization=min((c.gpu_memory_utilization for c in local), default=0.9))
+    needs = []
+    for c, key in zip(local, _keys(local)):
+        need = model_need(c, tuple(roles[c]), key)
+        if in_process & set(roles[c]) and need.placement == "auto":
+            need = dataclasses.replace(need, placement="in_process")
+        needs.append(need)
+    candidates = layouts(needs, gpus.count, rules) if needs else [Candidate("none", (), "")]
+    if candidates[0].placements is None:
+        held = (
+            f"scheduling=continuous keeps the {' and '.join(sorted(in_process))} in this process: "
+            if in_process
+            else ""
+        )
+        raise PersonalensError(held + refusal(needs, gpus.count, rules))
+    decided = {c: _decided(c, tuple(roles[c]), p, gpus, rules) for c, p in zip(local, candidates[0].placements)}
+    return Layout(tuple((decided | external)[c] for c in roles), gpus, rules, tuple(needs), tuple(candidates))
+
+
+def _served(c: ModelConfig) -> str:
+    """Why a model cannot run in this process, from its config alone ("" when it can)."""
+    if c.engine == "server":
+        return f"engine server at {c.server.base_url}"
+    if c.placement == "managed_server":
+        return "placement managed_server"
+    if c.gpus is not None and c.gpus != tuple(range(c.tensor_parallel_size)):
+        return f"gpus {list(c.gpus)} (an in-process engine uses the first GPUs)"
+    return ""
 
 
 def _unplanned(local: Sequence[ModelConfig], roles: Mapping[ModelConfig, list[str]]) -> dict:
@@ -149,23 +204,14 @@ def _unplanned(local: Sequence[ModelConfig], roles: Mapping[ModelConfig, list[st
     return decided
 
 
-def _planned(local: Sequence[ModelConfig], roles: Mapping[ModelConfig, list[str]], gpus: GpuSpec, rules: Rules) -> dict:
-    keys = _keys(local)
-    needs = [model_need(c, tuple(roles[c]), k) for c, k in zip(local, keys)]
-    decided = {}
-    for c, placed in zip(local, plan_placement(needs, gpus.count, rules)):
-        run = dataclasses.replace(c, kv_cache_memory_bytes=placed.kv_cache_memory_bytes)
-        if placed.mode == "in_process":
-            # vLLM checks at start-up that this share of the GPU is free: each engine's own part, so
-            # the second engine on a GPU finds it free beside the first
-            held = placed.weights_per_gpu + rules.overhead_bytes + placed.kv_cache_memory_bytes
-            run = dataclasses.replace(run, gpu_memory_utilization=held / gpus.memory_bytes)
-            decided[c] = Decision(c, tuple(roles[c]), "in_process", run, placement=placed)
-        else:
-            decided[c] = Decision(
-                c, tuple(roles[c]), "managed_server", run, gpus.device_ids(placed.gpus), placement=placed
-            )
-    return decided
+def _decided(c: ModelConfig, roles: tuple[str, ...], placed: Placement, gpus: GpuSpec, rules: Rules) -> Decision:
+    run = dataclasses.replace(c, kv_cache_memory_bytes=placed.kv_cache_memory_bytes)
+    if placed.mode == "in_process":
+        # vLLM checks at start-up that this share of the GPU is free: each engine's own part, so the
+        # second engine on a GPU finds it free beside the first
+        run = dataclasses.replace(run, gpu_memory_utilization=placed.held_per_gpu(rules) / gpus.memory_bytes)
+        return Decision(c, roles, "in_process", run, placement=placed)
+    return Decision(c, roles, "managed_server", run, gpus.device_ids(placed.gpus), placement=placed)
 
 
 def _keys(configs: Sequence[ModelConfig]) -> list[str]:
@@ -186,9 +232,8 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
             f"model {config.name}: no {config_json}; placement sizes each model from its files: set "
             "path to a local Hugging Face directory, or to a hub id in the local Hugging Face cache"
         )
-    raw = json.loads(config_json.read_text())
-    arch = Architecture.from_config(raw, where=str(config_json))
-    dtype_bytes = _dtype_bytes(config)
+    arch = Architecture.from_config(json.loads(config_json.read_text()), where=str(config_json))
+    size = run_dtype_bytes(config)
     leading = tuple(range(config.tensor_parallel_size))
     placement = config.placement
     if config.gpus is not None and config.gpus != leading:
@@ -199,24 +244,27 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
                 f"uses GPUs {list(leading)}: drop gpus, or use placement managed_server"
             )
         placement = "managed_server"
+    # vLLM's own default when max_model_len is unset: the model's context length
+    max_model_len = config.max_model_len or arch.context
     return ModelNeed(
         key=key,
         roles=roles,
         arch=arch,
-        weights=weights_bytes(directory, arch, dtype_bytes)[0],
-        dtype_bytes=dtype_bytes,
+        weights=weights_bytes(directory, arch, size)[0],
+        dtype_bytes=size,
         tp=config.tensor_parallel_size,
         placement=placement,
         gpus=config.gpus,
         kv_cache_bytes=config.kv_cache_memory_bytes,
-        # vLLM's own default when max_model_len is unset: the model's context length
-        max_model_len=config.max_model_len or raw.get("max_position_embeddings"),
+        max_model_len=max_model_len,
+        batched_tokens=batched_tokens(config.max_num_batched_tokens, config.enable_chunked_prefill, max_model_len),
+        max_num_seqs=config.max_num_seqs,
     )
 
 
-def _dtype_bytes(config: ModelConfig) -> int:
+def run_dtype_bytes(config: ModelConfig) -> int:
+    """Bytes per weight and KV value on a GPU: `auto` is vLLM's rule there (a 16-bit checkpoint as it
+    is, a 32-bit one in bfloat16), an explicit dtype as configured."""
     if config.dtype == "auto":
-        return 2  # on GPUs vLLM runs 16-bit checkpoints as they are and 32-bit ones in 16 bits
-    if config.dtype not in DTYPE_BYTES:
-        raise PersonalensError(f"model {config.name}: dtype {config.dtype!r} is not one of {sorted(DTYPE_BYTES)}")
-    return DTYPE_BYTES[config.dtype]
+        return 2
+    return dtype_bytes(config.dtype, f"model {config.name}")

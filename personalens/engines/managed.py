@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import hashlib
+import json
 import logging
 import os
 import re
@@ -37,6 +39,7 @@ from personalens.engines.layout import Decision
 from personalens.engines.server_guard import RequireKey
 from personalens.engines.tokenizer_files import chat_template
 from personalens.engines.vllm_api import SERVER_KEY_ENV, SERVER_MODULE
+from personalens.engines.vllm_args import cli_flags, engine_args
 from personalens.engines.vllm_check import check_server
 from personalens.errors import PersonalensError
 
@@ -55,27 +58,14 @@ class ServerStartError(PersonalensError):
 
 
 def serve_args(config: ModelConfig, model: str, port: int, dtype: str) -> list[str]:
-    """The API server's command-line arguments for a model config (vLLM's CLI names)."""
-    args = ["--model", model, "--served-model-name", config.name, "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--dtype", dtype, "--tensor-parallel-size", str(config.tensor_parallel_size)]
-    args += ["--gpu-memory-utilization", str(config.gpu_memory_utilization), "--seed", str(config.seed)]
-    args += ["--max-num-seqs", str(config.max_num_seqs)]
-    optional = {
-        "--tokenizer": config.tokenizer,
-        "--kv-cache-memory-bytes": config.kv_cache_memory_bytes,
-        "--max-model-len": config.max_model_len,
-        "--block-size": config.block_size,
-    }
-    args += [a for flag, value in optional.items() if value is not None for a in (flag, str(value))]
-    args += ["--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching"]
-    if config.enable_chunked_prefill is not None:
-        args += ["--enable-chunked-prefill" if config.enable_chunked_prefill else "--no-enable-chunked-prefill"]
-    if config.enforce_eager:
-        args += ["--enforce-eager"]
-    # cached prompt tokens in each reply's usage (generate's summary); the grammar backend in-process
-    # engines use; no access-log line per request; the key on every route (server_guard.py)
-    args += ["--enable-prompt-tokens-details", "--structured-outputs-config.backend", "xgrammar"]
-    return [*args, "--disable-uvicorn-access-log", "--middleware", f"{RequireKey.__module__}.{RequireKey.__qualname__}"]
+    """The API server's command line for a model config: the in-process engine's arguments
+    (vllm_args.py) as flags, then the server's own."""
+    args = cli_flags(engine_args(config, model, dtype))
+    args += ["--served-model-name", config.name, "--host", "127.0.0.1", "--port", str(port)]
+    # cached prompt tokens in each reply's usage (generate's summary); no access-log line per request;
+    # the key on every route (server_guard.py)
+    args += ["--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
+    return [*args, "--middleware", f"{RequireKey.__module__}.{RequireKey.__qualname__}"]
 
 
 def server_env(
@@ -184,11 +174,20 @@ def launch(name: str, command: Sequence[str], env: Mapping[str, str], log: Path,
     return launched
 
 
+def log_path(log_dir: Path, config: ModelConfig, shard: str) -> Path:
+    """`vllm-server.<name>.<shard>.<digest>.<pid>.log`: shards of one run that share an out_dir (and,
+    in containers, PID numbers) never write one file, nor do two configs of one model name."""
+    digest = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True, default=str).encode())
+    parts = [re.sub(r"[^A-Za-z0-9_-]+", "_", config.name), shard, digest.hexdigest()[:8], str(os.getpid())]
+    return log_dir / ("vllm-server." + ".".join(p for p in parts if p) + ".log")
+
+
 def start_servers(
-    decisions: Sequence[Decision], log_dir: Path, timeout: float = START_TIMEOUT_S
+    decisions: Sequence[Decision], log_dir: Path, shard: str = "", timeout: float = START_TIMEOUT_S
 ) -> dict[ModelConfig, ModelConfig]:
-    """A server for each managed decision, started together; returns, per model
-    config, the `engine: server` config that reaches its server once all are healthy."""
+    """A server for each managed decision, started together; returns, per model config, the
+    `engine: server` config that reaches its server once all are healthy. `shard` names the
+    command's shard in the servers' log files."""
     ports = _free_ports(len(decisions))
     models = [model_path(d.run_config) for d in decisions]
     args = [
@@ -199,7 +198,7 @@ def start_servers(
     started = []
     for decision, port, model, server_args in zip(decisions, ports, models, args):
         config = decision.run_config
-        path = log_dir / f"vllm-server.{re.sub(r'[^A-Za-z0-9._-]+', '_', config.name)}.{os.getpid()}.log"
+        path = log_path(log_dir, config, shard)
         key = secrets.token_urlsafe(32)
         env = server_env(config, decision.device_ids, os.environ, path, key)
         launched = launch(config.name, [sys.executable, "-m", SERVER_MODULE, *server_args], env, path, port)

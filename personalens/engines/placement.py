@@ -1,10 +1,14 @@
 """Where each distinct model of a run goes, and how much KV cache it gets, decided before any loads.
 
-Pure: the inputs are the models' config.json, their weights' size, their dtype and tensor-parallel
-degree, and the GPUs this job may use. Several in-process engines on the same GPUs get an explicit
-per-GPU KV-cache budget (vLLM's profiling counts an earlier engine's memory as its own, so a
-fraction of memory is not safe); models that do not fit together go to managed servers on their own
-GPUs; a layout that fits nowhere is refused with the computed sizes and the ways out.
+Pure: the inputs are the models' architectures (architecture.py), their weights' size, their dtype,
+tensor-parallel degree and batch limits, and the GPUs this job may use. Two layouts are tried:
+- **own GPUs**: each model on GPUs no other model uses, the one on the first GPUs in this process,
+  the others in vLLM servers of their own (an in-process engine always uses the first GPUs);
+- **in process**: every model in this process on the first GPUs, each with an explicit per-GPU KV-cache
+  budget (vLLM's profiling would count an earlier engine's memory as its own, so a fraction of
+  memory is not safe), the GPUs' free memory split so that every model holds as many tokens.
+When both fit, own GPUs wins (for one model they are the same): every model gets whole GPUs (more KV cache, no contention), and the
+job's GPUs do not sit idle. A layout that fits neither way is refused with the sizes and the ways out.
 """
 
 from __future__ import annotations
@@ -15,95 +19,43 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from personalens.engines.architecture import DTYPE_BYTES, Architecture
 from personalens.errors import PersonalensError
 
-DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1}
 GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class Architecture:
-    """The numbers of config.json that size weights and KV cache."""
-
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    experts: int = 1
-    tied_embeddings: bool = False
-    # per layer: None for full attention, else the sliding window in tokens
-    windows: tuple[int | None, ...] = ()
-
-    @classmethod
-    def from_config(cls, config: Mapping, where: str = "config.json") -> Architecture:
-        try:
-            layers = int(config["num_hidden_layers"])
-            hidden = int(config["hidden_size"])
-            heads = int(config["num_attention_heads"])
-            kv_heads = int(config.get("num_key_value_heads") or heads)
-            head_dim = int(config.get("head_dim") or hidden // heads)
-            intermediate = int(config["intermediate_size"])
-            vocab = int(config["vocab_size"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise PersonalensError(f"{where}: cannot size the model, missing or bad field {err}") from None
-        window = config.get("sliding_window")
-        if config.get("use_sliding_window") is False:
-            window = None
-        kinds = config.get("layer_types")  # mixed full/sliding layers (e.g. Gemma 2/3, Qwen 3)
-        if kinds:
-            windows = tuple(int(window) if window and k == "sliding_attention" else None for k in kinds)
-        else:
-            windows = (int(window) if window else None,) * layers
-        return cls(
-            layers=layers,
-            hidden=hidden,
-            heads=heads,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
-            intermediate=intermediate,
-            vocab=vocab,
-            experts=int(config.get("num_local_experts") or 1),
-            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-            windows=windows,
-        )
-
-    def parameters(self) -> int:
-        """Parameter count of a Llama-style decoder (gated MLP, optional MoE), for weights not on disk."""
-        attention = self.hidden * self.heads * self.head_dim * 2 + self.hidden * self.kv_heads * self.head_dim * 2
-        mlp = 3 * self.hidden * self.intermediate * self.experts
-        router = self.hidden * self.experts if self.experts > 1 else 0
-        per_layer = attention + mlp + router + 2 * self.hidden
-        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return self.layers * per_layer + embeddings + self.hidden
-
-    def kv_heads_per_gpu(self, tp: int) -> int:
-        # vLLM replicates KV heads when tensor parallelism exceeds their number
-        return max(1, math.ceil(self.kv_heads / tp))
-
-    def kv_bytes_per_token(self, dtype_bytes: int, tp: int = 1) -> int:
-        """K and V of one token in every layer, on one GPU of the tensor-parallel group."""
-        return self.layers * self.kv_heads_per_gpu(tp) * self.head_dim * 2 * dtype_bytes
-
-    def kv_bytes_for(self, tokens: int, dtype_bytes: int, tp: int = 1) -> int:
-        """KV of one sequence of `tokens` on one GPU: sliding-window layers keep only their window."""
-        per_layer = self.kv_heads_per_gpu(tp) * self.head_dim * 2 * dtype_bytes
-        return sum(per_layer * (min(tokens, w) if w else tokens) for w in self.windows)
+# vLLM's max_num_batched_tokens when none is set: its largest default for GPUs under 160 GB (the
+# offline LLM class on an H100/H200; A100s and servers default lower), so a bound for all of them
+DEFAULT_BATCHED_TOKENS = 16_384
 
 
 def weights_bytes(model_dir: Path, arch: Architecture, dtype_bytes: int) -> tuple[int, str]:
-    """The weights' size and where it came from: the safetensors index, the files, or config.json."""
+    """The weights' size in memory when run in a `dtype_bytes` dtype, and where it came from: the
+    safetensors index, else the files (both scaled from the checkpoint's own dtype: float32 on a
+    bfloat16 checkpoint takes twice its files), else config.json's parameter count. Quantized
+    checkpoints are taken at their size on disk."""
     index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
-        total = json.loads(index.read_text()).get("metadata", {}).get("total_size")
-        if total:
-            return int(total), f"{index.name} total_size"
     files = sorted(model_dir.glob("*.safetensors"))
-    if files:
-        return sum(f.stat().st_size for f in files), f"{len(files)} safetensors file(s)"
-    return arch.parameters() * dtype_bytes, "estimated from config.json's parameter count"
+    total = json.loads(index.read_text()).get("metadata", {}).get("total_size") if index.is_file() else None
+    if total:
+        size, source = int(total), f"{index.name} total_size"
+    elif files:
+        size, source = sum(f.stat().st_size for f in files), f"{len(files)} safetensors file(s)"
+    else:
+        return arch.parameters() * dtype_bytes, "estimated from config.json's parameter count"
+    stored = DTYPE_BYTES.get(arch.checkpoint_dtype or "")
+    if arch.quantized or stored is None or stored == dtype_bytes:
+        return size, source
+    return size * dtype_bytes // stored, f"{source}, {arch.checkpoint_dtype} on disk x {dtype_bytes}/{stored}"
+
+
+def batched_tokens(configured: int | None, chunked_prefill: bool | None, max_model_len: int | None) -> int:
+    """The tokens of vLLM's largest forward pass: max_num_batched_tokens as set, else its default,
+    which covers a whole max_model_len prompt when chunked prefill is off."""
+    if configured is not None:
+        return configured
+    if chunked_prefill is False and max_model_len:
+        return max(DEFAULT_BATCHED_TOKENS, max_model_len)
+    return DEFAULT_BATCHED_TOKENS
 
 
 @dataclass(frozen=True)
@@ -122,6 +74,21 @@ class ModelNeed:
     # tokens of the longest sequence (vLLM's max_model_len): vLLM refuses to start unless its KV cache
     # holds one such sequence, so the budget is never below that; None: not known
     max_model_len: int | None = None
+    batched_tokens: int = DEFAULT_BATCHED_TOKENS  # vLLM's max_num_batched_tokens (its profile run)
+    max_num_seqs: int = 256
+
+    @property
+    def activation(self) -> int:
+        """Per GPU: vLLM does not shrink a pinned KV cache to make room for activations."""
+        seqs = min(self.max_num_seqs, self.batched_tokens)
+        return self.arch.activation_bytes(self.batched_tokens, seqs, self.dtype_bytes, self.tp)
+
+    @property
+    def kv_per_token(self) -> int:
+        return self.arch.kv_bytes_per_token(self.dtype_bytes, self.tp)
+
+    def kv_for(self, tokens: int) -> int:
+        return self.arch.kv_bytes_for(tokens, self.dtype_bytes, self.tp)
 
 
 @dataclass(frozen=True)
@@ -130,9 +97,8 @@ class Rules:
 
     gpu_bytes: int  # memory of one GPU
     utilization: float = 0.9  # share of a GPU vLLM may use
-    overhead_bytes: int = 2 * GIB  # per GPU and engine: activations, CUDA graphs, the CUDA context
-    min_seqs: int = 32  # sequences each model must hold at once
-    seq_tokens: int = 2048  # a typical dialogue length in tokens
+    # per GPU and engine besides activations: the CUDA context, CUDA graphs, communication buffers
+    overhead_bytes: int = 2 * GIB
 
 
 @dataclass(frozen=True)
@@ -142,12 +108,25 @@ class Placement:
     mode: str  # in_process | managed_server
     gpus: tuple[int, ...]
     weights_per_gpu: int
-    kv_per_token_per_gpu: int
+    activation_per_gpu: int
+    kv_per_token_per_gpu: int  # full-attention layers' bytes; windowed layers stop growing at their window
     kv_cache_memory_bytes: int  # per GPU, what vLLM is given
-    seqs_that_fit: int
+    max_len_seqs: int | None  # sequences of max_model_len the KV cache holds at once (vLLM needs one)
+
+    def held_per_gpu(self, rules: Rules) -> int:
+        return self.weights_per_gpu + rules.overhead_bytes + self.activation_per_gpu + self.kv_cache_memory_bytes
 
     def as_dict(self) -> dict:
         return dict(self.__dict__, roles=list(self.roles), gpus=list(self.gpus))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way of placing the models, the planner's verdict on it and why."""
+
+    name: str  # "own GPUs" | "in process"
+    placements: tuple[Placement, ...] | None  # None: does not fit
+    why: str
 
 
 def visible_gpus(env: Mapping[str, str], device_count: int) -> tuple[str, ...]:
@@ -159,101 +138,155 @@ def visible_gpus(env: Mapping[str, str], device_count: int) -> tuple[str, ...]:
     return tuple(str(i) for i in range(device_count))
 
 
-def _need_per_gpu(m: ModelNeed, rules: Rules) -> int:
+def _floor(m: ModelNeed) -> int:
+    """The least KV cache per GPU vLLM starts with: one sequence of max_model_len."""
     if m.kv_cache_bytes is not None:
-        return 0  # fixed, counted in _fixed_per_gpu
-    typical = rules.min_seqs * m.arch.kv_bytes_for(rules.seq_tokens, m.dtype_bytes, m.tp)
-    longest = m.arch.kv_bytes_for(m.max_model_len, m.dtype_bytes, m.tp) if m.max_model_len else 0
-    return max(typical, longest)
+        return m.kv_cache_bytes
+    return m.kv_for(m.max_model_len) if m.max_model_len else 0
 
 
 def _fixed_per_gpu(m: ModelNeed, rules: Rules) -> int:
-    return math.ceil(m.weights / m.tp) + rules.overhead_bytes + (m.kv_cache_bytes or 0)
+    return math.ceil(m.weights / m.tp) + rules.overhead_bytes + m.activation + (m.kv_cache_bytes or 0)
+
+
+def _split(models: Sequence[ModelNeed], free: int) -> dict[str, int] | None:
+    """`free` bytes of one GPU split among its models so that each holds as many tokens (a share in
+    proportion to its KV bytes per token), none below its floor; configured budgets are fixed."""
+    sized = [m for m in models if m.kv_cache_bytes is None]
+    given: dict[str, int] = {}
+    while sized:
+        per_token = sum(m.kv_per_token for m in sized)
+        shares = {m.key: int(free * m.kv_per_token / per_token) for m in sized}
+        short = [m for m in sized if shares[m.key] < _floor(m)]
+        if not short:
+            return given | shares
+        for m in short:  # held at its floor; the rest is split again among the others
+            given[m.key] = _floor(m)
+            free -= _floor(m)
+        sized = [m for m in sized if m not in short]
+    return given if free >= 0 else None
 
 
 def _budgets(models: Sequence[ModelNeed], gpus: Mapping[str, tuple[int, ...]], rules: Rules) -> dict[str, int] | None:
-    """Per-GPU KV budgets when these models share their GPUs, or None when one GPU is too small.
-
-    Each GPU's free memory is split among its models in proportion to what they need; a model spread
-    over several GPUs gets the smallest of its shares."""
+    """Per-GPU KV budgets when these models run on `gpus`, or None when one GPU is too small. A model
+    spread over several GPUs gets the smallest of its shares (vLLM gives every rank the same)."""
     usable = int(rules.gpu_bytes * rules.utilization)
-    scale: dict[str, float] = {}
+    budget: dict[str, int] = {}
     for g in {g for m in models for g in gpus[m.key]}:
         here = [m for m in models if g in gpus[m.key]]
         free = usable - sum(_fixed_per_gpu(m, rules) for m in here)
-        needed = sum(_need_per_gpu(m, rules) for m in here)
-        if free < needed or free < 0:
+        shares = _split(here, free) if free >= 0 else None
+        if shares is None or any(shares.get(m.key, 0) < _floor(m) for m in here if m.kv_cache_bytes is None):
             return None
         for m in here:
-            scale[m.key] = min(scale.get(m.key, math.inf), free / needed if needed else 1.0)
-    return {
-        m.key: m.kv_cache_bytes if m.kv_cache_bytes is not None else int(_need_per_gpu(m, rules) * scale[m.key])
-        for m in models
-    }
+            budget[m.key] = min(budget.get(m.key, math.inf), shares.get(m.key, m.kv_cache_bytes or 0))
+    return {m.key: m.kv_cache_bytes if m.kv_cache_bytes is not None else int(budget[m.key]) for m in models}
 
 
-def _placed(m: ModelNeed, mode: str, gpus: tuple[int, ...], budget: int, rules: Rules) -> Placement:
+def _placed(m: ModelNeed, mode: str, gpus: tuple[int, ...], budget: int) -> Placement:
     return Placement(
         key=m.key,
         roles=m.roles,
         mode=mode,
         gpus=gpus,
         weights_per_gpu=math.ceil(m.weights / m.tp),
-        kv_per_token_per_gpu=m.arch.kv_bytes_per_token(m.dtype_bytes, m.tp),
+        activation_per_gpu=m.activation,
+        kv_per_token_per_gpu=m.kv_per_token,
         kv_cache_memory_bytes=budget,
-        seqs_that_fit=budget // max(1, m.arch.kv_bytes_for(rules.seq_tokens, m.dtype_bytes, m.tp)),
+        max_len_seqs=budget // max(1, m.kv_for(m.max_model_len)) if m.max_model_len else None,
     )
 
 
-def plan_placement(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> list[Placement]:
-    """Everything in process when it all fits on shared GPUs, else each model a server on its own GPUs."""
+def shared_layout(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> Candidate:
+    """Every model in this process on the first GPUs (or its explicit ones)."""
+    name = "in process"
+    if any(m.tp > n_gpus for m in models):
+        return Candidate(name, None, "a tensor-parallel group is wider than the job's GPUs")
+    forced = [m.key for m in models if m.placement == "managed_server"]
+    if forced:
+        return Candidate(name, None, f"{', '.join(forced)}: placement managed_server")
+    gpus = {m.key: m.gpus or tuple(range(m.tp)) for m in models}
+    budgets = _budgets(models, gpus, rules)
+    if budgets is None:
+        return Candidate(name, None, "they do not fit together on the first GPUs")
+    placed = tuple(_placed(m, "in_process", gpus[m.key], budgets[m.key]) for m in models)
+    shared_gpus = len({g for v in gpus.values() for g in v}) < sum(len(v) for v in gpus.values())
+    return Candidate(name, placed, "every model in this process" + (", sharing GPUs" if shared_gpus else ""))
+
+
+def own_layout(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> Candidate:
+    """Each model on GPUs of its own: explicit GPUs first, then a model that must run in this process
+    on the first GPUs, then the others on the lowest GPUs left, the widest tensor-parallel group
+    first. The model on the first GPUs runs in this process unless its placement says
+    managed_server; the others get servers."""
+    name = "own GPUs"
+    first = next((m for m in models if m.placement == "in_process" and m.gpus is None), None)
+    taken = {g for m in models for g in m.gpus or ()}
+    free = [g for g in range(n_gpus) if g not in taken]
+    own: dict[str, tuple[int, ...]] = {m.key: m.gpus for m in models if m.gpus}
+    for m in sorted((m for m in models if not m.gpus), key=lambda m: (m is not first, -m.tp)):
+        own[m.key], free = tuple(free[: m.tp]), free[m.tp :]
+    if any(len(own[m.key]) < m.tp for m in models):
+        need = sum(m.tp for m in models)
+        return Candidate(name, None, f"they need {need} GPUs, the job has {n_gpus}")
+    if len({g for v in own.values() for g in v}) < sum(len(v) for v in own.values()):
+        return Candidate(name, None, "explicit GPUs overlap")
+    leading = {m.key for m in models if own[m.key] == tuple(range(m.tp)) and m.placement != "managed_server"}
+    misplaced = [m.key for m in models if m.placement == "in_process" and m.key not in leading]
+    if misplaced:
+        return Candidate(name, None, f"{', '.join(misplaced)}: placement in_process, but not on the first GPUs")
+    budgets = [_budgets([m], own, rules) for m in models]
+    if any(b is None for b in budgets):
+        return Candidate(name, None, "a model does not fit its own GPUs")
+    placed = tuple(
+        _placed(m, "in_process" if m.key in leading else "managed_server", own[m.key], b[m.key])
+        for m, b in zip(models, budgets)
+    )
+    return Candidate(name, placed, "each model on GPUs of its own")
+
+
+def layouts(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> list[Candidate]:
+    """Both layouts, the chosen one first: own GPUs when it fits, else shared."""
     for m in models:
         if m.gpus is not None and len(m.gpus) != m.tp:
             raise PersonalensError(f"model {m.key}: gpus {list(m.gpus)} must list tensor_parallel_size={m.tp} GPUs")
         if m.gpus is not None and any(not 0 <= g < n_gpus for g in m.gpus):
             raise PersonalensError(f"model {m.key}: gpus {list(m.gpus)} not among the {n_gpus} visible GPUs")
-    too_wide = [m for m in models if m.tp > n_gpus]
-    forced_servers = any(m.placement == "managed_server" for m in models)
-    if not too_wide and not forced_servers:
-        shared = {m.key: m.gpus or tuple(range(m.tp)) for m in models}
-        budgets = _budgets(models, shared, rules)
-        if budgets is not None:
-            return [_placed(m, "in_process", shared[m.key], budgets[m.key], rules) for m in models]
-    forced_in_process = [m.key for m in models if m.placement == "in_process"]
-    if not too_wide and not forced_in_process:
-        # explicit GPUs first; the others take the lowest GPUs left, in order
-        taken = {g for m in models for g in m.gpus or ()}
-        free = [g for g in range(n_gpus) if g not in taken]
-        own = {}
-        for m in models:
-            own[m.key], free = (m.gpus, free) if m.gpus else (tuple(free[: m.tp]), free[m.tp :])
-        disjoint = len({g for v in own.values() for g in v}) == sum(len(v) for v in own.values())
-        if disjoint and all(len(own[m.key]) == m.tp for m in models):
-            alone = [_budgets([m], own, rules) for m in models]
-            if all(b is not None for b in alone):
-                return [_placed(m, "managed_server", own[m.key], b[m.key], rules) for m, b in zip(models, alone)]
-    raise PersonalensError(refusal(models, n_gpus, rules))
+    own, shared = own_layout(models, n_gpus, rules), shared_layout(models, n_gpus, rules)
+    if len(models) == 1 and shared.placements:
+        return [shared, own]  # one model: the same GPUs either way, in this process
+    return [own, shared] if own.placements or not shared.placements else [shared, own]
 
 
-def _kv_need(m: ModelNeed, rules: Rules) -> str:
+def plan_placement(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> list[Placement]:
+    """The chosen layout's placements; raises PersonalensError, with the sizes, when none fits."""
+    chosen = layouts(models, n_gpus, rules)[0]
+    if chosen.placements is None:
+        raise PersonalensError(refusal(models, n_gpus, rules))
+    return list(chosen.placements)
+
+
+def _kv_need(m: ModelNeed) -> str:
     if m.kv_cache_bytes is not None:
-        return f"KV {m.kv_cache_bytes / GIB:.1f} GiB per GPU as configured (included)"
-    longest = f" (at least one max_model_len of {m.max_model_len})" if m.max_model_len else ""
-    return (
-        f"KV for {rules.min_seqs} x {rules.seq_tokens} tokens{longest} {_need_per_gpu(m, rules) / GIB:.1f} GiB per GPU"
-    )
+        return f"KV {m.kv_cache_bytes / GIB:.1f} GiB per GPU as configured"
+    if m.max_model_len:
+        return f"KV for one max_model_len of {m.max_model_len} tokens {_floor(m) / GIB:.1f} GiB per GPU"
+    return "KV (any)"
 
 
 def refusal(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> str:
     usable = rules.gpu_bytes * rules.utilization / GIB
     sizes = "; ".join(
         f"{m.key} ({'/'.join(m.roles)}): weights {m.weights / GIB:.1f} GiB, tp {m.tp} -> "
-        f"{_fixed_per_gpu(m, rules) / GIB:.1f} GiB per GPU with overhead, {_kv_need(m, rules)}"
+        f"{_fixed_per_gpu(m, rules) / GIB:.1f} GiB per GPU with overhead and activations "
+        f"({m.activation / GIB:.1f} GiB for {m.batched_tokens} batched tokens), {_kv_need(m)}"
         for m in models
     )
+    forced = [m.key for m in models if m.placement == "in_process"]
+    ways = f"placement auto for {', '.join(forced)}, " if forced else ""
     return (
         f"these models do not fit on {n_gpus} GPU(s) of {usable:.1f} GiB usable each "
-        f"(gpu memory x {rules.utilization}): {sizes}. Ways out: more GPUs, a larger tensor_parallel_size, "
-        "a smaller user agent or judge model, or an external `engine: server` endpoint on another node "
-        "(docs/cluster.md)"
+        f"(gpu memory x {rules.utilization}): {sizes}. Ways out: {ways}more GPUs, a larger tensor_parallel_size, "
+        "a smaller max_model_len or max_num_batched_tokens, a smaller user agent or judge model, or an external "
+        "`engine: server` endpoint on another node (docs/cluster.md)"
     )

@@ -18,6 +18,7 @@ from personalens.engines.config import ModelConfig
 from personalens.engines.dtype import local_dtype
 from personalens.engines.embedded import model_path
 from personalens.engines.tokens import ChatTokenizer
+from personalens.engines.vllm_args import engine_args
 from personalens.engines.vllm_check import check_in_process
 
 log = logging.getLogger(__name__)
@@ -36,24 +37,7 @@ class VllmEngine:
 
         self.name = config.name
         self.dtype = local_dtype(config.dtype)
-        self._llm = LLM(
-            model=model,
-            tokenizer=config.tokenizer or model,
-            dtype=self.dtype.dtype,
-            tensor_parallel_size=config.tensor_parallel_size,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            kv_cache_memory_bytes=config.kv_cache_memory_bytes,
-            max_model_len=config.max_model_len,
-            enable_prefix_caching=config.enable_prefix_caching,
-            enforce_eager=config.enforce_eager,
-            enable_chunked_prefill=config.enable_chunked_prefill,
-            seed=config.seed,
-            max_num_seqs=config.max_num_seqs,
-            block_size=config.block_size,
-            load_format=config.load_format,
-            # grammars use xgrammar's EBNF dialect, so the backend is pinned rather than "auto"
-            structured_outputs_config={"backend": "xgrammar"},
-        )
+        self._llm = LLM(**engine_args(config, model, self.dtype.dtype))
         self._system_role = resolve_system_role(config.system_role, self._llm.get_tokenizer().chat_template)
         # the template and tokenizer LLM.chat applies, for callers that keep prompts as token ids
         self.chat_tokenizer = ChatTokenizer(self._llm.get_tokenizer(), self._system_role)

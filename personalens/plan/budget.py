@@ -58,6 +58,18 @@ class PerDialogue:
 ZERO = PerDialogue(0, 0, 0, 0, 0, 0)
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What a run's dialogues and judgments ask of the engines, per kind of dialogue."""
+
+    fixed: Mapping[str, Fixed]
+    turns: Mapping[str, Turns]
+    judge_reply: float  # tokens per judge reply
+    judged: Sequence[str]  # the judge's prompts per dialogue ("dimension/speaker")
+    turn_level: bool
+    source: str  # "at the protocol's cap" | "calibrated"
+
+
 def turns_at_cap(max_rounds: int, reply_after_cap: bool) -> int:
     """The most turns a dialogue can have (simulate/dialogue.py's rules): `max_rounds` assistant
     replies after as many user turns; where the user agent still answers the last capped reply, a
@@ -77,24 +89,40 @@ def role_of(turn: int) -> str:
     return PER_SPEAKER_ROLES[(turn - 1) % 2]
 
 
+def turn_prompts(fixed: Fixed, n: int, history: float) -> list[tuple[str, float]]:
+    """The role and prompt tokens of each of a dialogue's `n` turns."""
+    out = []
+    for t in range(1, n + 1):
+        own = fixed.user_first if t == 1 else fixed.user_next if role_of(t) == "user" else fixed.assistant
+        out.append((role_of(t), own + history * (t - 1)))
+    return out
+
+
+def judge_prompts(fixed: Fixed, n: int, history: float, judged: Sequence[str], turn_level: bool) -> list[float]:
+    """The prompt tokens of the judge's prompts of one dialogue of `n` turns: one per "dimension/speaker"
+    in `judged`, and with `turn_level` a personalization judgment of the dialogue cut after each
+    assistant reply."""
+    out = [fixed.judge[j] + history * n for j in judged]
+    if turn_level:
+        out += [fixed.judge["personalization/"] + history * 2 * k for k in range(1, n // 2 + 1)]
+    return out
+
+
 def per_dialogue(
     fixed: Fixed, turns: Turns, judge_reply: float, judged: Sequence[str], turn_level: bool
 ) -> PerDialogue:
-    """Expected tokens of one dialogue of this kind and of its judgments. `judged` lists the judge's
-    prompts per dialogue ("dimension/speaker"); `turn_level` adds a personalization judgment of the
-    dialogue cut after each assistant reply."""
+    """Expected tokens of one dialogue of this kind and of its judgments (judge_prompts)."""
     total = ZERO
     for n, share in turns.counts.items():
-        prompt = generated = 0.0
-        for t in range(1, n + 1):
-            own = fixed.user_first if t == 1 else fixed.user_next if role_of(t) == "user" else fixed.assistant
-            prompt += own + turns.history * (t - 1)
-            generated += turns.reply[role_of(t)]
-        judge_prompts = [fixed.judge[j] + turns.history * n for j in judged]
-        if turn_level:
-            judge_prompts += [fixed.judge["personalization/"] + turns.history * 2 * k for k in range(1, n // 2 + 1)]
+        prompts = turn_prompts(fixed, n, turns.history)
+        judge = judge_prompts(fixed, n, turns.history, judged, turn_level)
         one = PerDialogue(
-            n, prompt, generated, len(judge_prompts), sum(judge_prompts), judge_reply * len(judge_prompts)
+            n,
+            sum(p for _, p in prompts),
+            sum(turns.reply[role] for role, _ in prompts),
+            len(judge),
+            sum(judge),
+            judge_reply * len(judge),
         )
         total = total.plus(one.scaled(share))
     return total

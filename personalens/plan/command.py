@@ -28,12 +28,14 @@ def plan(cfg: DictConfig) -> int:
         raise PersonalensError("the selection holds no scenario (data.users, data.kinds)")
     models = model_configs({role: cfg[role] for role in ROLES})
     gpus = simulated(options.gpus, options.gpu_memory_gib) if options.gpus else visible_gpu_spec()
+    chosen = selection(cfg, scenarios)
+    estimated, workload = estimate(cfg, options, scenarios, models)
     result = {
         "command": "personalens plan",
-        "selection": selection(cfg, scenarios),
-        "placement": placement(models, options, gpus),
+        "selection": chosen,
+        "placement": placement(cfg, models, options, gpus, workload, chosen["largest_shard"]),
         "reproducible": reproducibility(cfg, gpus, given=bool(options.gpus)),
-        **estimate(cfg, options, scenarios, models),
+        **estimated,
     }
     for line in lines(result):
         print(line, file=console.out())
@@ -60,8 +62,9 @@ def selection(cfg: DictConfig, scenarios: list) -> dict:
     }
 
 
-def placement(models: dict, options: PlanOptions, gpus) -> dict:
-    """Each job's layout on `gpus` (given, else this machine's); a layout that cannot fit is shown refused."""
+def placement(cfg: DictConfig, models: dict, options: PlanOptions, gpus, workload, largest: dict) -> dict:
+    """Each job's layout on `gpus` (given, else this machine's) and the modelled throughput of the
+    layouts it could take; a layout that cannot fit is shown refused."""
     from personalens.engines.layout import plan_layout
 
     if gpus is None:
@@ -72,11 +75,15 @@ def placement(models: dict, options: PlanOptions, gpus) -> dict:
         }
     jobs = {}
     for job in options.jobs:
+        roles = JOBS[job]
         try:
-            layout = plan_layout({role: models[role] for role in JOBS[job]}, gpus)
-            jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
+            layout = plan_layout({role: models[role] for role in roles}, gpus, R.in_process_roles(cfg, roles))
         except PersonalensError as err:
             jobs[job] = {"refused": str(err)}
+            continue
+        jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
+        if workload is not None:
+            jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options, cfg)
     return {"planned": True, "gpus": gpus.describe(), "jobs": jobs}
 
 
@@ -98,3 +105,31 @@ def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:
         else f"on this machine: {refusal or f'accepted on {gpus.describe()}'}"
     )
     return {"on": True, "env": dict(invariance.ENV), "cost": invariance.COST, "here": here}
+
+
+def throughput(job: str, layout, models: dict, workload, largest: dict, options: PlanOptions, cfg: DictConfig) -> dict:
+    """The job's layouts modelled on a sample of the largest shard's dialogues (plan/throughput.py)."""
+    from personalens.plan.throughput import GPUS, TURN_ROLES, compare, dialogues, sampled
+
+    served = [role for role in JOBS[job] if models[role].engine == "server"]
+    if served:
+        return {"not_modelled": f"{', '.join(served)} served elsewhere (engine: server)"}
+    limit = {role: n.max_model_len for n in layout.needs for role in n.roles}
+    room = cfg.protocol.get("context_room")
+    longest = {
+        turn: None
+        if limit.get(role) is None
+        else limit[role] - int(cfg.protocol[role].max_tokens if room is None or role == "judge" else room)
+        for turn, role in TURN_ROLES.items()
+    }
+    shapes = sampled(largest, workload, options.model_dialogues)
+    turns, judged = dialogues(shapes, workload, longest)
+    work = {"generate": [turns], "judge": [judged], "run": [turns, judged]}[job]
+    gpu = GPUS[options.gpu_type]
+    return {
+        "gpu": gpu.name,
+        "dialogues": len(shapes),
+        "of": sum(largest.values()),
+        "basis": workload.source,
+        **compare(layout.needs, layout.candidates, layout.gpus.count, layout.rules, gpu, work),
+    }

@@ -3,6 +3,7 @@ and the placement, with every assumption said in the output."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from personalens.plan.budget import (
     Fixed,
     PerDialogue,
     Turns,
+    Workload,
     cap_turns,
     longest_prompts,
     per_dialogue,
@@ -33,8 +35,11 @@ class Judging:
     max_tokens: int
 
 
-def estimate(cfg: DictConfig, options: PlanOptions, scenarios: Sequence, models: Mapping) -> dict:
-    """tokens, calibration, time and assumptions of the plan."""
+def estimate(
+    cfg: DictConfig, options: PlanOptions, scenarios: Sequence, models: Mapping
+) -> tuple[dict, Workload | None]:
+    """tokens, calibration, time and assumptions of the plan; and the dialogues' shape the engines
+    see (None when the tokens could not be counted)."""
     tokenizers, missing = load_tokenizers(models)
     assumptions = [
         "dialogues follow this config (fidelity, prompt setting, templates, protocol); turn t's prompt = its "
@@ -43,7 +48,11 @@ def estimate(cfg: DictConfig, options: PlanOptions, scenarios: Sequence, models:
     ]
     if missing:
         why = "; ".join(f"{role}: {reason}" for role, reason in missing.items())
-        return {"tokens": {"not_counted": why}, "time": {"unknown": "no token budget"}, "assumptions": assumptions}
+        return {
+            "tokens": {"not_counted": why},
+            "time": {"unknown": "no token budget"},
+            "assumptions": assumptions,
+        }, None
     fidelity = R.fidelity(cfg)
     templates, _ = R.templates(cfg, fidelity)
     setting, family = R.setting(cfg), R.prompt_family(cfg)
@@ -99,17 +108,20 @@ def estimate(cfg: DictConfig, options: PlanOptions, scenarios: Sequence, models:
         "turn adds the mean of the two max_tokens (chat markup not counted)"
     )
     per_kind, calibration = at_cap, None
+    workload = Workload(fixed, caps, judging.max_tokens, judging.prompts, judging.turn_level, "at the protocol's cap")
     if options.calibrate is not None:
         measured = read_calibration(options.calibrate)
-        per_kind, calibration = _calibrated(cfg, measured, fixed, caps, judging, count, assumptions)
+        per_kind, turns, judge_reply, calibration = _calibrated(cfg, measured, fixed, caps, judging, count, assumptions)
         calibration["context_ended"] = measured.context_ended(dialogues)
         tokens["calibrated"] = _totals(per_kind, dialogues)
-    return {
+        workload = dataclasses.replace(workload, turns=turns, judge_reply=judge_reply, source="calibrated")
+    estimated = {
         "tokens": tokens,
         "calibration": calibration,
         "time": _time(cfg, options, scenarios, per_kind, calibration, assumptions),
         "assumptions": assumptions,
     }
+    return estimated, workload
 
 
 def _one(fixed: Fixed, turns: Turns, judge_reply: float, judging: Judging) -> PerDialogue:
@@ -134,8 +146,9 @@ def _calibrated(
     judging: Judging,
     count: Callable[[Sequence], list],
     assumptions: list[str],
-) -> tuple[dict[str, PerDialogue], dict]:
-    """Per-kind estimates from a finished run's measurements, and what it measured."""
+) -> tuple[dict[str, PerDialogue], dict[str, Turns], float, dict]:
+    """Per-kind estimates from a finished run's measurements, the turns and judge replies they rest on,
+    and what it measured."""
     from personalens.data import load_scenarios
 
     users = sorted({d["user_index"] for d in measured.dialogues})
@@ -150,13 +163,13 @@ def _calibrated(
     if judge_reply is None:
         judge_reply = judging.max_tokens
         assumptions.append("the judge's replies at max_tokens: the calibration run has no judge summary")
-    per_kind = {}
+    per_kind, turns = {}, {}
     for kind in fixed:
-        turns = measured.turns(kind, history)
-        if turns is None:
-            turns = caps[kind]
+        turns[kind] = measured.turns(kind, history)
+        if turns[kind] is None:
+            turns[kind] = caps[kind]
             assumptions.append(f"{kind} dialogues at the protocol's cap: the calibration run has none")
-        per_kind[kind] = _one(fixed[kind], turns, judge_reply, judging)
+        per_kind[kind] = _one(fixed[kind], turns[kind], judge_reply, judging)
     pairs = [
         (own[k].user_first, d["turns"][0]["prompt_tokens"])
         for d in measured.dialogues
@@ -166,19 +179,24 @@ def _calibrated(
         f"calibrated by {measured.run_dir}: its turns per dialogue, reply tokens and judge reply tokens, `history` "
         "fitted to its prompts; its models, prompt setting and protocol should be this config's"
     )
-    return per_kind, {
-        "run_dir": measured.run_dir,
-        "measured": measured.totals(),
-        "turns_per_dialogue": measured.turn_counts(),
-        "reply_tokens": reply,
-        "history_tokens_per_turn": history,
-        "judgments": measured.judgments,
-        "judge_reply_tokens": judge_reply,
-        "generate": measured.generate.as_dict() if measured.generate else None,
-        "judge": measured.judge.as_dict() if measured.judge else None,
-        # the same dialogues' first prompts: rendered here, and as the run's engine counted them
-        "first_prompts": {"rendered": sum(r for r, _ in pairs), "measured": sum(m for _, m in pairs)},
-    }
+    return (
+        per_kind,
+        turns,
+        judge_reply,
+        {
+            "run_dir": measured.run_dir,
+            "measured": measured.totals(),
+            "turns_per_dialogue": measured.turn_counts(),
+            "reply_tokens": reply,
+            "history_tokens_per_turn": history,
+            "judgments": measured.judgments,
+            "judge_reply_tokens": judge_reply,
+            "generate": measured.generate.as_dict() if measured.generate else None,
+            "judge": measured.judge.as_dict() if measured.judge else None,
+            # the same dialogues' first prompts: rendered here, and as the run's engine counted them
+            "first_prompts": {"rendered": sum(r for r, _ in pairs), "measured": sum(m for _, m in pairs)},
+        },
+    )
 
 
 def _rates(options: PlanOptions, calibration: dict | None) -> Rates | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from personalens.errors import PersonalensError
+from personalens.plan.throughput import GPUS
 
 # the jobs whose models are placed together, and their roles
 JOBS = {"generate": ("user_agent", "assistant"), "judge": ("judge",), "run": ("user_agent", "assistant", "judge")}
@@ -22,6 +23,8 @@ class PlanOptions:
     tokens_per_s: float | None
     time_limit: str | None
     max_rendered: int
+    gpu_type: str
+    model_dialogues: int
     out: Path
 
     @classmethod
@@ -41,6 +44,10 @@ class PlanOptions:
             raise PersonalensError(f"plan.tokens_per_s: must be positive, got {p.tokens_per_s}")
         if int(p.max_rendered) < 1:
             raise PersonalensError(f"plan.max_rendered: must be at least 1, got {p.max_rendered}")
+        if str(p.gpu_type) not in GPUS:
+            raise PersonalensError(f"plan.gpu_type: expected one of {list(GPUS)}, got {p.gpu_type!r}")
+        if int(p.model_dialogues) < 1:
+            raise PersonalensError(f"plan.model_dialogues: must be at least 1, got {p.model_dialogues}")
         return cls(
             jobs,
             None if p.gpus is None else int(p.gpus),
@@ -49,5 +56,7 @@ class PlanOptions:
             None if p.tokens_per_s is None else float(p.tokens_per_s),
             None if p.time_limit is None else str(p.time_limit),
             int(p.max_rendered),
+            str(p.gpu_type),
+            int(p.model_dialogues),
             Path(p.out) if p.out else Path(cfg.run.out_dir) / "plan.json",
         )

@@ -41,13 +41,14 @@ def _selection(s: Mapping) -> list[str]:
 def _placement(p: Mapping) -> list[str]:
     if not p["planned"]:
         return [f"placement: not planned: {p['why']}"]
-    planned = [layout["lines"] for layout in p["jobs"].values() if "lines" in layout]
-    out = [planned[0][0] if planned else f"placement on {p['gpus']}:"]  # the same basis for every job
+    planned = [layout["basis"] for layout in p["jobs"].values() if "basis" in layout]
+    out = [planned[0] if planned else f"placement on {p['gpus']}:"]  # the same basis for every job
     for job, layout in p["jobs"].items():
         if "refused" in layout:
             out.append(f"  {job}: REFUSED: {layout['refused']}")
         else:
-            out += [f"  {job}:", *(f"  {line}" for line in layout["lines"][1:])]
+            out += [f"  {job}: {layout['why']}", *(f"  {line}" for line in layout["lines"][1:])]
+            out += _throughput(layout.get("throughput"))
     return out
 
 
@@ -59,6 +60,36 @@ def _reproducible(r: Mapping) -> list[str]:
         f"reproducible: on: every engine started batch-invariant ({env}); {r['cost']}",
         f"  {r['here']}",
     ]
+
+
+def _throughput(t: Mapping | None) -> list[str]:
+    if not t:
+        return []
+    if "not_modelled" in t:
+        return [f"    throughput not modelled: {t['not_modelled']}"]
+    out = [
+        f"    modelled throughput ({t['dialogues']:,} of the largest shard's {t['of']:,} dialogues {t['basis']}, "
+        f"lockstep, {t['gpu']} figures):"
+    ]
+    for row in t["layouts"]:
+        head = f"      {row['name']}{' (chosen)' if row['chosen'] else ''}: "
+        out.append(head + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})"))
+    for row in t["replicas"]:
+        gpus = ",".join(map(str, row["gpus"]))
+        out.append(
+            f"      with {row['copies']} more {row['model']} on GPU {gpus}: {_modelled(row)}; not available yet: {row['why']}"
+        )
+    return out
+
+
+def _modelled(row: Mapping) -> str:
+    if "tokens_per_s" not in row:
+        return "nothing to model: every request of this shape exceeds its model's max_model_len"
+    kv = ", ".join(f"{key} {tokens:,}" for key, tokens in row["kv_tokens"].items())
+    return (
+        f"{row['tokens_per_s']:,.0f} generated tokens/s ({row['seconds']:,.0f} s), "
+        f"{row['prefilled_share']:.0%} of prompt tokens prefilled; KV cache tokens: {kv}"
+    )
 
 
 def _tokens(t: Mapping) -> list[str]:

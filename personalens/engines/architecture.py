@@ -1,0 +1,172 @@
+"""A model's shape read from its config.json, and the memory that shape implies: its parameters, its
+KV cache per token and per sequence, and a bound on its activations.
+
+Pure: a mapping in, numbers out. Read as vLLM reads it (`get_text_config()`): a multimodal config
+nests the language model under `text_config` (Gemma 3, Mistral-Small-3.1, Llama 4); fields a
+published config leaves out take the defaults of its `model_type` in transformers (Gemma 3's
+27B config names neither its vocabulary nor its sliding-window pattern). Which layers keep only a
+window of tokens comes from `layer_types` where the config lists them, else from the family's rule:
+`sliding_window_pattern` (Gemma 2 and 3), Qwen 2's `max_window_layers`, Llama 4's chunked attention.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from personalens.errors import PersonalensError
+
+# bytes per value of the dtypes a model config may name (vLLM's `dtype`, config.json's `torch_dtype`)
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+
+# transformers' defaults for fields the published configs of these families leave out
+# (Gemma2Config, Gemma3TextConfig; the sliding-window pattern is what their layer_types default to)
+_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma2": {"sliding_window_pattern": 2, "tie_word_embeddings": True},
+    "gemma3_text": {
+        "vocab_size": 262_208,
+        "max_position_embeddings": 131_072,
+        "sliding_window_pattern": 6,
+        "tie_word_embeddings": True,
+    },
+    # Llama 4: every fourth layer is a global one without RoPE, the others attend within chunks
+    "llama4_text": {"no_rope_layer_interval": 4},
+}
+
+# bytes per sequence and vocabulary entry of vLLM's sampler (its profile run samples with top-k and
+# top-p): the logits, in float32, sorted (float32 values and int64 indices), their probabilities and
+# cumulative sums, a mask
+_SAMPLER_BYTES = 32
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The numbers of a config.json that size weights, KV cache and activations."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    experts: int = 1
+    experts_per_token: int = 1
+    tied_embeddings: bool = False
+    # per layer: None for full attention, else the tokens it keeps (a sliding window or an attention chunk)
+    windows: tuple[int | None, ...] = ()
+    context: int | None = None  # max_position_embeddings: vLLM's max_model_len when none is set
+    checkpoint_dtype: str | None = None  # config.json's torch_dtype: what the weights on disk are stored in
+    quantized: bool = False  # a quantization_config: the weights on disk are not in checkpoint_dtype
+
+    @classmethod
+    def from_config(cls, config: Mapping, where: str = "config.json") -> Architecture:
+        text = config.get("text_config")
+        text = text if isinstance(text, Mapping) else config
+        defaults = _FAMILY_DEFAULTS.get(str(text.get("model_type") or config.get("model_type")), {})
+
+        def get(key: str, default: Any = None) -> Any:
+            value = text.get(key, defaults.get(key, default))
+            return defaults.get(key, default) if value is None else value
+
+        try:
+            layers = int(get("num_hidden_layers"))
+            hidden = int(get("hidden_size"))
+            heads = int(get("num_attention_heads"))
+            kv_heads = int(get("num_key_value_heads", heads))
+            head_dim = int(get("head_dim", hidden // heads))
+            intermediate = int(get("intermediate_size"))
+            vocab = int(get("vocab_size"))
+        except (KeyError, TypeError, ValueError) as err:
+            raise PersonalensError(f"{where}: cannot size the model, missing or bad field {err}") from None
+        context = get("max_position_embeddings")
+        dtype = get("torch_dtype") or get("dtype") or config.get("torch_dtype") or config.get("dtype")
+        return cls(
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate=intermediate,
+            vocab=vocab,
+            experts=int(get("num_local_experts", 1)),
+            experts_per_token=int(get("num_experts_per_tok", 1)),
+            tied_embeddings=bool(get("tie_word_embeddings", False)),
+            windows=_windows(get, layers),
+            context=int(context) if context else None,
+            checkpoint_dtype=str(dtype) if dtype else None,
+            quantized=bool(config.get("quantization_config") or text.get("quantization_config")),
+        )
+
+    def parameters(self) -> int:
+        """Parameter count of the language model, Llama-style (gated MLP, optional MoE), for weights not
+        on disk; a vision tower is not counted."""
+        attention = self.hidden * self.heads * self.head_dim * 2 + self.hidden * self.kv_heads * self.head_dim * 2
+        mlp = 3 * self.hidden * self.intermediate * self.experts
+        router = self.hidden * self.experts if self.experts > 1 else 0
+        per_layer = attention + mlp + router + 2 * self.hidden
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * per_layer + embeddings + self.hidden
+
+    def kv_heads_per_gpu(self, tp: int) -> int:
+        # vLLM replicates KV heads when tensor parallelism exceeds their number
+        return max(1, math.ceil(self.kv_heads / tp))
+
+    def kv_bytes_per_layer_token(self, dtype_bytes: int, tp: int = 1) -> int:
+        """K and V of one token in one layer, on one GPU of the tensor-parallel group."""
+        return self.kv_heads_per_gpu(tp) * self.head_dim * 2 * dtype_bytes
+
+    def kv_bytes_per_token(self, dtype_bytes: int, tp: int = 1) -> int:
+        """K and V of one token in every layer, on one GPU of the tensor-parallel group."""
+        return self.layers * self.kv_bytes_per_layer_token(dtype_bytes, tp)
+
+    def kv_bytes_for(self, tokens: int, dtype_bytes: int, tp: int = 1) -> int:
+        """KV of one sequence of `tokens` on one GPU: windowed layers keep only their window."""
+        per_layer = self.kv_bytes_per_layer_token(dtype_bytes, tp)
+        return sum(per_layer * (min(tokens, w) if w else tokens) for w in self.windows)
+
+    def activation_bytes(self, batched_tokens: int, seqs: int, dtype_bytes: int, tp: int = 1) -> int:
+        """A bound on the activations of one GPU at vLLM's profile run, which a pinned KV cache does not
+        make room for: one forward pass over `batched_tokens` (max_num_batched_tokens) holding, per
+        token, four hidden-size vectors (the residual stream, the normed input, the attention's and the
+        MLP's outputs), the attention's q, k, v and output heads of this GPU, and the MLP's gate-up
+        output, activation and product (4 x intermediate per GPU, per routed expert: vLLM fuses the
+        last two, an unfused layer needs them all); then the sampler over `seqs` sequences of the
+        whole vocabulary. Checked against one such layer and sampler on an H200 (docs/cluster.md)."""
+        heads = math.ceil(self.heads / tp)
+        per_token = (
+            4 * self.hidden
+            + (2 * heads + 2 * self.kv_heads_per_gpu(tp)) * self.head_dim
+            + 4 * math.ceil(self.intermediate / tp) * self.experts_per_token
+        )
+        return batched_tokens * per_token * dtype_bytes + seqs * self.vocab * _SAMPLER_BYTES
+
+
+def _windows(get, layers: int) -> tuple[int | None, ...]:
+    """Per layer, the tokens it keeps: None for full attention."""
+    window = None if get("use_sliding_window") is False else get("sliding_window")
+    kinds = get("layer_types")
+    if kinds:  # mixed full/sliding layers as the config lists them (Gemma 2/3 in recent transformers, Qwen 3)
+        chunk = get("attention_chunk_size")
+        keep = {"sliding_attention": window, "chunked_attention": chunk}
+        return tuple(int(keep[k]) if keep.get(k) else None for k in kinds)
+    if window and get("sliding_window_pattern"):  # every pattern-th layer is global (Gemma 2: 2, Gemma 3: 6)
+        pattern = int(get("sliding_window_pattern"))
+        return tuple(None if (i + 1) % pattern == 0 else int(window) for i in range(layers))
+    if window and get("use_sliding_window") and get("max_window_layers") is not None:  # Qwen 2
+        return tuple(int(window) if i >= int(get("max_window_layers")) else None for i in range(layers))
+    chunk = get("attention_chunk_size")
+    if chunk:  # Llama 4: the layers with RoPE attend within chunks, the NoPE layers globally
+        nope = get("no_rope_layers") or [
+            int((i + 1) % int(get("no_rope_layer_interval", 4)) != 0) for i in range(layers)
+        ]
+        return tuple(int(chunk) if nope[i] else None for i in range(layers))
+    return (int(window) if window else None,) * layers
+
+
+def dtype_bytes(dtype: str, where: str) -> int:
+    if dtype not in DTYPE_BYTES:
+        raise PersonalensError(f"{where}: dtype {dtype!r} is not one of {sorted(DTYPE_BYTES)} or auto")
+    return DTYPE_BYTES[dtype]

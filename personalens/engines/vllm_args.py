@@ -1,0 +1,52 @@
+"""The vLLM engine arguments of a model config, in one place: an in-process engine passes them to
+`vllm.LLM` (vllm_local.py) and a managed server gets the same as command-line flags (managed.py), so a
+setting added here reaches both, and tests/test_managed_vllm.py checks that vLLM's own parser reads
+the flags back into the same engine arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from personalens.engines.config import ModelConfig
+
+
+def engine_args(config: ModelConfig, model: str, dtype: str) -> dict[str, Any]:
+    """vLLM's EngineArgs (the keyword arguments of `vllm.LLM`) for `config`, whose weights are at
+    `model`, in `dtype` (auto already decided for this machine). None leaves vLLM's default."""
+    return {
+        "model": model,
+        "tokenizer": config.tokenizer or model,
+        "dtype": dtype,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "kv_cache_memory_bytes": config.kv_cache_memory_bytes,
+        "max_model_len": config.max_model_len,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "enforce_eager": config.enforce_eager,
+        "enable_chunked_prefill": config.enable_chunked_prefill,
+        "seed": config.seed,
+        "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "block_size": config.block_size,
+        "load_format": config.load_format,
+        # grammars use xgrammar's EBNF dialect, so the backend is pinned rather than "auto"
+        "structured_outputs_config": {"backend": "xgrammar"},
+    }
+
+
+def cli_flags(args: Mapping[str, Any]) -> list[str]:
+    """Engine arguments as vLLM's command-line flags: `--name value`, a boolean as `--name` or
+    `--no-name`, a mapping as `--name.key value`; None is left out (vLLM's default)."""
+    flags: list[str] = []
+    for name, value in args.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            flags.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, Mapping):
+            flags += [a for key, inner in value.items() for a in (f"{flag}.{key}", str(inner))]
+        else:
+            flags += [flag, str(value)]
+    return flags

@@ -1,0 +1,283 @@
+"""A model of how fast vLLM serves a run's dialogues on GPUs: dialogues replayed through a simplified
+continuous-batching engine (vLLM's scheduler, much simplified) whose step time comes from a roofline
+model of its GPUs. `personalens plan` compares layouts with it, bench/stragglers.py schedulers.
+
+The engine: FCFS admission while fewer than `max_num_seqs` requests run and their KV fits the cache;
+every step decodes one token of every running request and prefills up to `max_num_batched_tokens` -
+running prompt tokens of the admitted requests (chunked prefill). A step takes overhead + max(memory
+time, compute time): memory = weights + the running requests' KV read once, compute = 2 x parameters
+x tokens in the step + attention over the context. The prefix cache keeps each (dialogue, role)'s
+last sequence (prompt and reply) until it is evicted, least recently used first, when admissions need
+room; a hit saves the part of the new prompt that repeats it.
+
+Schedulers, on the same requests (same prompts, replies, order):
+  lockstep    every active dialogue's next request submitted together; the next step's requests
+              only when all of this step's have finished (`personalens generate` by default)
+  continuous  each dialogue's next request submitted as soon as its previous one finished
+  window W    continuous, with at most W dialogues in flight (new ones start as others end)
+
+Every number of a GpuModel is an assumption its maker states; nothing here was measured on a GPU.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+# assumed: the share of a GPU's peak HBM bandwidth decoding reaches, and of its dense bf16 FLOPS
+# prefill-heavy steps reach
+BANDWIDTH_EFFICIENCY = 0.75
+FLOPS_EFFICIENCY = 0.5
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """One engine on its GPUs. The defaults: Llama-3.1-8B-Instruct (its published config: 8.03e9
+    parameters, 32 layers, hidden 4096, 8 KV heads of 128) in bf16 on one H100 SXM (datasheet:
+    3.35 TB/s HBM3, 989 TFLOPS dense bf16, 80 GB). Efficiencies, overhead and the engine's limits are
+    assumptions."""
+
+    params: float = 8.03e9
+    layers: int = 32
+    hidden: int = 4096
+    kv_bytes_per_token: int = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 heads of 128, 2 bytes
+    bandwidth: float = 3.35e12 * BANDWIDTH_EFFICIENCY
+    flops: float = 989e12 * FLOPS_EFFICIENCY
+    overhead: float = 0.5e-3  # assumed: per engine step (scheduling, launches; CUDA graphs on)
+    kv_tokens: int = 400_000  # assumed: 0.9 x 80 GB - 16 GB weights - activations, / 128 KiB per token
+    max_num_seqs: int = 256  # conf/model/llama31_8b.yaml
+    max_batched_tokens: int = 8192  # assumed: vLLM's chunked-prefill token budget per step
+    bytes_per_param: int = 2  # the weights' dtype, read once a step
+
+    def step_seconds(self, decodes: int, prefill: int, context: int) -> float:
+        """One engine step: `decodes` running requests one token each, `prefill` prompt tokens,
+        `context` tokens of KV read by the step's attention."""
+        memory = (self.bytes_per_param * self.params + context * self.kv_bytes_per_token) / self.bandwidth
+        tokens = decodes + prefill
+        compute = (2 * self.params * tokens + 4 * self.layers * self.hidden * context * min(tokens, 1)) / self.flops
+        return self.overhead + max(memory, compute)
+
+    def decode_seconds(self, decodes: int, context: int, steps: int) -> float:
+        """`steps` engine steps that only decode `decodes` requests, the KV read growing by `decodes`
+        tokens a step from `context`: step_seconds summed in closed form (both of its terms grow
+        linearly, so the larger one changes at most once)."""
+        memory = (
+            (self.bytes_per_param * self.params + context * self.kv_bytes_per_token) / self.bandwidth,
+            decodes * self.kv_bytes_per_token / self.bandwidth,
+        )
+        compute = (
+            (2 * self.params * decodes + 4 * self.layers * self.hidden * context) / self.flops,
+            4 * self.layers * self.hidden * decodes / self.flops,
+        )
+
+        def larger(i: int) -> tuple[float, float]:
+            return memory if memory[0] + i * memory[1] >= compute[0] + i * compute[1] else compute
+
+        first, last = larger(0), larger(steps - 1)
+        split = steps
+        if first is not last:  # the first step where the other term is larger
+            lo, hi = 0, steps - 1
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if larger(mid) is first else (lo, mid)
+            split = hi
+
+        def total(line: tuple[float, float], lo: int, hi: int) -> float:
+            return (hi - lo) * line[0] + line[1] * (lo + hi - 1) * (hi - lo) / 2
+
+        return steps * self.overhead + total(first, 0, split) + total(last, split, steps)
+
+
+@dataclass(frozen=True)
+class Turn:
+    role: str
+    prompt: int  # prompt tokens
+    reusable: int  # of them, the tokens that repeat this role's previous sequence of the dialogue
+    reply: int  # generated tokens
+
+
+Dialogue = Sequence[Turn]
+
+
+@dataclass
+class _Request:
+    dialogue: int
+    turn: Turn
+    prefill: int = 0  # prompt tokens still to compute
+    remaining: int = 0  # tokens still to generate
+    context: int = 0  # KV held: prompt (and reply) tokens so far
+    finished: float = 0.0
+
+
+@dataclass
+class Result:
+    scheduling: str
+    seconds: float = 0.0
+    generated: int = 0
+    prompt: int = 0
+    computed: int = 0  # prompt tokens prefilled (not served from the cache)
+    calls: list[tuple[float, float, list[float]]] = field(default_factory=list)  # lockstep: start, end, finishes
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated / self.seconds if self.seconds else 0.0
+
+    def tail_share(self) -> float:
+        """As the step trace counts it: the time fewer than a quarter of a call's requests ran."""
+        tail = total = 0.0
+        for start, end, done in self.calls:
+            done = sorted(done)
+            j = int(len(done) * 0.75) + 1
+            tail += done[-1] - done[j - 1]
+            total += end - start
+        return tail / total if total else 0.0
+
+
+class Engine:
+    """The simplified vLLM: a waiting queue, the running requests, the prefix cache, a clock."""
+
+    def __init__(self, gpu: GpuModel, shared_prefix: int):
+        self.gpu, self.shared = gpu, shared_prefix
+        self.now = 0.0
+        self.waiting: deque[_Request] = deque()
+        self.running: list[_Request] = []
+        self.cache: OrderedDict[tuple[int, str], int] = OrderedDict()  # (dialogue, role) -> tokens
+        self.cached_tokens = 0  # in the cache, not held by running requests
+        self.held = 0  # KV of the running requests
+        self.computed = 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def submit(self, request: _Request) -> None:
+        self.waiting.append(request)
+
+    def step(self) -> list[_Request]:
+        """Admit what fits, run engine steps up to the next that finishes a request or changes the
+        batch, return the requests that finished. Steps that only decode, with nothing admissible
+        waiting, are taken together (GpuModel.decode_seconds)."""
+        self._admit()
+        budget = self.gpu.max_batched_tokens - sum(1 for r in self.running if r.prefill == 0)
+        prefill = 0
+        for r in self.running:
+            if r.prefill and budget > 0:
+                chunk = min(r.prefill, budget)
+                r.prefill -= chunk
+                budget -= chunk
+                prefill += chunk
+        decoding = [r for r in self.running if r.prefill == 0]  # a finished prefill samples a token too
+        steps = 1
+        if not prefill and decoding and not self._admissible():
+            steps = min(r.remaining for r in decoding)
+        if steps == 1:
+            self.now += self.gpu.step_seconds(len(decoding), prefill, self.held)
+        else:
+            self.now += self.gpu.decode_seconds(len(decoding), self.held, steps)
+        self.computed += prefill
+        done = []
+        for r in decoding:
+            r.remaining -= steps
+            r.context += steps
+            if r.remaining <= 0:
+                r.finished = self.now
+                done.append(r)
+        self.held += steps * len(decoding)
+        if done:
+            self.running = [r for r in self.running if r.remaining > 0]
+            for r in done:  # its prompt and reply stay cached for the dialogue's next turn
+                self.held -= r.context
+                self.cache[(r.dialogue, r.turn.role)] = r.context
+                self.cached_tokens += r.context
+        return done
+
+    def _admissible(self) -> bool:
+        """Whether the next admission could take the first waiting request (decoding never frees KV)."""
+        if not self.waiting or len(self.running) >= self.gpu.max_num_seqs:
+            return False
+        return not self.running or self.held + self.waiting[0].turn.prompt <= self.gpu.kv_tokens
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.gpu.max_num_seqs:
+            r = self.waiting[0]
+            if self.running and self.held + r.turn.prompt > self.gpu.kv_tokens:
+                break
+            own = self.cache.pop((r.dialogue, r.turn.role), 0)  # its blocks become the request's own
+            self.cached_tokens -= own
+            while self.cache and self.held + r.turn.prompt + self.cached_tokens > self.gpu.kv_tokens:
+                _, size = self.cache.popitem(last=False)  # the least recently used
+                self.cached_tokens -= size
+            self.waiting.popleft()
+            hit = max(min(own, r.turn.reusable), min(self.shared, r.turn.prompt))
+            r.prefill, r.remaining, r.context = r.turn.prompt - hit, r.turn.reply, r.turn.prompt
+            self.running.append(r)
+            self.held += r.context
+
+
+Engines = GpuModel | Mapping[str, Sequence[GpuModel]]
+
+
+def simulate(
+    dialogues: Sequence[Dialogue], gpus: Engines, scheduling: str, window: int | None = None, shared_prefix: int = 0
+) -> Result:
+    """Replay every dialogue's turns through engine models under one scheduler. `gpus` is one engine
+    serving every role, or per role its engines (replicas, on GPUs of their own, each taking every
+    k-th dialogue); a GpuModel named for several roles is one engine. Lockstep steps run on the
+    engines of their requests in parallel; continuous scheduling is modelled on one engine."""
+    made: dict[int, Engine] = {}
+    by_role = {
+        role: [made.setdefault(id(g), Engine(g, shared_prefix)) for g in models]
+        for role, models in (gpus.items() if isinstance(gpus, Mapping) else [("*", [gpus])])
+    }
+    engines = list(made.values())
+
+    def engine_of(d: int, role: str) -> Engine:
+        replicas = by_role.get(role) or by_role["*"]
+        return replicas[d % len(replicas)]
+
+    result = Result(scheduling if window is None else f"{scheduling}, window {window}")
+    position = [0] * len(dialogues)  # each dialogue's next turn
+
+    def submit(d: int) -> Engine:
+        turn = dialogues[d][position[d]]
+        engine = engine_of(d, turn.role)
+        engine.submit(_Request(d, turn))
+        result.generated += turn.reply
+        result.prompt += turn.prompt
+        return engine
+
+    if scheduling == "lockstep":
+        active = [d for d in range(len(dialogues)) if dialogues[d]]
+        now = 0.0
+        while active:
+            working = {id(e): e for e in (submit(d) for d in active)}.values()
+            finishes: list[float] = []
+            for engine in working:  # each on its own GPUs: they run side by side
+                engine.now = now
+                while engine.busy:
+                    finishes += [r.finished for r in engine.step()]
+            end = max(e.now for e in working)
+            result.calls.append((now, end, finishes))
+            now = end
+            for d in active:
+                position[d] += 1
+            active = [d for d in active if position[d] < len(dialogues[d])]
+        result.seconds = now
+    else:
+        if len(engines) > 1:
+            raise ValueError("continuous scheduling is modelled on one engine")
+        [engine] = engines
+        waiting = deque(d for d in range(len(dialogues)) if dialogues[d])
+        for _ in range(min(window or len(waiting), len(waiting))):
+            submit(waiting.popleft())
+        while engine.busy:
+            for r in engine.step():
+                position[r.dialogue] += 1
+                if position[r.dialogue] < len(dialogues[r.dialogue]):
+                    submit(r.dialogue)
+                elif waiting:  # a dialogue ended: the next one starts
+                    submit(waiting.popleft())
+        result.seconds = engine.now
+    result.computed = sum(e.computed for e in engines)
+    return result
