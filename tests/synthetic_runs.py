@@ -5,7 +5,11 @@ run directory for bench/intervals.py:
     python tests/synthetic_runs.py runs/synthetic50 --users 50
 
 Every user has 20-60 scenarios (the release has about 80 per user); a user's scores share a
-user-level effect, as dialogues built from one profile do. The draws are numpy arrays, vectorized,
+user-level effect, as dialogues built from one profile do. The written run's parameters: TC with a
+completion probability per user ~ Beta(3, 2) (intra-user correlation 0.17); P the rounded latent
+2.6 + N(0, 0.4) per user + N(0, 0.8) per scenario; naturalness and coherence 4.0 + N(0, 0.35) per
+user + N(0, 0.6) per scenario; rounds Poisson with a mean per user in 2-6; reply lengths N(mean per
+user in 30-70, 25) tokens. The draws are numpy arrays, vectorized,
 so that 200 seeded draws take well under a second to make."""
 
 from __future__ import annotations
@@ -75,17 +79,25 @@ def write_run(out: Path, users: int, seed: int = 0) -> Path:
     base = rng.normal(2.6, 0.4, size=users)
     p = personalization(rng, owner, base, np.zeros(users))
     other = {
-        (dim, speaker): np.clip(np.rint(rng.normal(4.0, 0.35, size=users)[owner] + rng.normal(0, 0.6, owner.size)), 1, 5)
+        (dim, speaker): np.clip(
+            np.rint(rng.normal(4.0, 0.35, size=users)[owner] + rng.normal(0, 0.6, owner.size)), 1, 5
+        )
         for dim in ("naturalness", "coherence")
         for speaker in ("assistant", "user")
     }
     rounds = np.maximum(1, rng.poisson(rng.uniform(2.0, 6.0, size=users)[owner]))
+    tokens = rng.uniform(30.0, 70.0, size=users)  # a user's mean reply length
     dialogues, judgments = [], []
     for i, u in enumerate(owner):
         kind = "SD" if rng.random() < 0.8 else "MD"
         domains = ["Movies"] if kind == "SD" else ["Movies", "Books"]
         turns = [
-            {"role": role, "text": "...", "prompt_tokens": 5, "completion_tokens": int(40 + 10 * (u % 5))}
+            {
+                "role": role,
+                "text": "...",
+                "prompt_tokens": 5,
+                "completion_tokens": max(1, int(rng.normal(tokens[u], 25))),
+            }
             for _ in range(int(rounds[i]))
             for role in ("user", "assistant")
         ]

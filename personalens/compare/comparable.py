@@ -32,7 +32,7 @@ class Mismatch:
     detail: str  # what differs, with both values
 
     def line(self, a: str, b: str) -> str:
-        return f"{CHECKS[self.check]} differs between {a} and {b}: {self.detail}"
+        return f"{a} and {b} differ in {CHECKS[self.check]}: {self.detail}"
 
 
 def recorded(run_dir: Path) -> dict[str, Any]:
@@ -98,7 +98,9 @@ def mismatches(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Mismatch]:
 
 
 def _describe(a: Any, b: Any) -> str:
-    diffs = [f"{key or 'value'}: {x!r} vs {y!r}" for key, x, y in _leaf_differences(a, b)]
+    # a model's name first: "name: 'SmolLM2-135M-Instruct' vs 'Llama-3.1-8B-Instruct'; dtype: ..."
+    found = sorted(_leaf_differences(a, b), key=lambda d: d[0].rsplit(".", 1)[-1] != "name")
+    diffs = [f"{key or 'value'}: {x!r} vs {y!r}" for key, x, y in found]
     shown = "; ".join(diffs[:_SHOWN])
     return shown + (f"; and {len(diffs) - _SHOWN} more" if len(diffs) > _SHOWN else "")
 

@@ -15,23 +15,24 @@ _SIGNIFICANT, _OTHER = "tab:red", "tab:gray"
 
 
 def _panel_rows(c: Comparison, tcr: bool) -> list[MetricDifference]:
-    return [r for r in c.rows if (r.metric.key == "TCR") == tcr]
+    """The panel's rows that have a difference (a task kind without paired scenarios has none)."""
+    return [r for r in c.rows if (r.metric.key == "TCR") == tcr and r.difference is not None]
 
 
 def forest_plot(comparisons: Sequence[Comparison], alpha: float, path: Path) -> Path:
     """One row of two panels per comparison; a difference is a dot on its interval, filled red where
     Holm's p is below `alpha`, open grey elsewhere."""
-    heights = [max(len(_panel_rows(c, tcr)) for _, tcr in _PANELS) for c in comparisons]
+    heights = [max(1, *(len(_panel_rows(c, tcr)) for _, tcr in _PANELS)) for c in comparisons]
     fig = new_figure(figsize=(10, 0.9 + sum(0.32 * h + 0.5 for h in heights)), layout="constrained")
     axes = fig.subplots(len(comparisons), 2, squeeze=False, gridspec_kw={"height_ratios": heights})
     for row_axes, c in zip(axes, comparisons):
         for ax, (unit, tcr) in zip(row_axes, _PANELS):
             rows = _panel_rows(c, tcr)
             ax.axvline(0, color="black", linewidth=0.8)
+            if not rows:
+                ax.text(0.5, 0.5, "no paired scenarios", ha="center", va="center", transform=ax.transAxes)
             for y, r in enumerate(reversed(rows)):
                 d = r.difference
-                if d is None:
-                    continue
                 color = _SIGNIFICANT if r.significant(alpha) else _OTHER
                 ax.plot([d.lo, d.hi], [y, y], color=color, linewidth=2)
                 ax.plot([d.mean], [y], "o", color=color, markerfacecolor=color if r.significant(alpha) else "white")
