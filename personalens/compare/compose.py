@@ -83,7 +83,7 @@ def build_comparison(
 def _arms(run_dir: Path) -> list[Arm]:
     """The run's judgments by assistant model and prompt setting."""
     groups = defaultdict(list)
-    for j in load_runs([run_dir]).judgments:
+    for j in load_runs([run_dir], dialogues=False).judgments:
         groups[(j.assistant_model, j.setting)].append(j)
     return [
         Arm(run_dir, model, setting, tuple(js))

@@ -78,8 +78,9 @@ class RunData:
     judgments: tuple[Judgment, ...]
 
 
-def load_runs(run_dirs: Sequence[Path]) -> RunData:
-    """All dialogues and judgments of `run_dirs`, checked for the fields the report relies on."""
+def load_runs(run_dirs: Sequence[Path], *, dialogues: bool = True) -> RunData:
+    """All dialogues (none with `dialogues=False`) and judgments of `run_dirs`, checked for the
+    fields the tables rely on."""
     if not run_dirs:
         raise PersonalensError("no run directories given")
     dialogue_rows: list[tuple[Path, dict[str, Any]]] = []
@@ -87,9 +88,10 @@ def load_runs(run_dirs: Sequence[Path]) -> RunData:
     for run_dir in map(Path, run_dirs):
         if not run_dir.is_dir():
             raise PersonalensError(f"run directory {run_dir} does not exist")
-        dialogue_rows += _read_dataset(
-            run_dir / "dialogues", _DIALOGUE_KEY + ("kind", "domains", "rounds"), with_tokens=True
-        )
+        if dialogues:
+            dialogue_rows += _read_dataset(
+                run_dir / "dialogues", _DIALOGUE_KEY + ("kind", "domains", "rounds"), with_tokens=True
+            )
         judgment_rows += _read_dataset(
             run_dir / "judgments", _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"), with_tokens=False
         )
