@@ -17,13 +17,10 @@ COLUMNS = (
 )
 
 
-def significance_header(alpha: float) -> str:
-    return f"Holm p < {alpha:g}"
-
-
 def comparison_table(c: Comparison, alpha: float) -> Table:
     """Per task kind and metric: A's and B's means over the paired scenarios, B - A with its interval,
-    p before and after Holm, the scenarios left out; a row marked where Holm's p is below `alpha`."""
+    p before and after Holm, the scenarios left out; a row marked significant ("yes") where Holm's p
+    is below `alpha`."""
     rows = tuple(
         (
             (r.kind, r.name, "yes" if r.significant(alpha) else ""),
@@ -34,7 +31,7 @@ def comparison_table(c: Comparison, alpha: float) -> Table:
     return Table(
         NAME,
         c.title,
-        ("Kind", "Metric", significance_header(alpha)),
+        ("Kind", "Metric", "Significant"),
         COLUMNS,
         rows,
         context=(("comparison", c.kind), ("run_a", c.a.label), ("run_b", c.b.label)),
@@ -42,6 +39,7 @@ def comparison_table(c: Comparison, alpha: float) -> Table:
             f"A = {c.a.label}; B = {c.b.label}. Each row is over the scenarios both scored (n), "
             f"from {c.users} users; a scenario's trials are averaged first.",
             f"Left out: scenarios only one side has a score for; {c.only_a} scenarios were judged in A only "
-            f"and {c.only_b} in B only. TCR is in percent (its difference in percentage points).",
+            f"and {c.only_b} in B only. Significant: Holm p < {alpha:g}. TCR is in percent (its difference "
+            "in percentage points).",
         ),
     )
