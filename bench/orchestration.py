@@ -105,9 +105,9 @@ class InstantEngine:
             text = " ".join(rng.choice(WORDS) for _ in range(max(1, int(tokens * 0.75))))
             replies.append(Generation(text, len(prompt["prompt_token_ids"]), tokens))
         self._timers.seconds["model"] += time.process_time() - started
-        for _ in replies:  # as vLLM reports each finished request (the step trace's finish times)
+        for reply in replies:  # as vLLM reports each finished request (the step trace's finish times)
             if on_finished is not None:
-                on_finished(1)
+                on_finished(1, reply.completion_tokens)
         del prompts, params
         return replies
 

@@ -23,14 +23,16 @@ class Progress:
             total=total, desc=label, unit=unit, file=file, disable=not enabled, dynamic_ncols=True, mininterval=interval
         )
         self._started = time.monotonic()
-        self._tokens = 0
+        self.tokens = 0  # generated tokens so far
         self.finished = 0  # items finished so far
+
+    def tokens_per_s(self) -> float:
+        return self.tokens / max(time.monotonic() - self._started, 1e-9)
 
     def update(self, finished: int, *, active: int, tokens: int) -> None:
         self.finished += finished
-        self._tokens += tokens
-        elapsed = max(time.monotonic() - self._started, 1e-9)
-        self._bar.set_postfix(active=active, tok_s=f"{self._tokens / elapsed:.1f}", refresh=False)
+        self.tokens += tokens
+        self._bar.set_postfix(active=active, tok_s=f"{self.tokens_per_s():.1f}", refresh=False)
         self._bar.update(finished)
 
     def close(self) -> None:

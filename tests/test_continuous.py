@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 from cli_helpers import read_rows
-from test_lockstep import SAMPLING, ScriptedEngine, dialogues, render, scenario
+from test_lockstep import SAMPLING, Measuring, ScriptedEngine, dialogues, growing, render, scenario
 from test_trace import run_generate, scripted_render  # noqa: F401  # scripted_render: a fixture
 
-from personalens.engines.base import Generation
+from personalens.engines.base import Generation, rejected
 from personalens.errors import PersonalensError
 from personalens.simulate.continuous import run_continuous
 from personalens.simulate.generate import Scheduling
@@ -159,3 +159,42 @@ def test_generate_writes_the_dialogues_and_a_trace_row_per_submission(tmp_path, 
     trace = sorted(read_rows(tmp_path / "trace"), key=lambda r: r["started"])
     assert [(r["requests"], r["roles"]) for r in trace] == [(1, ["user"]), (1, ["assistant"])] * 2
     assert all(r["seconds"] >= r["last_finished"] >= r["first_finished"] >= 0 for r in trace)
+
+
+def test_context_endings_and_refusals_as_lockstep_has_them():
+    class Growing(TickingEngine):
+        """A context of 40 "tokens" (characters, as test_lockstep's Measuring counts them); user2's
+        first request is refused."""
+
+        max_model_len = 40
+        chat_tokenizer = Measuring()
+
+        def reply(self, request):
+            if request.messages[0]["content"].startswith("user2|") and not self.refused:
+                self.refused = True
+                return rejected("bad grammar")
+            return super().reply(request)
+
+    engine = Growing()
+    engine.refused = False
+    ds = dialogues(("user1", 9), ("user2", 9), ("user3", 9))
+    finished, steps = [], []
+    run_continuous(
+        ds,
+        {"user": engine, "assistant": engine},
+        growing,
+        SAMPLING,
+        finished.extend,
+        steps.append,
+        lambda: engine.now,
+        keep_ids=False,
+        in_flight=2,
+        room={"user": 8, "assistant": 8},
+    )
+    # as in lockstep: prompts of 10, 20, 30 characters fit, the fourth leaves less than 8 of 40
+    assert [d.ended for d in ds] == ["context", "failed", "context"]
+    assert [len(d.turns) for d in ds] == [3, 0, 3] and ds[1].error == "bad grammar"
+    assert sorted(d.scenario.user.user_id for d in finished) == ["user1", "user2", "user3"]
+    assert sum(s.finished for s in steps) == 3
+    traces = [t for s in steps for t in s.calls]
+    assert sum(t.context_ended for t in traces) == 2 and sum(t.refused for t in traces) == 1

@@ -272,10 +272,43 @@ def test_on_finished_hears_of_each_request_as_it_finishes(engine):
     # fixed reply lengths, so the four requests finish at four different steps of one call
     lengths = [1, 4, 16, 32]
     requests = [chat(f"Tell me about otters, part {n}.", max_tokens=n, min_tokens=n) for n in lengths]
-    finished: list[int] = []
-    out = engine.generate(requests, on_finished=finished.append)
+    finished: list[tuple[int, int]] = []
+    out = engine.generate(requests, on_finished=lambda n, tokens: finished.append((n, tokens)))
     assert [g.completion_tokens for g in out] == lengths
-    assert sum(finished) == len(requests) and len(finished) > 1  # during the call, prompts rendered not counted
+    # one report per request, shortest first, with the tokens it generated (the judge bar's tok/s)
+    assert finished == [(1, n) for n in lengths]
+    assert [g.finish_reason for g in out] == ["length"] * 4  # each cut at its max_tokens
+
+
+@pytest.mark.vllm
+def test_a_refused_request_costs_only_itself(engine):
+    # a prompt longer than the model's context is refused by vLLM; the rest of the call is answered
+    too_long = chat("otter " * (TINY_MODEL.max_model_len + 10), max_tokens=4)
+    requests = [chat("Say hello.", max_tokens=4), too_long, chat("Say goodbye.", max_tokens=4)]
+    finished: list[tuple[int, int]] = []
+    first, refused, last = engine.generate(requests, on_finished=lambda n, tokens: finished.append((n, tokens)))
+    assert refused.error and refused.over_context and refused.text == "" and refused.completion_tokens == 0
+    assert f"{TINY_MODEL.max_model_len}" in refused.error
+    assert first.error is None and last.error is None and first.completion_tokens > 0 < last.completion_tokens
+    assert sum(n for n, _ in finished) == 3
+    # a bad parameter that vLLM validates per request is refused the same way, not as context
+    bad = dataclasses.replace(chat("Hi.", max_tokens=4), grammar="root ::= (")
+    ok, broken = engine.generate([chat("Hi.", max_tokens=4), bad])
+    assert ok.error is None and broken.error and not broken.over_context
+    # the engine is clean afterwards: nothing of the refused calls is left queued
+    (after,) = engine.generate([chat("Name a fruit.", max_tokens=4)])
+    assert after.error is None and after.finish_reason in ("stop", "length")
+
+
+@pytest.mark.vllm
+def test_submitted_refusals_come_back_from_finished(engine):
+    too_long = chat("otter " * (TINY_MODEL.max_model_len + 10), max_tokens=4)
+    ids = engine.submit([chat("Say hello.", max_tokens=3), too_long])
+    answered: dict[str, object] = {}
+    while len(answered) < 2:
+        answered.update(engine.finished())
+    assert set(answered) == set(ids)
+    assert answered[ids[1]].over_context and answered[ids[0]].error is None
 
 
 @pytest.mark.vllm

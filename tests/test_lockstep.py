@@ -3,12 +3,13 @@ tests/test_generate_vllm.py runs the same code through the real vLLM engine)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 
 from personalens.data.records import Scenario, Situation, Task, UserProfile
-from personalens.engines.base import Generation, Sampling
+from personalens.engines.base import Generation, Sampling, rejected
 from personalens.simulate.dialogue import Dialogue, strip_terminate
 from personalens.simulate.lockstep import run_lockstep
 
@@ -181,3 +182,104 @@ def test_a_reply_for_the_wrong_role_is_refused():
 )
 def test_strip_terminate(text, expected):
     assert strip_terminate(text) == expected
+
+
+# --- dialogues that outgrow the context, and requests an engine refuses -------------------------
+
+
+class Measuring:
+    """A stand-in for an in-process engine's tokenizer: a prompt is as many tokens as its messages
+    hold characters (pure logic; tests/test_context_vllm.py does this with the real engine)."""
+
+    @staticmethod
+    def encode_chats(conversations):
+        return [[0] * sum(len(m["content"]) for m in c) for c in conversations]
+
+
+class GrowingEngine(ScriptedEngine):
+    """A scripted engine with a context of `max_model_len` tokens, as `Measuring` counts them."""
+
+    def __init__(self, max_model_len: int, refuse: dict[str, str] | None = None):
+        super().__init__("m", {})
+        self.max_model_len = max_model_len
+        self.chat_tokenizer = Measuring()
+        self.refuse = refuse or {}  # dialogue id -> the message its first request is refused with
+
+    def generate(self, requests, on_finished=None):
+        out = super().generate(requests, on_finished)
+        for i, (dialogue_id, _) in enumerate(self.calls[-1]):
+            if dialogue_id in self.refuse:
+                out[i] = rejected(self.refuse.pop(dialogue_id))
+        return out
+
+
+def growing(dialogue: Dialogue, role: str):
+    """A prompt that grows by 10 characters a turn: `<user>|<role>` then the turns' padding."""
+    return [{"role": "user", "content": f"{dialogue.scenario.user.user_id}|{role}" + "x" * 10 * len(dialogue.turns)}]
+
+
+def test_a_dialogue_whose_next_prompt_leaves_too_little_room_ends_on_context():
+    engine = GrowingEngine(max_model_len=40)
+    steps, finished = [], []
+    ds = dialogues(("user1", 9), ("user2", 9))
+    run_lockstep(
+        ds,
+        {"user": engine, "assistant": engine},
+        growing,
+        SAMPLING,
+        finished.extend,
+        steps.append,
+        keep_ids=False,
+        room={"user": 8, "assistant": 8},
+    )
+    # prompts are 10, 20, 30 ... characters: the fourth turn's 40 + room 8 > 40, so both end after three turns
+    assert [d.ended for d in ds] == ["context", "context"]
+    assert [len(d.turns) for d in ds] == [3, 3] and [d.rounds for d in ds] == [1, 1]
+    assert all(d.error is None for d in ds) and finished == ds
+    # nothing was sent for them in the last step: its trace says why
+    last = steps[-1]
+    assert last.requests == 0 and last.finished == 2
+    assert [(c.requests, c.context_ended) for c in last.calls] == [(0, 2)]
+
+
+def test_the_room_defaults_to_the_roles_max_tokens():
+    engine = GrowingEngine(max_model_len=40)
+    ds = dialogues(("user1", 9))
+    sampling = {"user": Sampling(temperature=0.5, max_tokens=25), "assistant": Sampling(max_tokens=1)}
+    run_lockstep(ds, {"user": engine, "assistant": engine}, growing, sampling, lambda _: None, keep_ids=False)
+    # user prompts: 10 + 25 fits, 30 + 25 does not; assistant prompts leave 1 token: 20 + 1 fits
+    assert ds[0].ended == "context" and len(ds[0].turns) == 2
+
+
+def test_a_refused_request_ends_its_dialogue_alone():
+    too_long = "This model's maximum context length is 40 tokens. However, your prompt contains 55 input tokens"
+    engine = GrowingEngine(max_model_len=10_000, refuse={"user1": "bad grammar", "user2": too_long})
+    ds = dialogues(("user1", 2), ("user2", 2), ("user3", 2))
+    steps = []
+    engines = {"user": engine, "assistant": engine}
+    run_lockstep(ds, engines, growing, SAMPLING, lambda _: None, steps.append, keep_ids=False)
+    assert [d.ended for d in ds] == ["failed", "context", "max_rounds"]
+    assert ds[0].error == "bad grammar" and ds[1].error == too_long and ds[2].error is None
+    assert [len(d.turns) for d in ds] == [0, 0, 4]
+    assert steps[0].calls[0].refused == 2 and steps[0].finished == 2
+
+
+def test_an_engine_without_a_known_context_sends_every_prompt():
+    engine = ScriptedEngine("m", {})  # a server: no max_model_len, no tokenizer here
+    ds = dialogues(("user1", 2))
+    run_lockstep(ds, {"user": engine, "assistant": engine}, growing, SAMPLING, lambda _: None, room={"user": 10**9})
+    assert ds[0].ended == "max_rounds"
+
+
+def test_finish_reasons_are_kept_per_turn():
+    class Cutting(ScriptedEngine):
+        def generate(self, requests, on_finished=None):
+            return [
+                dataclasses.replace(g, finish_reason="length" if i % 2 else "stop")
+                for i, g in enumerate(super().generate(requests, on_finished))
+            ]
+
+    engine = Cutting("m", {})
+    ds = dialogues(("user1", 1), ("user2", 1))
+    run_lockstep(ds, {"user": engine, "assistant": engine}, render, SAMPLING, lambda _: None)
+    assert [[t.finish_reason for t in d.turns] for d in ds] == [["stop", "stop"], ["length", "length"]]

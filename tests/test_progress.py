@@ -16,17 +16,19 @@ REQUESTS = [Request([{"role": "user", "content": str(i)}], Sampling()) for i in 
 
 
 class Reporting:
-    """Reports `report[k]` finished requests at its k-th moment, noting the bar's count each time."""
+    """Reports `report[k]` finished requests (3 tokens each) at its k-th moment, noting the bar's
+    count and tokens each time."""
 
     name = "scripted"
 
     def __init__(self, bar: Progress, report: list[int]):
-        self.bar, self.report, self.seen = bar, report, []
+        self.bar, self.report, self.seen, self.tokens = bar, report, [], []
 
     def generate(self, requests, on_finished=None):
         for n in self.report:
-            on_finished(n)
+            on_finished(n, 3 * n)
             self.seen.append(self.bar.finished)
+            self.tokens.append(self.bar.tokens)
         return [Generation("ok", prompt_tokens=5, completion_tokens=3) for _ in requests]
 
 
@@ -44,7 +46,9 @@ def test_the_bar_follows_what_the_engine_reports_and_counts_the_rest_at_the_end(
     engine = Reporting(bar, report)
     generations = generate_with_progress(engine, REQUESTS, bar, remaining=4)
     assert len(generations) == 4 and engine.seen == [6 + n for n in seen]
-    assert bar.finished == 10
+    # the tokens of each finished request reach the bar as it finishes, the rest when the call returns
+    assert engine.tokens == [3 * n for n in seen]
+    assert bar.finished == 10 and bar.tokens == 12
     bar.close()
 
 

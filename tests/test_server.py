@@ -98,22 +98,34 @@ def test_server_errors_are_retried_until_success(scripted_server):
 
 
 def test_a_failed_request_still_counts_as_finished_and_the_call_raises(scripted_server):
-    scripted_server.script = [400]  # the first request to arrive fails for good
+    scripted_server.script = [404]  # the first request to arrive fails for good: the server, not the request
     url = f"http://127.0.0.1:{scripted_server.server_port}/v1"
     engine = server_engine(url, model="m", retries=0, max_concurrency=1)
-    finished: list[int] = []
-    with pytest.raises(ServerError, match="HTTP 400"):
-        engine.generate([chat("Hi"), chat("Hello")], on_finished=finished.append)
-    assert finished == [1, 1] and scripted_server.calls == 2
+    finished: list[tuple[int, int]] = []
+    with pytest.raises(ServerError, match="HTTP 404"):
+        engine.generate([chat("Hi"), chat("Hello")], on_finished=lambda n, tokens: finished.append((n, tokens)))
+    assert finished == [(1, 0), (1, 1)] and scripted_server.calls == 2
 
 
-def test_client_errors_are_not_retried(scripted_server):
-    scripted_server.script = [400]
+@pytest.mark.parametrize("status", [401, 404])
+def test_client_errors_are_not_retried(scripted_server, status):
+    scripted_server.script = [status]
     url = f"http://127.0.0.1:{scripted_server.server_port}/v1"
     engine = server_engine(url, model="m", retries=3, backoff_s=0.01)
-    with pytest.raises(ServerError, match="HTTP 400"):
+    with pytest.raises(ServerError, match=f"HTTP {status}"):
         engine.generate([chat("Hi")])
     assert scripted_server.calls == 1
+
+
+@pytest.mark.parametrize("status", [400, 422])
+def test_a_refused_request_costs_only_itself(scripted_server, status):
+    scripted_server.script = [status]  # the first request to arrive is refused, not retried
+    url = f"http://127.0.0.1:{scripted_server.server_port}/v1"
+    engine = server_engine(url, model="m", retries=3, backoff_s=0.01, max_concurrency=1)
+    first, second = engine.generate([chat("Hi"), chat("Hello")])
+    assert first.error == f"HTTP {status}: status {status}" and first.text == "" and first.completion_tokens == 0
+    assert (second.text, second.error) == ("ok", None)
+    assert scripted_server.calls == 2
 
 
 def test_nothing_listening_fails_after_the_configured_retries():
@@ -197,10 +209,12 @@ def test_served_batch_comes_back_in_order_with_usage(served):
     engine = server_engine(served, max_concurrency=4)  # server.model unset: asks /v1/models
     requests = [chat(f"Name a colour, number {i}.", grammar=tagged_grammar(i), max_tokens=10) for i in range(8)]
     requests.append(chat("Write a long essay about the history of the ocean.", max_tokens=6))
-    finished: list[int] = []
-    out = engine.generate(requests, on_finished=finished.append)
-    assert finished == [1] * len(requests)  # each request as it came back
+    finished: list[tuple[int, int]] = []
+    out = engine.generate(requests, on_finished=lambda n, tokens: finished.append((n, tokens)))
     assert len(out) == len(requests)
+    # each request as it came back, with the tokens it generated
+    assert sorted(finished) == sorted((1, g.completion_tokens) for g in out)
+    assert out[8].finish_reason == "length" and all(g.finish_reason in ("stop", "length") for g in out)
     for i, generation in enumerate(out[:8]):
         assert generation.text.startswith(f"Item {i}:"), generation.text
     for g, r in zip(out, requests):
@@ -215,7 +229,9 @@ def test_served_prefix_cache_hits_are_reported(served):
 
 @pytest.mark.vllm
 def test_served_grammar_and_seed_are_honoured(served):
-    engine = server_engine(served)
+    # one request at a time: the same seed samples the same text only from the same logits, and a
+    # batch's numerics depend on what else is in it (docs/reproducibility.md)
+    engine = server_engine(served, max_concurrency=1)
     rate = "Rate the weather today from 1 to 5 and explain."
     requests: list[Request] = [
         chat(rate, grammar=SCORE_GRAMMAR, temperature=1.0, seed=s, max_tokens=30) for s in (1, 2, 1)
@@ -224,3 +240,14 @@ def test_served_grammar_and_seed_are_honoured(served):
     for generation in out:
         assert SCORE_PATTERN.fullmatch(generation.text), generation.text
     assert out[0].text == out[2].text
+
+
+@pytest.mark.vllm
+def test_served_refusal_costs_only_its_request(served):
+    # vLLM's server answers a prompt longer than the model's context with HTTP 400: that request is
+    # refused (and recognised as a context overflow), the others of the call are answered
+    engine = server_engine(served, max_concurrency=4)
+    too_long = chat("otter " * (TEST_MAX_MODEL_LEN + 10), max_tokens=4)
+    first, refused, last = engine.generate([chat("Say hello.", max_tokens=4), too_long, chat("Bye.", max_tokens=4)])
+    assert refused.error.startswith("HTTP 400") and refused.over_context, refused.error
+    assert first.error is None and last.error is None and first.completion_tokens > 0 < last.completion_tokens

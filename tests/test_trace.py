@@ -51,7 +51,7 @@ class ClockedEngine(ScriptedEngine):
         for delay in sorted(self.delays[: len(requests)]):
             self.clock[0] = start + delay
             if self.report and on_finished is not None:
-                on_finished(1)
+                on_finished(1, 0)
         self.clock[0] = start + max(self.delays[: len(requests)]) + 0.5  # returns after the last finish
         return super().generate(requests)
 

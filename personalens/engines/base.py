@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -52,17 +53,38 @@ class Generation:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens served from the prefix cache; 0 where the engine does not say
+    finish_reason: str | None = None  # why the reply stopped: "stop", or "length" (cut at max_tokens)
+    # set when the engine refused this one request (its message; the text is then empty); the other
+    # requests of the call are answered as usual
+    error: str | None = None
+
+    @property
+    def over_context(self) -> bool:
+        """Refused because its prompt does not fit the model's context (vLLM's message, in process
+        and from its server)."""
+        return self.error is not None and _OVER_CONTEXT.search(self.error) is not None
 
 
-# told, while a call runs, how many more of its requests have finished (for progress bars)
-OnFinished = Callable[[int], None]
+_OVER_CONTEXT = re.compile(r"maximum context length|exceeds model's maximum", re.IGNORECASE)
+
+
+def rejected(message: str, prompt_tokens: int = 0) -> Generation:
+    """The answer to a request the engine refused: no text, the reason kept."""
+    return Generation(text="", prompt_tokens=prompt_tokens, completion_tokens=0, error=message)
+
+
+# told, while a call runs, how many more of its requests have finished and how many tokens they
+# generated (for progress bars)
+OnFinished = Callable[[int, int], None]
 
 
 class Engine(Protocol):
     """Generates one reply per request, in one batched call, in request order. An engine may call
     `on_finished` as requests finish during the call; one that does not still returns them all.
+    A request the engine refuses (too long a prompt, a bad parameter) comes back as a `rejected`
+    generation; only a failure of the engine itself (a dead server, out of memory) raises.
     An engine that tokenizes prompts in this process also has `chat_tokenizer` (engines/tokens.py),
-    so callers can hand it `Request.prompt_ids` made incrementally."""
+    so callers can hand it `Request.prompt_ids` made incrementally, and `max_model_len`, its context."""
 
     name: str  # the model name recorded in outputs
 
@@ -72,7 +94,8 @@ class Engine(Protocol):
 class Submitting(Protocol):
     """An engine that takes requests while it runs (`scheduling=continuous`): `submit` queues
     requests and returns their ids at once; `finished` waits for the engine's next step and returns
-    the queued requests that finished in it, with their replies."""
+    the queued requests that finished in it, with their replies (a refused request among them, as a
+    `rejected` generation)."""
 
     name: str
 

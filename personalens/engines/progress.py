@@ -15,20 +15,21 @@ T = TypeVar("T")
 def generate_with_progress(
     engine: Engine, requests: Sequence[Request], bar: Progress, remaining: int
 ) -> list[Generation]:
-    """`engine.generate(requests)` with `bar` moving as requests finish (where the engine says so,
-    else all at the end); `remaining`: the items still to do, these requests included."""
-    reported = 0
+    """`engine.generate(requests)` with `bar` moving as requests finish, with the tokens they generated
+    (where the engine says so, else all at the end); `remaining`: the items still to do, these
+    requests included."""
+    reported = {"requests": 0, "tokens": 0}
 
-    def finished(n: int) -> None:
-        nonlocal reported
-        reported += n
-        bar.update(n, active=remaining - reported, tokens=0)
+    def finished(n: int, tokens: int) -> None:
+        reported["requests"] += n
+        reported["tokens"] += tokens
+        bar.update(n, active=remaining - reported["requests"], tokens=tokens)
 
     generations = engine.generate(requests, on_finished=finished)
     bar.update(
-        len(requests) - reported,
+        len(requests) - reported["requests"],
         active=remaining - len(requests),
-        tokens=sum(g.completion_tokens for g in generations),
+        tokens=sum(g.completion_tokens for g in generations) - reported["tokens"],
     )
     return generations
 

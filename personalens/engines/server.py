@@ -1,5 +1,9 @@
 """An engine for an OpenAI-compatible server (e.g. `vllm serve` on another node): one generate()
-sends its batch as concurrent /chat/completions requests, retried with exponential backoff."""
+sends its batch as concurrent /chat/completions requests, retried with exponential backoff.
+
+A request the server refuses (HTTP 400 or 422: vLLM's answer to a prompt longer than the model's
+context, or to a bad parameter) is answered as `rejected` and the others go on; a server that cannot
+be reached, or answers 401/403/404, fails the whole call."""
 
 from __future__ import annotations
 
@@ -12,13 +16,20 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
-from personalens.engines.base import Generation, OnFinished, Request
+from personalens.engines.base import Generation, OnFinished, Request, rejected
 from personalens.engines.chat import format_messages
 from personalens.engines.config import ModelConfig, ModelConfigError, ServerConfig
 
 
 class ServerError(RuntimeError):
     """The server could not answer a request (after retries, or with a non-retryable status)."""
+
+
+class _Refused(ServerError):
+    """The server refused this one request (its message)."""
+
+
+REFUSED_STATUSES = (400, 422)  # vLLM's validation errors: about the request, not the server
 
 
 class _Retryable(Exception):
@@ -44,8 +55,10 @@ class ServerEngine:
         try:
             futures = [pool.submit(self._complete, model, r) for r in requests]
             if on_finished is not None:
-                for _ in as_completed(futures):
-                    on_finished(1)  # from this thread, so callers need no locks
+                for future in as_completed(futures):
+                    # from this thread, so callers need no locks; a failed call raises below
+                    done = future.result() if future.exception() is None else None
+                    on_finished(1, done.completion_tokens if done else 0)
             return [f.result() for f in futures]
         finally:
             # on an error or Ctrl-C, the requests not yet sent are dropped rather than sent first
@@ -60,15 +73,20 @@ class ServerEngine:
         return self._model
 
     def _complete(self, model: str, request: Request) -> Generation:
-        reply = _call(self._server, "POST", "/chat/completions", chat_body(model, request, self._system_role))
+        try:
+            reply = _call(self._server, "POST", "/chat/completions", chat_body(model, request, self._system_role))
+        except _Refused as refusal:
+            return rejected(str(refusal))
         try:
             usage = reply["usage"]
+            choice = reply["choices"][0]
             return Generation(
-                text=reply["choices"][0]["message"]["content"] or "",
+                text=choice["message"]["content"] or "",
                 prompt_tokens=usage["prompt_tokens"],
                 completion_tokens=usage["completion_tokens"],
                 # vLLM reports it only when served with --enable-prompt-tokens-details
                 cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0,
+                finish_reason=choice.get("finish_reason"),
             )
         except (KeyError, IndexError, TypeError) as err:
             raise ServerError(f"{self._server.base_url}: unexpected reply {reply!r}") from err
@@ -120,6 +138,17 @@ def _send(server: ServerConfig, method: str, url: str, body: dict | None) -> dic
         detail = err.read().decode(errors="replace")[:2000]
         if err.code == 429 or err.code >= 500:
             raise _Retryable(f"HTTP {err.code}: {detail}") from None
+        if err.code in REFUSED_STATUSES:
+            raise _Refused(f"HTTP {err.code}: {_message(detail)}") from None
         raise ServerError(f"{method} {url}: HTTP {err.code}: {detail}") from None
     except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
         raise _Retryable(str(getattr(err, "reason", err))) from None
+
+
+def _message(detail: str) -> str:
+    """The message of an OpenAI-style error body (`{"error": {"message": ...}}`), else the body."""
+    try:
+        error = json.loads(detail)["error"]
+        return str(error["message"] if isinstance(error, dict) else error)
+    except (ValueError, KeyError, TypeError):
+        return detail

@@ -11,11 +11,8 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from functools import partial
 
-from tqdm import tqdm
-
-from personalens.engines.base import Generation, OnFinished, Request
+from personalens.engines.base import Generation, OnFinished, Request, rejected
 from personalens.engines.chat import format_messages, resolve_system_role
 from personalens.engines.config import ModelConfig
 from personalens.engines.dtype import local_dtype
@@ -58,48 +55,87 @@ class VllmEngine:
         self._system_role = resolve_system_role(config.system_role, self._llm.get_tokenizer().chat_template)
         # the template and tokenizer LLM.chat applies, for callers that keep prompts as token ids
         self.chat_tokenizer = ChatTokenizer(self._llm.get_tokenizer(), self._system_role)
+        self.max_model_len = self._llm.llm_engine.model_config.max_model_len
+        # failures of the engine itself, which stop the command; anything else raised while adding a
+        # request is vLLM refusing that request
+        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+        self._fatal = (EngineDeadError, EngineGenerateError, MemoryError)
+        self._refused: list[tuple[str, Generation]] = []
+        self._next_refusal = 0
         log.info(
             f"loaded {self.name}: {self.dtype.describe()}, on {current_platform.device_type}, "
             f"in {time.monotonic() - started:.1f} s"
         )
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
+        """One batched call: every request queued, then the engine stepped until all have finished.
+        A request vLLM refuses (its prompt too long, say) is answered as `rejected`; the rest run."""
         if not requests:
             return []
-        params = [sampling_params(r) for r in requests]
-        # callers draw their own progress; vLLM's bar, drawn nowhere, tells them as requests finish
-        bar = False if on_finished is None else partial(_FinishedRequests, on_finished=on_finished)
-        if all(r.prompt_ids is not None for r in requests):
-            from vllm.inputs import TokensPrompt
-
-            prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
-            outputs = self._llm.generate(prompts, params, use_tqdm=bar)
-        else:
-            outputs = self._llm.chat(
-                [format_messages(r.messages, self._system_role) for r in requests], params, use_tqdm=bar
-            )
-        return [_generation(out) for out in outputs]
+        replies: list[Generation | None] = [None] * len(requests)
+        queued = {}
+        for i, request in enumerate(requests):
+            request_id, refusal = self._queue(request)
+            if refusal is None:
+                queued[request_id] = i
+            else:
+                replies[i] = refusal
+        refused = len(requests) - len(queued)
+        if on_finished is not None and refused:
+            on_finished(refused, 0)
+        try:
+            while queued:
+                for request_id, gen in self.finished():
+                    replies[queued.pop(request_id)] = gen
+                    if on_finished is not None:
+                        on_finished(1, gen.completion_tokens)
+        finally:
+            if queued:  # interrupted: nothing of this call stays queued in the engine
+                self._llm.llm_engine.abort_request(list(queued), internal=True)
+        return replies
 
     def submit(self, requests: Sequence[Request]) -> list[str]:
-        """Queue requests without running them (scheduling=continuous); `finished` returns them."""
-        from vllm.inputs import TokensPrompt
-
-        prompts = [
-            TokensPrompt(
-                prompt_token_ids=list(r.prompt_ids)
-                if r.prompt_ids is not None
-                else self.chat_tokenizer.encode_chat(r.messages)
-            )
-            for r in requests
-        ]
-        ids = self._llm.enqueue(prompts, [sampling_params(r) for r in requests], use_tqdm=False)
-        # vLLM makes each id unique inside the engine ("<id>-<8 random characters>") and reports
-        # outputs under the id it was given
-        return [rid.rsplit("-", 1)[0] for rid in ids]
+        """Queue requests without running them (scheduling=continuous); `finished` returns them,
+        a refused one at its next call."""
+        ids = []
+        for request in requests:
+            request_id, refusal = self._queue(request)
+            if refusal is not None:
+                self._refused.append((request_id, refusal))
+            ids.append(request_id)
+        return ids
 
     def finished(self) -> list[tuple[str, Generation]]:
         """One step of the engine: the queued requests that finished in it."""
+        refused, self._refused = self._refused, []
+        if refused:  # answered at once, so a caller never waits on an engine with nothing to do
+            return refused
         return [(out.request_id, _generation(out)) for out in self._llm.llm_engine.step() if out.finished]
+
+    def _queue(self, request: Request) -> tuple[str, Generation | None]:
+        """Add one request to the engine: its id, and its refusal if vLLM refused it. Each request is
+        added alone so that one refusal costs only itself."""
+        from vllm.inputs import TokensPrompt
+
+        params = sampling_params(request)
+        try:
+            if request.prompt_ids is not None:
+                ids = self._llm.enqueue(
+                    [TokensPrompt(prompt_token_ids=list(request.prompt_ids))], [params], use_tqdm=False
+                )
+            else:
+                messages = format_messages(request.messages, self._system_role)
+                ids = self._llm.enqueue_chat([messages], [params], use_tqdm=False)
+        except self._fatal:
+            raise
+        except Exception as err:  # raised while adding this one request: vLLM's validation of it
+            self._next_refusal += 1
+            prompt = len(request.prompt_ids) if request.prompt_ids is not None else 0
+            return f"refused-{self._next_refusal}", rejected(f"{type(err).__name__}: {err}", prompt)
+        # vLLM makes each id unique inside the engine ("<id>-<8 random characters>") and reports
+        # outputs under the id it was given
+        return ids[0].rsplit("-", 1)[0], None
 
     def reset_prefix_cache(self) -> None:
         """Forget cached prompt prefixes (benchmarks start each phase cold)."""
@@ -111,36 +147,17 @@ class VllmEngine:
         gc.collect()  # the LLM sits in reference cycles; its finalizers stop the processes
 
 
-class _Nowhere:
-    def write(self, text: str) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-
-class _FinishedRequests(tqdm):
-    """The progress bar vLLM keeps while a call runs, drawn nowhere, its updates (requests finished)
-    passed on to `on_finished`. vLLM also wraps iterables with it (prompt rendering): those count
-    prompts rendered, not requests finished, and are not passed on."""
-
-    def __init__(self, iterable=None, *args, on_finished: OnFinished, **kwargs):
-        super().__init__(iterable, *args, file=_Nowhere(), **kwargs)
-        self._on_finished = on_finished if iterable is None else None
-
-    def update(self, n: float | None = 1) -> bool | None:
-        shown = super().update(n)
-        if self._on_finished is not None and n:
-            self._on_finished(int(n))
-        return shown
-
-
 def _generation(out) -> Generation:
+    reply = out.outputs[0]
+    prompt = len(out.prompt_token_ids)
+    if reply.finish_reason not in ("stop", "length"):  # aborted, or an error inside the engine
+        return rejected(f"vLLM ended the request: {reply.finish_reason} ({reply.stop_reason!r})", prompt)
     return Generation(
-        text=out.outputs[0].text,
-        prompt_tokens=len(out.prompt_token_ids),
-        completion_tokens=len(out.outputs[0].token_ids),
+        text=reply.text,
+        prompt_tokens=prompt,
+        completion_tokens=len(reply.token_ids),
         cached_tokens=out.num_cached_tokens or 0,
+        finish_reason=reply.finish_reason,
     )
 
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.data.records import Scenario, Turn
-from personalens.engines.base import Engine, Request, Sampling
+from personalens.engines.base import Engine, Generation, Request, Sampling
 from personalens.engines.progress import generate_in_chunks
-from personalens.judge.formats import FORMATS, JudgeFormat, format_for
+from personalens.judge.formats import FORMATS, JudgeFormat, Verdict, format_for
 from personalens.progress import prompt_usage
 from personalens.prompts.render import SPEAKERS, judge_messages
 from personalens.prompts.templates import Templates
@@ -58,8 +58,21 @@ class JudgeSummary:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
-    failed: int  # outputs without a valid score
+    failed: int  # outputs without a valid score (refused and cut ones included)
     kept_out_of_range: int
+    refused: int = 0  # requests the judge's engine refused (a prompt longer than its context, say)
+    cut: int = 0  # outputs cut at max_tokens before a valid score
+
+
+def failure(verdict: Verdict, gen: Generation) -> str | None:
+    """Why a judgment has no valid score (the `failure` column; None when it has one)."""
+    if gen.error is not None:
+        return f"prompt does not fit the judge's context: {gen.error}" if gen.over_context else f"refused: {gen.error}"
+    if verdict.parsed:
+        return None
+    if gen.finish_reason == "length":
+        return f"cut at {gen.completion_tokens} tokens"
+    return "no valid score"
 
 
 def plan(
@@ -72,8 +85,8 @@ def plan(
     items = []
     for d in dialogues:
         scenario = scenarios.get((d["user_id"], d["task_id"]))
-        if scenario is None:
-            continue  # outside this run's selection; judge() says how many
+        if scenario is None or d.get("ended") == "failed" or not d["turns"]:
+            continue  # outside this run's selection, refused by an engine, or empty: judge() says how many
         for dim in dimensions:
             for speaker in SPEAKERS.get(dim, ("",)):
                 items.append(Item(d, scenario, dim, speaker, -1))
@@ -111,9 +124,18 @@ def judge(
         log.warning(
             f"judge: {outside} dialogues in {folder.parent.parent} are outside the data selection and are not judged"
         )
+    failed = sum(d.get("ended") == "failed" for d in dialogues)
+    if failed:
+        log.warning(f"judge: {failed} dialogues failed (an engine refused a request of theirs) and are not judged")
+    empty = sum(d.get("ended") != "failed" and not d["turns"] for d in dialogues)
+    if empty:
+        log.warning(f"judge: {empty} dialogues ended on context before their first turn and are not judged")
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
-    counts = {"failed": 0, "kept_out_of_range": 0, "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
+    counts = dict.fromkeys(
+        ("failed", "kept_out_of_range", "refused", "cut", "prompt_tokens", "cached_tokens", "completion_tokens"), 0
+    )
     started = time.monotonic()
+    session_started = time.time()
 
     def requests(chunk: Sequence[Item]) -> list[Request]:
         return [
@@ -125,8 +147,11 @@ def judge(
         rows = []
         for item, gen in zip(chunk, generations):
             judge_format = format_for(item.dimension, formats)
-            verdict = judge_format.parse(gen.text)
+            verdict = judge_format.parse(gen.text) if gen.error is None else Verdict(None, False)
+            why = failure(verdict, gen)
             counts["failed"] += not verdict.parsed
+            counts["refused"] += gen.error is not None
+            counts["cut"] += why is not None and gen.finish_reason == "length"
             counts["kept_out_of_range"] += verdict.score is not None and not judge_format.in_range(verdict.score)
             rows.append(
                 {
@@ -139,6 +164,9 @@ def judge(
                     "judge_text": gen.text,
                     "judge_model": engine.name,
                     "prompt_hash": prompt_hash(render(templates, item)),  # rendering is cheap; prompts are not kept
+                    "finish_reason": gen.finish_reason,
+                    "failure": why,
+                    "session_started": session_started,
                 }
             )
         writer.write(rows)
@@ -152,7 +180,8 @@ def judge(
     summary = JudgeSummary(len(items), time.monotonic() - started, **counts)
     log.info(
         f"judge: {summary.judgments} judgments in {summary.seconds:.1f} s, "
-        f"{summary.failed} outputs without a valid score, {summary.kept_out_of_range} out-of-range scores "
+        f"{summary.failed} outputs without a valid score ({summary.refused} refused by the engine, "
+        f"{summary.cut} cut at max_tokens), {summary.kept_out_of_range} out-of-range scores "
         f"kept as the released code keeps them; {prompt_usage(summary.prompt_tokens, summary.cached_tokens)}"
     )
     return summary

@@ -91,6 +91,19 @@ class Calibration:
             return None
         return Turns(counts, self.reply(), history, f"measured by {self.run_dir}")
 
+    def context_ended(self, planned: Mapping[str, int]) -> dict[str, dict]:
+        """kind -> its dialogues that ended on context in this run, and what that share makes of the
+        `planned` dialogues of the kind (runs written before endings were recorded: none known)."""
+        out = {}
+        for kind, n in planned.items():
+            of_kind = [d for d in self.dialogues if d["kind"] == kind]
+            known = [d for d in of_kind if d.get("ended") is not None]
+            if not known:
+                continue
+            ended = sum(d["ended"] == "context" for d in known)
+            out[kind] = {"measured": ended, "of": len(known), "expected": round(ended / len(known) * n), "planned": n}
+        return out
+
     def judge_reply(self) -> float | None:
         if self.judge is None or not self.judge.items:
             return None
@@ -99,7 +112,7 @@ class Calibration:
 
 def read_calibration(run_dir: Path) -> Calibration:
     columns = ["user_id", "user_index", "task_id", "kind", "turns"]
-    table = read_table(run_dir / "dialogues", columns)
+    table = read_table(run_dir / "dialogues", columns, optional=["ended"])
     if table is None:
         raise PersonalensError(
             f"plan.calibrate: no dialogues under {run_dir / 'dialogues'}; give a finished run's out_dir"

@@ -104,6 +104,7 @@ def estimate(cfg: DictConfig, options: PlanOptions, scenarios: Sequence, models:
     if options.calibrate is not None:
         measured = read_calibration(options.calibrate)
         per_kind, calibration = _calibrated(cfg, measured, fixed, caps, judging, count, assumptions)
+        calibration["context_ended"] = measured.context_ended(dialogues)
         tokens["calibrated"] = _totals(per_kind, dialogues)
     return {
         "tokens": tokens,

@@ -93,6 +93,15 @@ def _calibration(c: Mapping | None) -> list[str]:
         f"  first prompts of its dialogues: rendered here {_n(c['first_prompts']['rendered'])}, counted by its "
         f"engine {_n(c['first_prompts']['measured'])}",
     ]
+    ended = c.get("context_ended") or {}
+    if ended:
+        out.append(
+            "  ended on a full context in it: "
+            + "; ".join(
+                f"{kind} {e['measured']} of {e['of']}, so about {_n(e['expected'])} of the {_n(e['planned'])} planned"
+                for kind, e in ended.items()
+            )
+        )
     for job in ("generate", "judge"):
         r = c[job]
         if r:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from personalens.data.records import with_domains
+from personalens.report.endings import context_note, cut_replies, endings
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
@@ -65,7 +66,8 @@ def compute_report(
     j = data.judgments
     shared = common_fidelity(setups) if setups else None
     official = shared is not None and shared.option.reproduces_release
-    notes = (_setup_note(setups),) if setups else ()
+    context = context_note(data.dialogues)
+    notes = ((_setup_note(setups),) if setups else ()) + ((context,) if context else ())
     return Report(
         run_dirs=run_dirs,
         out_dir=out_dir,
@@ -78,6 +80,8 @@ def compute_report(
         by_domain=by_domain(j, boot, shared.option.figure4_kinds if shared else KINDS),
         by_turn=by_turn(j, figure5_domains, boot),
         parse_failures=parse_failures(j),
+        endings=endings(data.dialogues),
+        cut_replies=cut_replies(data.dialogues, j),
         setups=setups,
     )
 
@@ -104,6 +108,8 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
             path.unlink()
     files = [
         *write_tables([report.table3], out),
+        *write_tables([report.endings], out),
+        *write_tables([report.cut_replies], out),
         *write_tables(report.table4, out),
         *write_tables([report.table12], out),
         *write_tables([report.table13], out),
@@ -138,6 +144,8 @@ def report_markdown(report: Report) -> str:
             else ""
         ),
         render.markdown([report.table3]),
+        render.markdown([report.endings]),
+        render.markdown([report.cut_replies]),
         render.markdown(report.table4)
         if report.table4
         else "### Table 4\n\nNot shown: no assistant model was run in more than one prompt setting.\n",

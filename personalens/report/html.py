@@ -26,6 +26,8 @@ def write_html(report: Report, figures: Sequence[Path], path: Path, *, dialogues
     """Write report.html for `report`, embedding `figures` and up to `dialogues` dialogues."""
     tables = [
         report.table3,
+        report.endings,
+        report.cut_replies,
         *report.table4,
         report.table12,
         report.table13,

@@ -272,6 +272,12 @@ def _dimension_label(j: Judgment) -> str:
     return f"{j.dimension} ({detail})" if detail else j.dimension
 
 
+FAILURE_REASONS_NOTE = (
+    "Unparsed judgments by reason (a judgment's `failure` column): cut at max_tokens, the output ended at the "
+    "judge's max_tokens before a valid score (\"cut at N tokens\"); refused, the judge's engine refused the "
+    "request (a prompt longer than its context, or a bad request); the rest wrote no valid score."
+)
+
 OUT_OF_RANGE_NOTE = (
     "Out of range, kept: a score off the dimension's scale (TC 0/1, P 1-4, Nat./Coh. 1-5) that the "
     "judge wrote although its grammar forbids it (an endpoint without structured output); under "
@@ -290,6 +296,8 @@ def parse_failures(judgments: Sequence[Judgment]) -> Table:
         for kind in KINDS
         for c in (
             Column(f"{kind}_unparsed", kind, "Unparsed", holds="count"),
+            Column(f"{kind}_cut", kind, "of which cut at max_tokens", holds="count"),
+            Column(f"{kind}_refused", kind, "of which refused", holds="count"),
             Column(f"{kind}_out_of_range", kind, "Out of range, kept", holds="count"),
             Column(f"{kind}_judged", kind, "Judged", holds="count"),
         )
@@ -300,7 +308,13 @@ def parse_failures(judgments: Sequence[Judgment]) -> Table:
             cells: list[Cell] = []
             for kind in KINDS:
                 js = counts.get((*g, dimension, kind), [])
-                cells += [sum(not j.parsed for j in js), sum(j.out_of_range for j in js), len(js)]
+                cells += [
+                    sum(not j.parsed for j in js),
+                    sum((j.failure or "").startswith("cut at") for j in js),
+                    sum(bool(j.failure) and j.finish_reason is None for j in js),
+                    sum(j.out_of_range for j in js),
+                    len(js),
+                ]
             rows.append(((*labels, dimension), tuple(cells)))
     return Table(
         "parse_failures",
@@ -308,5 +322,5 @@ def parse_failures(judgments: Sequence[Judgment]) -> Table:
         (*header, "Dimension"),
         columns,
         tuple(rows),
-        notes=(OUT_OF_RANGE_NOTE,),
+        notes=(FAILURE_REASONS_NOTE, OUT_OF_RANGE_NOTE),
     )

@@ -25,6 +25,8 @@ class Report:
     by_domain: Table  # Figure 4's numbers
     by_turn: Table | None  # Figure 5's numbers; None without turn-level judgments
     parse_failures: Table
+    endings: Table  # how dialogues ended, per run and kind (endings.py)
+    cut_replies: Table  # replies cut at max_tokens, per run and role
     setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
     files: tuple[Path, ...] = ()  # everything written, report.md last
 

@@ -38,7 +38,10 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     parts = {
         "assistant": C.model_identity(cfg.assistant),
         "user_agent": C.model_identity(cfg.user_agent),
-        "protocol": {k: C.plain(v) for k, v in cfg.protocol.items() if k != "judge"},
+        # context_room at its default (null) is left out, so runs started before it still resume
+        "protocol": {
+            k: C.plain(v) for k, v in cfg.protocol.items() if k != "judge" and not (k == "context_room" and v is None)
+        },
         "templates": templates_digest,
         "seed": int(cfg.seed),
         "data_root": str(Path(cfg.data.root).resolve()),
@@ -59,6 +62,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
             cfg.protocol.max_rounds_md,
             {"user": sampling_from(cfg.protocol.user_agent), "assistant": sampling_from(cfg.protocol.assistant)},
             EndRules(fidelity.terminate, fidelity.reply_after_cap),
+            context_room(cfg.protocol.get("context_room")),
         ),
         trials=int(cfg.trials),
         seed=int(cfg.seed),
@@ -79,3 +83,14 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     if summary.dialogues:
         append_summary(out_dir, "generate", cfg.shard.index, cfg.shard.count, summary)
     return 0
+
+
+def context_room(value: object) -> int | None:
+    """protocol.context_room, checked: null or a whole number of tokens >= 0."""
+    from personalens.errors import PersonalensError
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PersonalensError(f"protocol.context_room: expected null or a number of tokens >= 0, got {value!r}")
+    return value

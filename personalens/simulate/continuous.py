@@ -20,7 +20,16 @@ from personalens.data.records import Role
 from personalens.engines.base import Engine, Generation, Sampling
 from personalens.errors import PersonalensError
 from personalens.simulate.dialogue import Dialogue
-from personalens.simulate.lockstep import Render, StepStats, build_requests, plan_step, token_prompts
+from personalens.simulate.lockstep import (
+    Render,
+    StepStats,
+    answer,
+    build_requests,
+    fitting,
+    plan_step,
+    roles_of,
+    token_prompts,
+)
 from personalens.simulate.trace import CallTrace, call_trace
 
 
@@ -34,6 +43,7 @@ class _Submission:
     roles: tuple[str, ...]
     requests: int
     started: float
+    context_ended: int = 0  # dialogues of the group that ended on context instead of a request
     done: list[float] = field(default_factory=list)
     generations: list[Generation] = field(default_factory=list)
 
@@ -47,7 +57,8 @@ class _Submission:
             begun,
             self.started,
             self.done,
-            max(self.done),  # complete when its last request finished
+            max(self.done, default=self.started),  # complete when its last request finished
+            self.context_ended,
         )
 
 
@@ -62,6 +73,7 @@ def run_continuous(
     *,
     keep_ids: bool = True,
     in_flight: int = 0,
+    room: Mapping[Role, int] | None = None,
 ) -> None:
     """Run every dialogue to its end, as run_lockstep does; a "step" here is one engine step that
     finished requests, and `on_step` gets the submissions it completed as its calls."""
@@ -71,21 +83,53 @@ def run_continuous(
             f"scheduling=continuous needs engines that take requests while they run (in-process vLLM); "
             f"{', '.join(missing)} does not: use scheduling=lockstep"
         )
+    room = {role: s.max_tokens for role, s in sampling.items()} if room is None else room
     kept = token_prompts(engines) if keep_ids else {}
     waiting = deque(d for d in dialogues if d.waiting_on is not None)
     running: dict[tuple[int, str], tuple[Dialogue, Role, _Submission]] = {}
     begun = clock()
     step = 0
+    unsent: list[CallTrace] = []  # records of groups whose dialogues all ended on context
 
-    def submit(ready: Sequence[Dialogue]) -> None:
+    def finish(ended: list[Dialogue]) -> None:
+        for ids in kept.values():
+            ids.forget([(d.key, role) for d in ended for role in ("user", "assistant")])
+        on_finished(ended)
+
+    def submit(ready: Sequence[Dialogue]) -> list[Dialogue]:
+        """Submit the next request of each ready dialogue; returns those that ended on context instead."""
+        ended = []
         for call, (engine, asked) in enumerate(plan_step(ready, engines)):
             requests = build_requests(asked, render, sampling, kept.get(id(engine)))
-            roles = tuple(sorted({role for _, role in asked}))
-            sent = _Submission(step, call, engine.name, roles, len(requests), clock())
-            for request_id, (dialogue, role) in zip(engine.submit(requests), asked):
+            requests, sent_for = fitting(engine, requests, asked, room, clock())
+            ended += [d for d, _ in asked if d.ended is not None]
+            sent = _Submission(
+                step, call, engine.name, roles_of(asked), len(requests), clock(), len(asked) - len(sent_for)
+            )
+            if not requests:
+                unsent.append(sent.trace(begun))
+                continue
+            for request_id, (dialogue, role) in zip(engine.submit(requests), sent_for):
                 running[(id(engine), request_id)] = (dialogue, role, sent)
+        return ended
 
-    submit([waiting.popleft() for _ in range(min(in_flight or len(waiting), len(waiting)))])
+    def start(ready: list[Dialogue]) -> int:
+        """Submit `ready`; a dialogue that ends at once is written and one still waiting takes its
+        place. Returns how many ended."""
+        ended_in_all = 0
+        while ready:
+            ended = submit(ready)
+            if not ended:
+                break
+            finish(ended)
+            ended_in_all += len(ended)
+            ready = [waiting.popleft() for _ in range(min(len(ended), len(waiting)))]
+        return ended_in_all
+
+    ended_at_start = start([waiting.popleft() for _ in range(min(in_flight or len(waiting), len(waiting)))])
+    if ended_at_start or unsent:  # dialogues that ended before sending anything still count
+        on_step(StepStats(0, 0, len(running), ended_at_start, 0, 0.0, calls=tuple(unsent)))
+        unsent.clear()
     while running:
         step += 1
         started = clock()
@@ -97,25 +141,25 @@ def run_continuous(
             advanced, completed = [], []
             for request_id, gen in done:
                 dialogue, role, sent = running.pop((id(engine), request_id))
-                dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, now)
+                answer(dialogue, role, gen, now)
                 sent.done.append(now)
                 sent.generations.append(gen)
                 advanced.append(dialogue)
                 if len(sent.done) == sent.requests:
                     completed.append(sent.trace(begun))
             ended = [d for d in advanced if d.ended is not None]
-            for ids in kept.values():
-                ids.forget([(d.key, role) for d in ended for role in ("user", "assistant")])
             if ended:
-                on_finished(ended)
+                finish(ended)
             ready = [d for d in advanced if d.ended is None]
-            submit(ready + [waiting.popleft() for _ in range(min(len(ended), len(waiting)))])
+            ended_at_once = start(ready + [waiting.popleft() for _ in range(min(len(ended), len(waiting)))])
+            completed += unsent
+            unsent.clear()
             on_step(
                 StepStats(
                     step,
                     len(done),
                     len({id(d) for d, _, _ in running.values()}),
-                    len(ended),
+                    len(ended) + ended_at_once,
                     sum(g.completion_tokens for _, g in done),
                     clock() - started,
                     sum(g.prompt_tokens for _, g in done),

@@ -8,7 +8,12 @@ message is not an ending (the paper's prompt forbids it there): it is kept and r
 `EndRules` holds what the fidelity options (conf/fidelity/) set differently: how TERMINATE is
 recognised and removed (the paper's word, or the released code's substring test and removal), and
 whether the user agent still answers the last capped assistant reply, as the released code does
-(its TERMINATE there then earns one more assistant reply, `max_rounds` + 1 in all)."""
+(its TERMINATE there then earns one more assistant reply, `max_rounds` + 1 in all).
+
+Two endings come from the engines rather than the protocol (neither the paper nor the released code
+meets them, docs/fidelity.md): "context", when the next prompt no longer leaves room for a reply
+inside the model's context (the turns so far are kept and judged), and "failed", when the engine
+refused a request of the dialogue for another reason (kept with the message, not judged)."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from personalens.data.records import Role, Scenario, Turn
 TERMINATE = "TERMINATE"
 _TERMINATE_RE = re.compile(r"[ \t]*'?\bTERMINATE\b'?[ \t]*")
 
-Ending = Literal["terminated", "max_rounds"]
+Ending = Literal["terminated", "max_rounds", "context", "failed"]  # store.ENDINGS
 DialogueKey = tuple[str, str, str, int]  # (user_id, task_id, setting, trial)
 
 
@@ -31,6 +36,7 @@ class TurnRecord:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    finish_reason: str | None = None  # "stop", or "length": the reply was cut at its max_tokens
 
 
 def strip_terminate(text: str) -> str:
@@ -67,6 +73,7 @@ class Dialogue:
     rules: EndRules = EndRules()
     turns: list[TurnRecord] = field(default_factory=list)
     ended: Ending | None = None
+    error: str | None = None  # why the engine refused its last request ("failed", some "context")
     opening_terminate: bool = False
     terminating: bool = False  # the user said TERMINATE; one assistant reply is still due
     started: float | None = None
@@ -96,7 +103,15 @@ class Dialogue:
         """Seed for the next generation: distinct per turn, reproducible per dialogue."""
         return (self.seed + 7919 * len(self.turns)) % (2**31)
 
-    def add(self, role: Role, text: str, prompt_tokens: int, completion_tokens: int, now: float) -> None:
+    def add(
+        self,
+        role: Role,
+        text: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        now: float,
+        finish_reason: str | None = None,
+    ) -> None:
         if role != self.waiting_on:
             raise ValueError(f"dialogue {self.key} is waiting on {self.waiting_on}, got a {role} reply")
         if self.started is None:
@@ -109,13 +124,25 @@ class Dialogue:
             elif said_terminate:
                 self.terminating = True
                 text = self.rules.without_terminate(text)
-        self.turns.append(TurnRecord(role, text, prompt_tokens, completion_tokens))
+        self.turns.append(TurnRecord(role, text, prompt_tokens, completion_tokens, finish_reason))
         capped = self.rounds >= self.max_rounds and not self.terminating
         if role == "assistant" and self.terminating:
             self._end("terminated", now)
         elif capped and not opening and role == ("user" if self.rules.reply_after_cap else "assistant"):
             self._end("max_rounds", now)
 
+    def out_of_context(self, now: float, error: str | None = None) -> None:
+        """The next prompt does not leave room for a reply: the dialogue ends with what it has."""
+        self.error = error
+        self._end("context", now)
+
+    def fail(self, error: str, now: float) -> None:
+        """The engine refused the dialogue's next request."""
+        self.error = error
+        self._end("failed", now)
+
     def _end(self, how: Ending, now: float) -> None:
+        if self.started is None:
+            self.started = now
         self.ended = how
         self.finished = now

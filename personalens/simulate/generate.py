@@ -20,7 +20,7 @@ from personalens.simulate.continuous import run_continuous
 from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
 from personalens.simulate.trace import CallTrace, TraceTotals
-from personalens.store import PartWriter
+from personalens.store import ENDING_NAMES, ENDINGS, PartWriter
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,17 @@ class Protocol:
     max_rounds_md: int
     sampling: Mapping[Role, Sampling]  # user agent and assistant
     rules: EndRules = EndRules()  # how TERMINATE and the round cap end a dialogue
+    # tokens a role's prompt must leave for its reply inside its model's context, else the dialogue
+    # ends on context (None: the role's max_tokens, so that no reply is cut by the context)
+    context_room: int | None = None
 
     def max_rounds(self, scenario: Scenario) -> int:
         return self.max_rounds_sd if scenario.task.kind == "SD" else self.max_rounds_md
+
+    def room(self) -> dict[Role, int]:
+        return {
+            role: s.max_tokens if self.context_room is None else self.context_room for role, s in self.sampling.items()
+        }
 
 
 @dataclass(frozen=True)
@@ -65,13 +73,18 @@ class GenerateSummary:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     trace: TraceTotals = field(default_factory=TraceTotals)
+    ended: dict[str, int] = field(default_factory=dict)  # dialogues per ending (dialogue.py ENDINGS)
+    cut: dict[str, int] = field(default_factory=dict)  # replies cut at max_tokens, per role
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
+        endings = ", ".join(f"{self.ended.get(e, 0)} {ENDING_NAMES[e]}" for e in ENDINGS)
+        cut = ", ".join(f"{role} {n}" for role, n in sorted(self.cut.items())) or "none"
         return (
             f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped), "
             f"{self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
-            f"({rate:.1f} tokens/s); {prompt_usage(self.prompt_tokens, self.cached_tokens)}; {self.trace.line()}"
+            f"({rate:.1f} tokens/s); ended: {endings}; replies cut at max_tokens: {cut}; "
+            f"{prompt_usage(self.prompt_tokens, self.cached_tokens)}; {self.trace.line()}"
         )
 
 
@@ -133,16 +146,20 @@ def id_columns(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine]) 
     }
 
 
-def dialogue_row(dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine], config_hash: str) -> dict:
+def dialogue_row(
+    dialogue: Dialogue, run_id: str, engines: Mapping[Role, Engine], config_hash: str, session_started: float
+) -> dict:
     return {
         **id_columns(dialogue, run_id, engines),
         "seed": dialogue.seed,
         "turns": [vars(t) for t in dialogue.turns],
         "rounds": dialogue.rounds,
         "ended": dialogue.ended,
+        "error": dialogue.error,
         "opening_terminate": dialogue.opening_terminate,
         "seconds": (dialogue.finished or 0.0) - (dialogue.started or 0.0),
         "config_hash": config_hash,
+        "session_started": session_started,
     }
 
 
@@ -176,12 +193,17 @@ def generate(
     bar = Progress(total=len(todo), label="generate", unit="dialogue", enabled=progress)
     totals = {"turns": 0, "tokens": 0, "prompt": 0, "cached": 0}
     traced = TraceTotals()
-    session_started = time.time()  # tells a resumed run's calls from the earlier runs' ones
+    ended: dict[str, int] = {}
+    cut: dict[str, int] = {}
+    session_started = time.time()  # tells a resumed run's dialogues and calls from the earlier runs' ones
 
     def on_finished(finished: list[Dialogue]) -> None:
-        writer.write([dialogue_row(d, run_id, engines, config_hash) for d in finished])
-        for dialogue in finished:  # written: a shard's memory holds the text of running dialogues only
-            dialogue.turns = []
+        writer.write([dialogue_row(d, run_id, engines, config_hash, session_started) for d in finished])
+        for dialogue in finished:
+            ended[dialogue.ended] = ended.get(dialogue.ended, 0) + 1
+            for turn in dialogue.turns:
+                cut[turn.role] = cut.get(turn.role, 0) + (turn.finish_reason == "length")
+            dialogue.turns = []  # written: a shard's memory holds the text of running dialogues only
 
     def on_step(stats: StepStats) -> None:
         totals["turns"] += stats.requests
@@ -202,7 +224,17 @@ def generate(
         if continuous
         else (run_lockstep, {"chunk": scheduling.chunk})
     )
-    run(todo, engines, render, protocol.sampling, on_finished, on_step, keep_ids=scheduling.keep_ids, **options)
+    run(
+        todo,
+        engines,
+        render,
+        protocol.sampling,
+        on_finished,
+        on_step,
+        keep_ids=scheduling.keep_ids,
+        room=protocol.room(),
+        **options,
+    )
     bar.close()
     summary = GenerateSummary(
         len(todo),
@@ -213,6 +245,8 @@ def generate(
         totals["prompt"],
         totals["cached"],
         traced,
+        ended,
+        cut,
     )
     log.info(summary.line())
     return summary

@@ -8,6 +8,11 @@ requests for one engine is sent in calls of `chunk`, so a step's prompts in memo
 An engine with a `chat_tokenizer` gets each prompt as token ids kept per dialogue and role
 (engines/tokens.py): a turn costs the tokens it adds, not a new tokenization of the history.
 
+Before a request is sent, a dialogue whose prompt (as kept ids) leaves less than its role's `room`
+inside the engine's `max_model_len` ends on context instead (dialogue.py); a request the engine
+refuses ends its dialogue alone, on context when the prompt was too long for the model, else as
+failed. The rest of the call goes on.
+
 Every call is traced (trace.py): its requests and tokens, and when its requests finished, from the
 engine's `on_finished` reports timestamped with `clock`."""
 
@@ -18,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from personalens.data.records import Role
-from personalens.engines.base import Engine, Message, Request, Sampling
+from personalens.engines.base import Engine, Generation, Message, Request, Sampling
 from personalens.engines.tokens import PromptIds
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.trace import CallTrace, call_trace
@@ -81,6 +86,52 @@ def build_requests(
     ]
 
 
+def fitting(
+    engine: Engine,
+    batch: list[Request],
+    waiting: Sequence[tuple[Dialogue, Role]],
+    room: Mapping[Role, int],
+    now: float,
+) -> tuple[list[Request], list[tuple[Dialogue, Role]]]:
+    """The requests whose prompt leaves at least their role's `room` tokens inside the engine's
+    `max_model_len`, with their dialogues; the others' dialogues end on context. Prompts kept as ids
+    are measured as they are; chat messages only where the engine tokenizes here (lockstep.token_ids
+    false); an engine without a known context or tokenizer (a server) keeps them all, and refuses
+    what does not fit (`answer`)."""
+    limit = getattr(engine, "max_model_len", None)
+    tokenizer = getattr(engine, "chat_tokenizer", None)
+    if not limit or (tokenizer is None and any(r.prompt_ids is None for r in batch)):
+        return batch, list(waiting)
+    lengths = [len(r.prompt_ids) if r.prompt_ids is not None else None for r in batch]
+    untokenized = [i for i, n in enumerate(lengths) if n is None]
+    for i, ids in zip(
+        untokenized, tokenizer.encode_chats([batch[i].messages for i in untokenized]) if untokenized else []
+    ):
+        lengths[i] = len(ids)
+    kept_batch, kept_waiting = [], []
+    for request, (dialogue, role), length in zip(batch, waiting, lengths):
+        if length + room.get(role, 0) > limit:
+            dialogue.out_of_context(now)
+        else:
+            kept_batch.append(request)
+            kept_waiting.append((dialogue, role))
+    return kept_batch, kept_waiting
+
+
+def roles_of(waiting: Sequence[tuple[Dialogue, Role]]) -> tuple[str, ...]:
+    return tuple(sorted({role for _, role in waiting}))
+
+
+def answer(dialogue: Dialogue, role: Role, gen: Generation, now: float) -> None:
+    """A reply added to its dialogue; a refused request ends the dialogue instead."""
+    if gen.error is None:
+        dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, now, gen.finish_reason)
+    elif gen.over_context:
+        dialogue.out_of_context(now, gen.error)
+    else:
+        dialogue.fail(gen.error, now)
+
+
 def run_lockstep(
     dialogues: Sequence[Dialogue],
     engines: Mapping[Role, Engine],
@@ -92,10 +143,13 @@ def run_lockstep(
     *,
     chunk: int = 4096,
     keep_ids: bool = True,
+    room: Mapping[Role, int] | None = None,
 ) -> None:
     """Run every dialogue to its end. `on_finished` receives each step's finished dialogues
     (so the caller can write them out at once); `on_step` receives per-step statistics.
-    `keep_ids=False` sends chat messages even to engines that could take token ids."""
+    `keep_ids=False` sends chat messages even to engines that could take token ids. `room`: the
+    tokens a role's prompt must leave for its reply (default: its sampling's max_tokens)."""
+    room = {role: s.max_tokens for role, s in sampling.items()} if room is None else room
     active = [d for d in dialogues if d.waiting_on is not None]
     kept = token_prompts(engines) if keep_ids else {}
     begun = clock()
@@ -111,7 +165,9 @@ def run_lockstep(
         traces = []
         for engine, waiting in calls:
             batch = build_requests(waiting, render, sampling, kept.get(id(engine)))
-            traces.append(_call(engine, batch, waiting, (step, len(traces)), clock, begun))
+            batch, sent = fitting(engine, batch, waiting, room, clock())
+            where = (step, len(traces))
+            traces.append(_call(engine, batch, sent, where, clock, begun, roles_of(waiting), len(waiting) - len(sent)))
         finished = [d for d in active if d.ended is not None]
         active = [d for d in active if d.ended is None]
         for ids in kept.values():
@@ -140,20 +196,23 @@ def _call(
     where: tuple[int, int],
     clock: Callable[[], float],
     begun: float,
+    roles: tuple[str, ...],
+    context_ended: int = 0,
 ) -> CallTrace:
     """One batched call: its replies added to their dialogues, and its trace."""
     reported: list[float] = []
 
-    def finished(n: int) -> None:
+    def finished(n: int, tokens: int) -> None:
         now = clock()
         reported.extend([now] * n)
 
     started = clock()
-    generations = engine.generate(batch, on_finished=finished)
+    generations = engine.generate(batch, on_finished=finished) if batch else []
     returned = clock()
     if len(generations) != len(batch):
         raise RuntimeError(f"engine {engine.name} returned {len(generations)} replies for {len(batch)} requests")
     for (dialogue, role), gen in zip(waiting, generations):
-        dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, returned)
-    roles = tuple(sorted({role for _, role in waiting}))
-    return call_trace(where, engine.name, roles, len(batch), generations, begun, started, reported, returned)
+        answer(dialogue, role, gen, returned)
+    return call_trace(
+        where, engine.name, roles, len(batch), generations, begun, started, reported, returned, context_ended
+    )

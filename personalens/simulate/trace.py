@@ -32,6 +32,11 @@ class CallTrace:
     last_finished: float  # ... until its last request finished
     tail: float  # how long fewer than a quarter of its requests were still running
     reported: int  # finishes the engine reported during the call (the rest: at its return)
+    # dialogues of the call's group that ended on context instead of sending a request (their prompt
+    # left too little room for a reply), and requests the engine refused
+    context_ended: int = 0
+    refused: int = 0
+    cut: int = 0  # replies cut at their max_tokens (finish_reason "length")
 
 
 @dataclass(frozen=True)
@@ -67,9 +72,11 @@ def call_trace(
     started: float,
     reported: Sequence[float],
     returned: float,
+    context_ended: int = 0,
 ) -> CallTrace:
     """The record of one call (`where`: its step and index) or submission of `requests` requests,
-    started at `started` and complete at `returned` (clock times; `begun`: the run's start)."""
+    started at `started` and complete at `returned` (clock times; `begun`: the run's start);
+    `context_ended`: the group's dialogues that ended on context before it was sent."""
     done = finishes(requests, started, reported, returned)
     return CallTrace(
         step=where[0],
@@ -86,6 +93,9 @@ def call_trace(
         last_finished=done.last,
         tail=done.tail,
         reported=done.reported,
+        context_ended=context_ended,
+        refused=sum(g.error is not None for g in generations),
+        cut=sum(g.finish_reason == "length" for g in generations),
     )
 
 
@@ -98,7 +108,7 @@ class TraceTotals:
     tail: float = 0.0
 
     def add(self, trace: CallTrace) -> None:
-        self.calls += 1
+        self.calls += trace.requests > 0  # a record of dialogues ended on context alone sent nothing
         self.seconds += trace.seconds
         self.tail += trace.tail
 

@@ -4,6 +4,8 @@ pipelines, which all write through it."""
 from personalens.store.parts import PartWriter, existing_values, read_table, shard_dir
 from personalens.store.schema import (
     DIALOGUE_SCHEMA,
+    ENDING_NAMES,
+    ENDINGS,
     ID_FIELDS,
     JUDGMENT_KEY,
     JUDGMENT_SCHEMA,
@@ -20,6 +22,8 @@ __all__ = [
     "read_table",
     "shard_dir",
     "DIALOGUE_SCHEMA",
+    "ENDING_NAMES",
+    "ENDINGS",
     "ID_FIELDS",
     "JUDGMENT_KEY",
     "JUDGMENT_SCHEMA",

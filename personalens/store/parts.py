@@ -57,14 +57,19 @@ def _next_index(folder: Path) -> int:
     return sum(1 for p in folder.glob("part-*.parquet"))
 
 
-def read_table(folder: Path, columns: Sequence[str] | None = None) -> pa.Table | None:
-    """All part files under `folder` (recursively); None when there are none."""
+def read_table(folder: Path, columns: Sequence[str] | None = None, optional: Sequence[str] = ()) -> pa.Table | None:
+    """All part files under `folder` (recursively); None when there are none. Parts written before a
+    column was added read as null in it (a run resumed across a version of personalens); `optional`
+    columns are read too where any part has them (a run written before them has none)."""
     folder = Path(folder)
     files = sorted(folder.rglob("part-*.parquet")) if folder.exists() else []
     if not files:
         return None
     try:
-        return ds.dataset([str(f) for f in files], format="parquet").to_table(columns=columns)
+        schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
+        if columns is not None:
+            columns = [*columns, *(c for c in optional if c in schema.names)]
+        return ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(columns=columns)
     except (pa.ArrowException, OSError):
         for f in files:  # name the damaged part
             try:

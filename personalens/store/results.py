@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from personalens.errors import PersonalensError
-from personalens.store.schema import SCORE_RANGES
+from personalens.store.schema import ENDINGS, SCORE_RANGES
 
 KINDS = ("SD", "MD")
 DIMENSIONS = ("task_completion", "personalization", "naturalness", "coherence")
@@ -52,6 +52,9 @@ class Judgment:
     turn: int  # -1: whole dialogue; k >= 1: dialogue cut after the k-th assistant reply
     score: float | None  # None exactly when the judge output did not parse
     parsed: bool
+    failure: str | None = None  # why it has no valid score (null in runs written before the column)
+    finish_reason: str | None = None  # "stop" | "length"; None when refused or not recorded
+    run: str = ""  # the run directory it was read from
 
     @property
     def out_of_range(self) -> bool:
@@ -70,6 +73,11 @@ class Dialogue:
     domains: tuple[str, ...]
     rounds: int
     completion_tokens: tuple[int, ...]  # one per turn that reported a count
+    run: str = ""  # the run directory it was read from
+    ended: str | None = None  # terminated | max_rounds | context | failed (store.ENDINGS)
+    opening_terminate: bool = False
+    # per turn: (role, finish_reason); the reason is None in runs written before it was recorded
+    finishes: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,10 +98,17 @@ def load_runs(run_dirs: Sequence[Path], *, dialogues: bool = True) -> RunData:
             raise PersonalensError(f"run directory {run_dir} does not exist")
         if dialogues:
             dialogue_rows += _read_dataset(
-                run_dir / "dialogues", _DIALOGUE_KEY + ("kind", "domains", "rounds"), with_tokens=True
+                run_dir / "dialogues",
+                _DIALOGUE_KEY + ("kind", "domains", "rounds"),
+                optional=("ended", "opening_terminate"),
+                turns=("role", "completion_tokens", "finish_reason"),
+                run=str(run_dir),
             )
         judgment_rows += _read_dataset(
-            run_dir / "judgments", _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"), with_tokens=False
+            run_dir / "judgments",
+            _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"),
+            optional=("failure", "finish_reason"),
+            run=str(run_dir),
         )
     _reject_repeats(dialogue_rows, _DIALOGUE_KEY, "dialogue")
     _reject_repeats(judgment_rows, _JUDGMENT_KEY, "judgment")
@@ -113,7 +128,17 @@ def part_files(folder: Path) -> list[Path]:
     return files
 
 
-def _read_dataset(folder: Path, columns: Iterable[str], *, with_tokens: bool) -> list[tuple[Path, dict[str, Any]]]:
+def _read_dataset(
+    folder: Path,
+    columns: Iterable[str],
+    *,
+    optional: Iterable[str] = (),
+    turns: Iterable[str] = (),
+    run: str = "",
+) -> list[tuple[Path, dict[str, Any]]]:
+    """The rows of a table's part files with `columns` (required) and `optional` ones (None where a
+    part was written before they existed); `turns`: fields of the turns read without their text
+    (completion_tokens required)."""
     rows: list[tuple[Path, dict[str, Any]]] = []
     for path in part_files(folder):
         try:
@@ -124,20 +149,29 @@ def _read_dataset(folder: Path, columns: Iterable[str], *, with_tokens: bool) ->
         missing = [c for c in wanted if c not in file.schema_arrow.names]
         if missing:
             raise PersonalensError(f"{path}: missing column(s) {', '.join(missing)} (see docs/outputs.md)")
-        if with_tokens:
-            wanted.append(_tokens_leaf(file, path))
-        for row in file.read(columns=wanted).to_pylist():
+        present = [c for c in optional if c in file.schema_arrow.names]
+        leaves = _turn_leaves(file, path, turns) if turns else {}
+        for row in file.read(columns=wanted + present + list(leaves.values())).to_pylist():
+            row.update({c: None for c in optional if c not in present})
+            if turns:
+                row["turns"] = [{f: t.get(f) for f in turns} for t in row["turns"] or ()]
+            row["run"] = run
             rows.append((path, row))
     return rows
 
 
-def _tokens_leaf(file: pq.ParquetFile, path: Path) -> str:
-    # The list's inner names ("list.element" or "list.item") depend on the writer, so look the leaf up.
+def _turn_leaves(file: pq.ParquetFile, path: Path, fields: Iterable[str]) -> dict[str, str]:
+    """The column paths of the turns' `fields` that the file has (completion_tokens required): the
+    list's inner names ("list.element" or "list.item") depend on the writer, so they are looked up."""
+    leaves = {}
     for i in range(file.metadata.num_columns):
         leaf = file.schema.column(i).path
-        if leaf.startswith("turns.") and leaf.endswith(".completion_tokens"):
-            return leaf
-    raise PersonalensError(f"{path}: column turns has no completion_tokens field (see docs/outputs.md)")
+        field = leaf.rsplit(".", 1)[-1]
+        if leaf.startswith("turns.") and field in fields:
+            leaves[field] = leaf
+    if "completion_tokens" not in leaves:
+        raise PersonalensError(f"{path}: column turns has no completion_tokens field (see docs/outputs.md)")
+    return leaves
 
 
 def _reject_repeats(rows: list[tuple[Path, dict[str, Any]]], key: tuple[str, ...], what: str) -> None:
@@ -170,7 +204,11 @@ def _domains(path: Path, row: dict[str, Any]) -> tuple[str, ...]:
 def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
     if row["rounds"] is None or row["rounds"] < 0:
         raise PersonalensError(f"{path}: rounds is {row['rounds']!r} for {row['user_id']}/{row['task_id']}")
-    tokens = tuple(t["completion_tokens"] for t in row["turns"] or () if t["completion_tokens"] is not None)
+    if row["ended"] is not None and row["ended"] not in ENDINGS:
+        raise PersonalensError(
+            f"{path}: ended is {row['ended']!r} for {row['user_id']}/{row['task_id']}, expected one of {ENDINGS}"
+        )
+    tokens = tuple(t["completion_tokens"] for t in row["turns"] if t["completion_tokens"] is not None)
     return Dialogue(
         _scenario(row),
         row["assistant_model"],
@@ -179,6 +217,10 @@ def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
         _domains(path, row),
         row["rounds"],
         tokens,
+        run=row["run"],
+        ended=row["ended"],
+        opening_terminate=bool(row["opening_terminate"]),
+        finishes=tuple((t.get("role"), t.get("finish_reason")) for t in row["turns"]),
     )
 
 
@@ -201,4 +243,7 @@ def _judgment(path: Path, row: dict[str, Any]) -> Judgment:
         int(row["turn"]),
         float(row["score"]) if parsed else None,
         parsed,
+        row["failure"],
+        row["finish_reason"],
+        row["run"],
     )

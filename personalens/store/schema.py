@@ -5,7 +5,13 @@ from __future__ import annotations
 import pyarrow as pa
 
 TURN_TYPE = pa.struct(
-    [("role", pa.string()), ("text", pa.string()), ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32())]
+    [
+        ("role", pa.string()),
+        ("text", pa.string()),
+        ("prompt_tokens", pa.int32()),
+        ("completion_tokens", pa.int32()),
+        ("finish_reason", pa.string()),  # "stop" | "length" (cut at max_tokens); null in older runs
+    ]
 )
 
 # columns that identify a dialogue and travel with every judgment of it
@@ -29,12 +35,24 @@ DIALOGUE_SCHEMA = pa.schema(
         ("seed", pa.int64()),
         ("turns", pa.list_(TURN_TYPE)),
         ("rounds", pa.int32()),
-        ("ended", pa.string()),
+        ("ended", pa.string()),  # terminated | max_rounds | context | failed (simulate/dialogue.py)
+        ("error", pa.string()),  # the engine's message when it refused a request of the dialogue
         ("opening_terminate", pa.bool_()),
         ("seconds", pa.float64()),
         ("config_hash", pa.string()),
+        ("session_started", pa.float64()),  # the writing invocation's start (its trace rows' too)
     ]
 )
+
+# how a dialogue ended (its `ended`; personalens/simulate/dialogue.py), and how summaries and the
+# report name each ending
+ENDINGS = ("terminated", "max_rounds", "context", "failed")
+ENDING_NAMES = {
+    "terminated": "TERMINATE",
+    "max_rounds": "round cap",
+    "context": "context full",
+    "failed": "failed (refused by the engine)",
+}
 
 # one row per batched generate call of `generate` (personalens/simulate/trace.py); a resumed run
 # appends its calls under its own `session_started`
@@ -56,6 +74,9 @@ TRACE_SCHEMA = pa.schema(
         ("last_finished", pa.float64()),
         ("tail", pa.float64()),
         ("reported", pa.int32()),
+        ("context_ended", pa.int32()),
+        ("refused", pa.int32()),
+        ("cut", pa.int32()),
     ]
 )
 
@@ -70,6 +91,9 @@ JUDGMENT_SCHEMA = pa.schema(
         ("judge_text", pa.string()),
         ("judge_model", pa.string()),
         ("prompt_hash", pa.string()),
+        ("finish_reason", pa.string()),  # "stop" | "length"; null when the judge refused the request
+        ("failure", pa.string()),  # why there is no valid score (null when parsed): docs/outputs.md
+        ("session_started", pa.float64()),  # the writing invocation's start
     ]
 )
 JUDGMENT_KEY = KEY_COLUMNS + ["dimension", "speaker", "turn"]

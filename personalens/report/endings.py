@@ -1,0 +1,108 @@
+"""How the dialogues of a run ended, and how many replies were cut at their max_tokens: the tables
+beside Table 3 that say what its scores were computed on (docs/outputs.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from personalens.store import ENDING_NAMES, ENDINGS
+from personalens.store.results import KINDS, Dialogue, Judgment
+from personalens.tables.model import Cell, Column, Table
+
+_ROLE_NAMES = {"user": "user agent", "assistant": "assistant", "judge": "judge"}
+
+
+def run_label(run: str) -> str:
+    """A run directory as the tables name it: its last part (the run's name by default)."""
+    return Path(run).name or run
+
+
+def endings(dialogues: Sequence[Dialogue]) -> Table:
+    """Dialogues per ending, per run and task kind: TERMINATE, the round cap, the context full
+    (judged on the turns they had), failed (an engine refused a request; not judged), and TERMINATE
+    in the opening message (a flag, not an ending: those dialogues went on)."""
+    columns = (
+        *(Column(e, "Ended", ENDING_NAMES[e], holds="count") for e in ENDINGS),
+        Column("not_recorded", "Ended", "not recorded", holds="count"),
+        Column("opening_terminate", "", "TERMINATE in the opening", holds="count"),
+        Column("dialogues", "", "Dialogues", holds="count"),
+    )
+    rows = []
+    for run in sorted({d.run for d in dialogues}):
+        for kind in KINDS:
+            ds = [d for d in dialogues if d.run == run and d.kind == kind]
+            if not ds:
+                continue
+            cells: tuple[Cell, ...] = (
+                *(sum(d.ended == e for d in ds) for e in ENDINGS),
+                sum(d.ended is None for d in ds),
+                sum(d.opening_terminate for d in ds),
+                len(ds),
+            )
+            rows.append(((run_label(run), kind), cells))
+    return Table(
+        "endings",
+        "How dialogues ended",
+        ("Run", "Kind"),
+        columns,
+        tuple(rows),
+        notes=(
+            "Context full: the next prompt left less room than the reply's budget inside the model's max_model_len "
+            "(protocol.context_room); these dialogues are judged on the turns they had. Failed: an engine refused a "
+            "request of the dialogue (its message is in the dialogue's `error`); these are not judged. "
+            "Not recorded: runs written before the ending was stored.",
+        ),
+    )
+
+
+def cut_replies(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Table:
+    """Per run and role, the share of replies (judge outputs for the judge) cut at max_tokens, among
+    those whose finish reason was recorded."""
+    columns = (
+        Column("replies", "", "Replies", holds="count"),
+        Column("cut", "", "Cut at max_tokens", holds="count"),
+        Column("cut_share", "", "Cut (%)", digits=1, holds="value"),
+        Column("not_recorded", "", "Reason not recorded", holds="count"),
+    )
+    rows = []
+    for run in sorted({d.run for d in dialogues} | {j.run for j in judgments}):
+        reasons: dict[str, list[str | None]] = {"user": [], "assistant": []}
+        for d in dialogues:
+            if d.run == run:
+                for role, reason in d.finishes:
+                    reasons.setdefault(role, []).append(reason)
+        # a refused judgment has a failure and no finish reason: it produced no output to cut
+        reasons["judge"] = [
+            j.finish_reason for j in judgments if j.run == run and not (j.failure and j.finish_reason is None)
+        ]
+        for role in ("user", "assistant", "judge"):
+            known = [r for r in reasons.get(role, []) if r is not None]
+            cut = sum(r == "length" for r in known)
+            share = 100.0 * cut / len(known) if known else None
+            rows.append(
+                ((run_label(run), _ROLE_NAMES[role]), (len(known), cut, share, len(reasons[role]) - len(known)))
+            )
+    return Table(
+        "cut_replies",
+        "Replies cut at max_tokens",
+        ("Run", "Role"),
+        columns,
+        tuple(rows),
+        notes=(
+            'A reply cut at its max_tokens (finish_reason "length") ends mid-text; a judge output cut before its score '
+            'counts as unparsed, with the reason "cut at N tokens" in the parse-failures table.',
+        ),
+    )
+
+
+def context_note(dialogues: Sequence[Dialogue]) -> str | None:
+    """Table 3's line on what its scores were computed on, when a dialogue ended other than by the protocol."""
+    context = sum(d.ended == "context" for d in dialogues)
+    failed = sum(d.ended == "failed" for d in dialogues)
+    if not context and not failed:
+        return None
+    return (
+        f"Of {len(dialogues)} dialogues, {context} ended on a full context (scored on the turns they had) and "
+        f"{failed} failed (refused by an engine; not scored): see the table of how dialogues ended."
+    )
