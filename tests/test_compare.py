@@ -224,6 +224,10 @@ def test_a_run_without_saved_configs_cannot_be_checked(tmp_path):
         build_comparison([a, b], tmp_path / "out")
     with pytest.raises(PersonalensError, match="unknown check"):
         build_comparison([a, b], tmp_path / "out", allow=["assistant"])
+    with pytest.raises(PersonalensError, match="nowhere does not exist"):
+        build_comparison([a, tmp_path / "nowhere"], tmp_path / "out")
+    with pytest.raises(PersonalensError, match="given twice"):
+        build_comparison([a, tmp_path / "a"], tmp_path / "out")
 
 
 def test_runs_made_by_the_commands_are_compared_by_their_saved_parts(tmp_path):

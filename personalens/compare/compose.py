@@ -46,6 +46,9 @@ def build_comparison(
     dirs = tuple(Path(d) for d in run_dirs)
     if not dirs:
         raise PersonalensError("compare: no runs given (personalens compare RUN_A RUN_B ...)")
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if missing:
+        raise PersonalensError(f"compare: run directory {', '.join(missing)} does not exist")
     if len({d.resolve() for d in dirs}) < len(dirs):
         raise PersonalensError(f"compare: a run directory is given twice ({', '.join(map(str, dirs))})")
     # the comparability of every pair is settled before any Parquet file is read

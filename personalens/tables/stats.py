@@ -196,7 +196,8 @@ class Bootstrap:
         return (
             "95% intervals resample users (a cluster bootstrap: a user's scenarios stay together, the "
             "trials of a scenario are averaged first; a cell of one user resamples its scenarios), "
-            f"expanded percentile, {self.resamples} resamples, seed {self.seed} (docs/outputs.md)"
+            f"{'expanded ' if self.expanded else ''}percentile, {self.resamples} resamples, seed {self.seed} "
+            "(docs/outputs.md)"
         )
 
     def replicates(
