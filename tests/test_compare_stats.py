@@ -25,9 +25,9 @@ def paired(a: np.ndarray, b: np.ndarray, owner: np.ndarray, boot: Bootstrap = BO
 
 def test_aa_comparisons_reject_at_the_nominal_rate():
     """Two runs drawn from one distribution, each with its own effect per user: p < 0.05 in
-    5% +- 4 points of 200 seeded comparisons (6.5% with these seeds; 4.75% over 2,000 others), and the 95% interval excludes 0 in
-    the same comparisons. Resampling scenarios instead of users rejects far more often: the A/A
-    test would catch that mistake."""
+    5% +- 4 points of 200 seeded comparisons (6.5% with these seeds; 4.8% over 2,000 others in
+    bench/calibration.py), and the 95% interval excludes 0 in the same comparisons. Resampling
+    scenarios instead of users rejects far more often: the A/A test would catch that mistake."""
     rejected, outside, per_scenario = 0, 0, 0
     for seed in range(DRAWS):
         a, b, owner = aa_pair(np.random.default_rng(seed), USERS)
@@ -45,8 +45,8 @@ def test_aa_comparisons_reject_at_the_nominal_rate():
 def test_a_known_improvement_on_p_is_detected_and_covered():
     """B is better than A on P for every user, by 0.3 points on average (a scenario's P rises by one
     with probability 0.2-0.4 per user): p < 0.05 in every one of 200 seeded comparisons, and the
-    interval covers 0.3 in 95% +- 3 points of them (93.0% with these seeds; 94.7% over 2,000
-    others)."""
+    interval covers 0.3 in 95% +- 3 points of them (93.0% with these seeds; 94.3% over 2,000
+    others in bench/calibration.py)."""
     detected, covered = 0, 0
     for seed in range(DRAWS):
         a, b, owner = better_pair(np.random.default_rng(10_000 + seed), USERS, 0.3)
