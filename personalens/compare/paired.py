@@ -7,6 +7,7 @@ trials averaged first) and its interval resamples users, whose scenarios all com
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -93,19 +94,26 @@ class Comparison:
         return max((r.users for r in self.rows), default=0)
 
 
-def scenario_scores(judgments: Sequence[Judgment], metric: Metric, kind: str) -> dict[ScenarioKey, float]:
-    """Each scenario's score for `metric`: the mean over its trials with a parsed score (unparsed
-    judgments carry no score and stay out, as in the report)."""
-    sums: dict[ScenarioKey, list[float]] = defaultdict(list)
+Scores = dict[tuple[str, Metric], dict[ScenarioKey, float]]  # (task kind, metric) -> scenario -> score
+
+
+def scenario_scores(judgments: Sequence[Judgment], metrics: Sequence[Metric]) -> Scores:
+    """Each scenario's score per task kind and metric, in one pass: the mean over its trials with a
+    parsed score (unparsed judgments carry no score and stay out, as in the report)."""
+    trials: dict[tuple[str, Metric], dict[ScenarioKey, list[float]]] = defaultdict(lambda: defaultdict(list))
     for j in judgments:
-        if j.kind == kind and metric.selects(j) and j.score is not None:
-            sums[j.scenario.key].append(j.score)
-    return {key: sum(scores) / len(scores) for key, scores in sums.items()}
+        if j.score is None:
+            continue
+        for metric in metrics:
+            if metric.selects(j):
+                trials[(j.kind, metric)][j.scenario.key].append(j.score)
+    return {cell: {key: sum(s) / len(s) for key, s in by_scenario.items()} for cell, by_scenario in trials.items()}
 
 
-def metric_difference(a: Arm, b: Arm, metric: Metric, kind: str, boot: Bootstrap) -> MetricDifference:
+def metric_difference(
+    scores_a: dict[ScenarioKey, float], scores_b: dict[ScenarioKey, float], metric: Metric, kind: str, boot: Bootstrap
+) -> MetricDifference:
     """B - A for one metric and task kind over the scenarios both arms scored."""
-    scores_a, scores_b = scenario_scores(a.judgments, metric, kind), scenario_scores(b.judgments, metric, kind)
     shared = sorted(scores_a.keys() & scores_b.keys())
     left_out = len(scores_a.keys() ^ scores_b.keys())
     if not shared:
@@ -130,7 +138,13 @@ def metric_difference(a: Arm, b: Arm, metric: Metric, kind: str, boot: Bootstrap
 def holm(rows: Sequence[MetricDifference]) -> tuple[MetricDifference, ...]:
     """The rows with Holm-adjusted p-values over those that have a p-value (statsmodels)."""
     tested = [i for i, r in enumerate(rows) if not math.isnan(r.p)]
-    adjusted = multipletests([rows[i].p for i in tested], method="holm")[1] if tested else []
+    # statsmodels' Holm runs a full gc.collect(), whose cost grows with the run records alive (seconds
+    # for large runs, once per comparison): objects alive now are left out of that scan
+    gc.freeze()
+    try:
+        adjusted = multipletests([rows[i].p for i in tested], method="holm")[1] if tested else []
+    finally:
+        gc.unfreeze()
     out = list(rows)
     for i, p in zip(tested, adjusted):
         out[i] = replace(rows[i], p_holm=float(p))
@@ -139,6 +153,13 @@ def holm(rows: Sequence[MetricDifference]) -> tuple[MetricDifference, ...]:
 
 def compare_arms(kind: str, a: Arm, b: Arm, metrics: Sequence[Metric], boot: Bootstrap) -> Comparison:
     """Every metric of both task kinds, B against A, Holm-corrected together."""
-    rows = holm([metric_difference(a, b, m, k, boot) for k in KINDS for m in metrics])
+    scores_a, scores_b = scenario_scores(a.judgments, metrics), scenario_scores(b.judgments, metrics)
+    rows = holm(
+        [
+            metric_difference(scores_a.get((k, m), {}), scores_b.get((k, m), {}), m, k, boot)
+            for k in KINDS
+            for m in metrics
+        ]
+    )
     scenarios_a, scenarios_b = a.scenarios, b.scenarios
     return Comparison(kind, a, b, rows, len(scenarios_a - scenarios_b), len(scenarios_b - scenarios_a))
