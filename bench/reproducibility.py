@@ -55,7 +55,6 @@ from personalens.config import run as R
 from personalens.engines.dtype import read_cpu_flags
 from personalens.judge.command import judge
 from personalens.paths import PROJECT_ROOT
-from personalens.report.load import load_runs
 from personalens.report.paper_tables import table3
 from personalens.simulate.command import generate
 from personalens.store import (
@@ -67,6 +66,7 @@ from personalens.store import (
     read_table,
     shard_dir,
 )
+from personalens.store.results import load_runs
 from personalens.tables.model import Table
 from personalens.tables.stats import Bootstrap, Estimate
 

@@ -21,6 +21,9 @@ class Subcommand:
     # commands that load models: the folder whose logs/<command>.log takes the libraries' output
     logs_under: Callable[[DictConfig], str | None] | None = None
     actions: tuple[str, ...] = ()  # the next word picks one: `personalens agreement export`
+    # the list key that leading positional paths fill (`personalens compare RUN_A RUN_B`); else the
+    # first one is DATA_ROOT
+    positional_list: str | None = None
 
     def function(self) -> Callable[[DictConfig], int]:
         module, function = self.target.split(":")
@@ -46,6 +49,8 @@ SUBCOMMANDS = (
                "personalens.merge.command:merge"),
     Subcommand("report", "write the paper's tables and figures for one or more runs",
                "personalens.report.command:report"),
+    Subcommand("compare", "paired differences between runs (and a run's prompt settings) with user-clustered intervals",
+               "personalens.compare.command:compare", positional_list="compare.runs"),
     Subcommand("run", "generate, judge and report in one process, then print the Table 3 layout",
                "personalens.cli:run", _run_dir),
     Subcommand("plan", "a dry run loading no model: selection, shards, each model's placement and memory, tokens, time",
@@ -73,7 +78,8 @@ def _usage() -> str:
     lines = [f"  {n.ljust(width)}{c.help}" for n, c in zip(names, SUBCOMMANDS)]
     return (
         "usage: personalens SUBCOMMAND [DATA_ROOT] [key=value ...]\n\nsubcommands:\n" + "\n".join(lines) + "\n\n"
-        "DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT; --strict for data.strict=true (quirks of\n"
+        "DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT (`personalens compare RUN_A RUN_B ...` takes\n"
+        "run directories instead); --strict for data.strict=true (quirks of\n"
         "the release that its own code tolerates, warnings by default, become errors). Everything else is a\n"
         "Hydra override, e.g. `personalens generate data.users=sample50 model@assistant=llama31_8b\n"
         "assistant.path=/models/llama`. `personalens SUBCOMMAND --help` shows the config."
@@ -96,15 +102,23 @@ def run(cfg: DictConfig) -> int:
     return report(cfg)
 
 
-def _hydra_args(rest: list[str]) -> list[str]:
-    """Turn a leading positional DATA_ROOT into the override data.root=DATA_ROOT, and --strict
-    into data.strict=true."""
+def _positional(arg: str) -> bool:
+    # a path that exists is positional even when it holds "=" (a key=value override otherwise)
+    return not arg.startswith("-") and ("=" not in arg or Path(arg).exists())
+
+
+def _hydra_args(rest: list[str], positional_list: str | None = None) -> list[str]:
+    """Turn a leading positional DATA_ROOT into the override data.root=DATA_ROOT (or all leading
+    positional paths into `positional_list=[...]`), and --strict into data.strict=true."""
+    from personalens.config.core import quoted_value
+
     strict = ["data.strict=true"] if "--strict" in rest else []
     rest = [arg for arg in rest if arg != "--strict"]
-    # a path that exists is the data root even when it holds "=" (a key=value override otherwise)
-    if rest and not rest[0].startswith("-") and ("=" not in rest[0] or Path(rest[0]).exists()):
-        from personalens.config.core import quoted_value
-
+    if positional_list:
+        k = next((i for i, arg in enumerate(rest) if not _positional(arg)), len(rest))
+        if k:
+            rest = [f"{positional_list}=[{','.join(quoted_value(a) for a in rest[:k])}]", *rest[k:]]
+    elif rest and _positional(rest[0]):
         rest = [f"data.root={quoted_value(rest[0])}", *rest[1:]]
     return [*rest, *strict]
 
@@ -151,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     from personalens.paths import project_path
 
     command = COMMANDS[argv[0]]
-    label, overrides = command.name, _hydra_args(argv[1:])
+    label, overrides = command.name, _hydra_args(argv[1:], command.positional_list)
     if command.actions:
         action = argv[1] if len(argv) > 1 else ""
         if action not in command.actions:

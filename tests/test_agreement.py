@@ -18,7 +18,7 @@ from markupsafe import escape
 from personalens.agreement import METRICS, AgreementError, export, score_sheets
 from personalens.agreement.export import SHEET_COLUMNS
 from personalens.data import load_scenarios
-from personalens.tables.stats import Bootstrap, bootstrap_ci, bootstrap_statistic
+from personalens.tables.stats import Bootstrap, bootstrap_statistic, interval, replicates
 
 BOOT = Bootstrap(200, 0)
 RANGES = {"task_completion": [0, 1], "personalization": [1, 2, 3, 4]}
@@ -120,9 +120,12 @@ def test_small_exports_still_hold_both_kinds(run, scenarios, tmp_path):
 # ---- score: kappas ------------------------------------------------------------------------------
 
 
-def test_bootstrap_statistic_of_the_mean_is_the_report_s_mean_interval():
+def test_bootstrap_statistic_of_the_mean_is_the_plain_percentile_interval_over_items():
     values = np.random.default_rng(1).normal(size=40)
-    assert bootstrap_statistic(lambda idx: values[idx].mean(), 40, 300, 5) == bootstrap_ci(values, 300, 5)
+    rep = replicates(values, 300, 5)
+    assert bootstrap_statistic(lambda idx: values[idx].mean(), 40, 300, 5) == pytest.approx(
+        (rep.mean, *interval(rep, expanded=False))
+    )
     # an undefined statistic (nan) leaves no interval rather than a wrong one
     value, lo, hi = bootstrap_statistic(lambda idx: float("nan"), 5, 10, 0)
     assert math.isnan(value) and math.isnan(lo) and math.isnan(hi)

@@ -8,7 +8,6 @@ from pathlib import Path
 from statistics import mean
 
 import matplotlib.image
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -17,7 +16,7 @@ from run_rows import dialogue_row, judgment_row
 from personalens.errors import PersonalensError
 from personalens.report import ReportError, build_report
 from personalens.store import DIALOGUE_SCHEMA, JUDGMENT_SCHEMA
-from personalens.tables.stats import Estimate, bootstrap_ci
+from personalens.tables.stats import Estimate
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -250,19 +249,19 @@ def test_table4_orders_settings_and_names_the_full_ablation(tmp_path):
 def test_missing_or_empty_inputs_are_named(two_models, tmp_path):
     run, _ = two_models
     assert issubclass(ReportError, PersonalensError)  # the CLI shows these as a message, not a traceback
-    with pytest.raises(ReportError, match="run directory .*nowhere does not exist"):
+    with pytest.raises(PersonalensError, match="run directory .*nowhere does not exist"):
         build_report([tmp_path / "nowhere"], tmp_path / "out")
     (tmp_path / "bare" / "dialogues").mkdir(parents=True)
-    with pytest.raises(ReportError, match=r"bare/dialogues holds no Parquet"):
+    with pytest.raises(PersonalensError, match=r"bare/dialogues holds no Parquet"):
         build_report([tmp_path / "bare"], tmp_path / "out")
     (tmp_path / "half" / "dialogues").mkdir(parents=True)
     pq.write_table(
         pa.Table.from_pylist([make_dialogue(0, "SD", ["Books"])], schema=DIALOGUE_SCHEMA),
         tmp_path / "half" / "dialogues" / "part-00000.parquet",
     )
-    with pytest.raises(ReportError, match=r"half/judgments does not exist"):
+    with pytest.raises(PersonalensError, match=r"half/judgments does not exist"):
         build_report([tmp_path / "half"], tmp_path / "out")
-    with pytest.raises(ReportError, match="more than once"):
+    with pytest.raises(PersonalensError, match="more than once"):
         build_report([run, run], tmp_path / "out")
     with pytest.raises(ReportError, match="unknown domain"):
         build_report([run], tmp_path / "out", figure5_domains=["movies"])
@@ -273,41 +272,8 @@ def test_missing_column_is_named(tmp_path):
     run = write_run(tmp_path / "run", [d], judge_all(d, 1.0, 2.0), shards=1)
     part = next((run / "judgments").rglob("part-*.parquet"))
     pq.write_table(pq.read_table(part).drop_columns(["parsed"]), part)
-    with pytest.raises(ReportError, match=r"part-\d+\.parquet: missing column\(s\) parsed"):
+    with pytest.raises(PersonalensError, match=r"part-\d+\.parquet: missing column\(s\) parsed"):
         build_report([run], tmp_path / "out")
-
-
-# ---- bootstrap ----------------------------------------------------------------------------------
-
-
-def test_bootstrap_interval_contains_the_mean_and_is_seeded():
-    rng = np.random.default_rng(1)
-    values = rng.integers(1, 5, size=50).astype(float)
-    m, lo, hi = bootstrap_ci(values, resamples=500, seed=3)
-    assert m == pytest.approx(values.mean()) and lo < m < hi
-    assert bootstrap_ci(values, 500, 3) == (m, lo, hi)
-    assert bootstrap_ci(values, 500, 4) != (m, lo, hi)
-
-
-def test_bootstrap_interval_shrinks_with_more_data():
-    rng = np.random.default_rng(2)
-    small = rng.integers(0, 2, size=30).astype(float)
-    large = np.tile(small, 30)  # same distribution, 30x the dialogues
-    _, lo_s, hi_s = bootstrap_ci(small, 1000, 0)
-    m, lo_l, hi_l = bootstrap_ci(large, 1000, 0)
-    assert m == pytest.approx(small.mean())
-    assert (hi_l - lo_l) < 0.4 * (hi_s - lo_s)  # ~1/sqrt(30) of the width
-
-
-def test_weighted_bootstrap_is_the_pooled_mean():
-    per_dialogue_means, turns = [10.0, 40.0], [1, 3]
-    m, lo, hi = bootstrap_ci(per_dialogue_means, 200, 0, weights=turns)
-    assert m == pytest.approx((10 * 1 + 40 * 3) / 4) and 10.0 <= lo <= m <= hi <= 40.0
-
-
-def test_bootstrap_rejects_empty_input():
-    with pytest.raises(ValueError, match="non-empty"):
-        bootstrap_ci([], 100, 0)
 
 
 def test_a_cell_whose_judgments_all_failed_shows_the_count(tmp_path):

@@ -71,10 +71,14 @@ def model_identity(model_cfg: DictConfig) -> dict:
     }
 
 
-def check_or_save(out_dir: Path, name: str, cfg: DictConfig, digest: str, resolved: dict | None = None) -> None:
+def check_or_save(
+    out_dir: Path, name: str, cfg: DictConfig, digest: str, resolved: dict | None = None, parts: dict | None = None
+) -> None:
     """Save the resolved config as `<out_dir>/<name>.yaml`, with `resolved` (what settings such as
-    `dtype: auto` became on this machine) beside it; refuse to run into an output dir whose saved
-    config has another fingerprint, so results of different configurations never mix."""
+    `dtype: auto` became on this machine) and the fingerprinted `parts` beside it (so that a later
+    comparison of runs can name the part that differs: personalens/config/saved.py); refuse to run
+    into an output dir whose saved config has another fingerprint, so results of different
+    configurations never mix."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.yaml"
     if path.exists():
@@ -86,7 +90,9 @@ def check_or_save(out_dir: Path, name: str, cfg: DictConfig, digest: str, resolv
                 f"Use another run.name / run.out_dir, or delete {out_dir} to start over."
             )
         return
-    saved = OmegaConf.create({"fingerprint": digest, "config": plain(cfg), "resolved": resolved or {}})
+    saved = OmegaConf.create(
+        {"fingerprint": digest, "config": plain(cfg), "resolved": resolved or {}, "parts": parts or {}}
+    )
     tmp = path.with_suffix(f".yaml.{os.getpid()}.tmp")
     OmegaConf.save(saved, tmp)
     os.replace(tmp, path)

@@ -28,18 +28,17 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         )
     templates, templates_digest = R.templates(cfg, fidelity)
     formats, chunk = settings(cfg)
-    digest = C.fingerprint(
-        {
-            "judge": C.model_identity(cfg.judge),
-            "sampling": C.plain(cfg.protocol.judge),
-            "templates": templates_digest,
-            "turn_level": bool(cfg.judging.turn_level),
-            "fidelity": fidelity.identity(),
-            **C.run_options(cfg),
-        }
-    )
+    parts = {
+        "judge": C.model_identity(cfg.judge),
+        "sampling": C.plain(cfg.protocol.judge),
+        "templates": templates_digest,
+        "turn_level": bool(cfg.judging.turn_level),
+        "fidelity": fidelity.identity(),
+        **C.run_options(cfg),
+    }
+    digest = C.fingerprint(parts)
     load = engines or R.engines(cfg, ("judge",))  # checks the model and its layout before the config is saved
-    C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load))
+    C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load), parts)
     print(f"judge: fidelity option {fidelity.name}", file=console.err())
     summary = score(
         dialogues.to_pylist(),

@@ -194,7 +194,8 @@ def score(cfg: DictConfig) -> int:
     notes = load_annotations(Path(pb.annotations)) if pb.annotations else Annotations()
     run = report.run_items(out_dir)
     others = [report.run_items(Path(d)) for d in pb.get("compare") or []]
-    boot = Bootstrap(int(pb.bootstrap), int(cfg.seed))
+    # items are the unit here, with the plain percentile interval of its scipy statistics (docs/personalbench.md)
+    boot = Bootstrap(int(pb.bootstrap), int(cfg.seed), by_user=False, expanded=False)
     scores = report.score(run, notes, boot, others)
     tables = [*scores.tables, report.counts_table(report.input_summary(out_dir), run, notes, scores.unmatched)]
     files = report.write(tables, Path(pb.report_dir))

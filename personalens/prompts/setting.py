@@ -8,6 +8,10 @@ from typing import Literal
 Mode = Literal["vanilla", "base"]
 MODES: tuple[str, ...] = ("vanilla", "base")
 
+# Table 4's row order; the full ablation is shown under the paper's name for it.
+SETTING_ORDER = ("vanilla", "base", "base+D", "base+I", "base+S", "base+D+I+S")
+SETTING_LABELS = {"base+D+I+S": "base+all"}
+
 # Label letter of each context flag, in the order labels list them.
 _FLAG_LETTERS: tuple[tuple[str, str], ...] = (
     ("demographics", "D"),
@@ -44,3 +48,13 @@ class PromptSetting:
             raise ValueError(f"prompt setting {label!r}: flags must be among D, I, S, each once, in that order")
         flags = {name: letter in letters for name, letter in _FLAG_LETTERS}
         return cls(mode=mode, **flags)  # type: ignore[arg-type]
+
+
+def setting_label(label: str) -> str:
+    """A setting as tables show it: the paper's name for the full ablation."""
+    return SETTING_LABELS.get(label, label)
+
+
+def setting_sort_key(label: str) -> tuple[int, str]:
+    """Table 4's order, then settings it does not have by label."""
+    return (SETTING_ORDER.index(label), "") if label in SETTING_ORDER else (len(SETTING_ORDER), label)

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from personalens.report.load import part_files
 from personalens.store import KEY_COLUMNS
+from personalens.store.results import part_files
 
 # what identifies a dialogue within the runs of one report (a run may hold several models)
 _KEY = ("run_id", *KEY_COLUMNS, "assistant_model")

@@ -11,11 +11,11 @@ from personalens.report.endings import context_note, cut_replies, endings
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
-from personalens.report.load import KINDS, RunData, load_runs
 from personalens.report.paper_tables import by_domain, by_turn, parse_failures, table3, table4, table12, table13
 from personalens.report.provenance import mixed_runs
 from personalens.report.result import Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
+from personalens.store.results import KINDS, RunData, load_runs
 from personalens.tables import render
 from personalens.tables.render import write_tables
 from personalens.tables.stats import Bootstrap
@@ -151,8 +151,7 @@ def report_markdown(report: Report) -> str:
             if report.mixed
             else []
         ),
-        f"Cells show `mean [95% CI] (n=dialogues)`; intervals are percentile bootstrap over dialogues "
-        f"({report.bootstrap.resamples} resamples, seed {report.bootstrap.seed}). "
+        f"Cells show `mean [95% CI] (n=dialogues)`; {report.bootstrap.describe()}. "
         "TCR is in percent; P is 1-4; Nat. and Coh. are 1-5.",
         f"**Unparsed judgments: {report.unparsed} of {report.judged}**, excluded from every mean "
         "(per dimension in the last table)."

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from personalens.report.load import KINDS, Dialogue, Judgment
 from personalens.store import ENDING_NAMES, ENDINGS
+from personalens.store.results import KINDS, Dialogue, Judgment
 from personalens.tables.model import Cell, Column, Table
 
 _ROLE_NAMES = {"user": "user agent", "assistant": "assistant", "judge": "judge"}

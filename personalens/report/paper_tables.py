@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TypeVar
 
 from personalens.data.records import DOMAINS
-from personalens.report.load import KINDS, Dialogue, Judgment
+from personalens.prompts.setting import setting_label, setting_sort_key
+from personalens.store.metrics import TABLE3, TABLE4, TABLE12, Metric, mean_of, metric_cell
+from personalens.store.results import KINDS, Dialogue, Judgment
 from personalens.tables.model import Cell, Column, Table
-from personalens.tables.stats import Bootstrap, Estimate
+from personalens.tables.stats import Bootstrap
 
-# Table 4's row order; the full ablation is shown under the paper's name for it.
-SETTING_ORDER = ("vanilla", "base", "base+D", "base+I", "base+S", "base+D+I+S")
-SETTING_LABELS = {"base+D+I+S": "base+all"}
 ALL_SD = "All SD"  # the Figure 5 series over every single-domain task
 
 Group = tuple[str, str]  # (assistant_model, setting)
@@ -23,14 +22,6 @@ K = TypeVar("K", bound=Hashable)
 
 
 # ---- grouping ---------------------------------------------------------------------------------
-
-
-def setting_label(setting: str) -> str:
-    return SETTING_LABELS.get(setting, setting)
-
-
-def setting_sort_key(setting: str) -> tuple[int, str]:
-    return (SETTING_ORDER.index(setting), "") if setting in SETTING_ORDER else (len(SETTING_ORDER), setting)
 
 
 def domain_sort_key(domain: str) -> tuple[int, str]:
@@ -64,44 +55,6 @@ def _by(rows: Iterable[R], key: Callable[[R], K]) -> dict[K, list[R]]:
 
 
 # ---- metrics ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A judged quantity: which judgment rows it averages and how it is shown."""
-
-    key: str
-    label: str
-    dimension: str
-    speaker: str = ""
-    scale: float = 1.0
-    digits: int = 2
-
-    def selects(self, j: Judgment) -> bool:
-        return j.dimension == self.dimension and j.speaker == self.speaker and j.turn == -1
-
-
-TCR = Metric("TCR", "TCR (%)", "task_completion", scale=100.0)
-P = Metric("P", "P", "personalization")
-NAT_ASSISTANT = Metric("Nat", "Nat.", "naturalness", "assistant")
-COH_ASSISTANT = Metric("Coh", "Coh.", "coherence", "assistant")
-NAT_USER = Metric("Nat", "Nat.", "naturalness", "user")
-COH_USER = Metric("Coh", "Coh.", "coherence", "user")
-
-
-def mean_of(judgments: Sequence[Judgment], boot: Bootstrap, scale: float = 1.0) -> Estimate | None:
-    """Mean score of parsed judgments; the unparsed ones are counted on the cell, not averaged."""
-    scores = [j.score for j in judgments if j.score is not None]
-    unparsed = len(judgments) - len(scores)
-    est = boot.estimate(scores, unparsed=unparsed)
-    if est is None:
-        # Every judgment failed to parse: an empty cell that still shows how many were excluded.
-        return Estimate(float("nan"), float("nan"), float("nan"), 0, unparsed) if unparsed else None
-    return est.scaled(scale)
-
-
-def metric_cell(judgments: Sequence[Judgment], metric: Metric, boot: Bootstrap) -> Estimate | None:
-    return mean_of([j for j in judgments if metric.selects(j)], boot, metric.scale)
 
 
 UNPARSED_NOTE = (
@@ -156,7 +109,7 @@ def table3(
         "table3",
         "Table 3: assistant models on single-domain (SD) and multi-domain (MD) tasks",
         judgments,
-        (TCR, P, NAT_ASSISTANT, COH_ASSISTANT),
+        TABLE3,
         *_group_rows(judgments),
         boot,
     )
@@ -190,7 +143,7 @@ def table4(judgments: Sequence[Judgment], boot: Bootstrap) -> list[Table]:
                     "table4",
                     f"Table 4: prompt settings of {model}",
                     model_rows,
-                    (TCR, P),
+                    TABLE4,
                     [((setting_label(g[1]),), g) for g in groups],
                     ("Setting",),
                     boot,
@@ -205,7 +158,7 @@ def table12(judgments: Sequence[Judgment], boot: Bootstrap) -> Table:
         "table12",
         "Table 12: the user agent's naturalness and coherence, per assistant model",
         judgments,
-        (NAT_USER, COH_USER),
+        TABLE12,
         *_group_rows(judgments),
         boot,
     )
@@ -233,10 +186,11 @@ def table13(dialogues: Sequence[Dialogue], boot: Bootstrap) -> Table:
             counted = [d for d in ds if d.completion_tokens]
             cells += [
                 len(ds),
-                boot.estimate([d.rounds for d in ds]),
+                boot.estimate([d.rounds for d in ds], **_sampled(ds)),
                 boot.estimate(
                     [sum(d.completion_tokens) / len(d.completion_tokens) for d in counted],
                     weights=[len(d.completion_tokens) for d in counted],
+                    **_sampled(counted),
                 ),
             ]
         rows.append((labels, tuple(cells)))
@@ -247,10 +201,15 @@ def table13(dialogues: Sequence[Dialogue], boot: Bootstrap) -> Table:
         columns,
         tuple(rows),
         notes=(
-            "Tokens/turn is the mean completion_tokens over all user and assistant turns; "
-            "its interval resamples dialogues.",
+            "Tokens/turn is the mean completion_tokens over all user and assistant turns "
+            "(a dialogue weighted by its turn count).",
         ),
     )
+
+
+def _sampled(dialogues: Sequence[Dialogue]) -> dict:
+    """What a dialogue statistic's interval resamples: users, with the trials of a scenario averaged."""
+    return {"users": [d.scenario.user_id for d in dialogues], "scenarios": [d.scenario.key for d in dialogues]}
 
 
 def by_domain(judgments: Sequence[Judgment], boot: Bootstrap, kinds: Sequence[str] = KINDS) -> Table:
@@ -264,14 +223,14 @@ def by_domain(judgments: Sequence[Judgment], boot: Bootstrap, kinds: Sequence[st
     rows = []
     for labels, g in group_rows:
         domains = sorted({d for model, setting, d in per_domain if (model, setting) == g}, key=domain_sort_key)
-        rows += [((*labels, d), tuple(metric_cell(per_domain[(*g, d)], m, boot) for m in (TCR, P))) for d in domains]
+        rows += [((*labels, d), tuple(metric_cell(per_domain[(*g, d)], m, boot) for m in TABLE4)) for d in domains]
     which = " and ".join(kinds)
     notes = ("A multi-domain dialogue counts towards each of its domains.",) if "MD" in kinds else ()
     return Table(
         "figure4",
         f"Figure 4 data: TCR and P per domain ({which} dialogues)",
         (*header, "Domain"),
-        tuple(Column(m.key, "", m.label, m.digits) for m in (TCR, P)),
+        tuple(Column(m.key, "", m.label, m.digits) for m in TABLE4),
         tuple(rows),
         notes=(*notes, UNPARSED_NOTE),
     )

@@ -9,9 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from personalens.config.fidelity import Fidelity
+from personalens.config.saved import read_saved
 from personalens.report.errors import ReportError
 
 PUBLISHED_TABLE3 = Path(__file__).with_name("paper_table3.csv")
@@ -41,14 +40,7 @@ class RunSetup:
 
 def read_setup(run_dir: Path) -> RunSetup:
     """The run's setup from `generate.yaml` and `judge.yaml` (either may be missing)."""
-    saved = {}
-    for step in ("generate", "judge"):
-        path = run_dir / f"{step}.yaml"
-        if path.is_file():
-            try:
-                saved[step] = OmegaConf.to_container(OmegaConf.load(path)).get("config", {})
-            except Exception as err:  # a damaged file: say which
-                raise ReportError(f"{path}: not a readable run configuration ({err})") from err
+    saved = {step: saved.config for step, saved in read_saved(run_dir).items()}
     # a step saved before the option existed says nothing; one saved since says which
     options = [Fidelity.from_saved(cfg) for cfg in saved.values() if "fidelity" in cfg] or [Fidelity.from_saved({})]
     names = {option.name for option in options}

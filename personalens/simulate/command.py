@@ -35,25 +35,22 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     family = R.prompt_family(cfg)
     templates, templates_digest = R.templates(cfg, fidelity)
     out_dir = Path(cfg.run.out_dir)
-    digest = C.fingerprint(
-        {
-            "assistant": C.model_identity(cfg.assistant),
-            "user_agent": C.model_identity(cfg.user_agent),
-            # context_room at its default (null) is left out, so runs started before it still resume
-            "protocol": {
-                k: C.plain(v)
-                for k, v in cfg.protocol.items()
-                if k != "judge" and not (k == "context_room" and v is None)
-            },
-            "templates": templates_digest,
-            "seed": int(cfg.seed),
-            "data_root": str(Path(cfg.data.root).resolve()),
-            "fidelity": fidelity.identity(),
-            **C.run_options(cfg),
-        }
-    )
+    parts = {
+        "assistant": C.model_identity(cfg.assistant),
+        "user_agent": C.model_identity(cfg.user_agent),
+        # context_room at its default (null) is left out, so runs started before it still resume
+        "protocol": {
+            k: C.plain(v) for k, v in cfg.protocol.items() if k != "judge" and not (k == "context_room" and v is None)
+        },
+        "templates": templates_digest,
+        "seed": int(cfg.seed),
+        "data_root": str(Path(cfg.data.root).resolve()),
+        "fidelity": fidelity.identity(),
+        **C.run_options(cfg),
+    }
+    digest = C.fingerprint(parts)
     load = engines or R.engines(cfg, ROLES)  # checks the models and their layout before the config is saved
-    C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load))
+    C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts)
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
     print(f"generate: fidelity option {fidelity.name}, assistant prompt family {family}", file=console.err())
     summary = simulate(

@@ -1,6 +1,7 @@
-"""Read the `dialogues/` and `judgments/` Parquet datasets of run output directories (docs/outputs.md).
+"""Read the `dialogues/` and `judgments/` Parquet datasets of run output directories (docs/outputs.md)
+back as records: what `report` and `compare` compute from.
 
-Only the columns the report needs are read (dialogue text stays on disk), and every row becomes a
+Only the columns the tables need are read (dialogue text stays on disk), and every row becomes a
 small typed record so that the arithmetic in `tables` never touches pyarrow.
 """
 
@@ -14,8 +15,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from personalens.report.errors import ReportError
-from personalens.store import ENDINGS, SCORE_RANGES
+from personalens.errors import PersonalensError
+from personalens.store.schema import ENDINGS, SCORE_RANGES
 
 KINDS = ("SD", "MD")
 DIMENSIONS = ("task_completion", "personalization", "naturalness", "coherence")
@@ -26,7 +27,22 @@ _JUDGMENT_KEY = _DIALOGUE_KEY + ("dimension", "speaker", "turn")
 
 
 @dataclass(frozen=True)
+class Scenario:
+    """Where a row comes from: the user (the unit intervals resample), the task and the trial."""
+
+    user_id: str
+    task_id: str
+    trial: int
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The scenario, whose trials are averaged before anything else."""
+        return (self.user_id, self.task_id)
+
+
+@dataclass(frozen=True)
 class Judgment:
+    scenario: Scenario
     assistant_model: str
     setting: str
     kind: str  # "SD" | "MD"
@@ -52,6 +68,7 @@ class Judgment:
 
 @dataclass(frozen=True)
 class Dialogue:
+    scenario: Scenario
     assistant_model: str
     setting: str
     kind: str
@@ -73,22 +90,24 @@ class RunData:
     judgments: tuple[Judgment, ...]
 
 
-def load_runs(run_dirs: Sequence[Path]) -> RunData:
-    """All dialogues and judgments of `run_dirs`, checked for the fields the report relies on."""
+def load_runs(run_dirs: Sequence[Path], *, dialogues: bool = True) -> RunData:
+    """All dialogues (none with `dialogues=False`) and judgments of `run_dirs`, checked for the
+    fields the tables rely on."""
     if not run_dirs:
-        raise ReportError("no run directories given to report on")
+        raise PersonalensError("no run directories given")
     dialogue_rows: list[tuple[Path, dict[str, Any]]] = []
     judgment_rows: list[tuple[Path, dict[str, Any]]] = []
     for run_dir in map(Path, run_dirs):
         if not run_dir.is_dir():
-            raise ReportError(f"run directory {run_dir} does not exist")
-        dialogue_rows += _read_dataset(
-            run_dir / "dialogues",
-            _DIALOGUE_KEY + ("kind", "domains", "rounds"),
-            optional=("ended", "opening_terminate", "session_started"),
-            turns=("role", "completion_tokens", "finish_reason"),
-            run=str(run_dir),
-        )
+            raise PersonalensError(f"run directory {run_dir} does not exist")
+        if dialogues:
+            dialogue_rows += _read_dataset(
+                run_dir / "dialogues",
+                _DIALOGUE_KEY + ("kind", "domains", "rounds"),
+                optional=("ended", "opening_terminate", "session_started"),
+                turns=("role", "completion_tokens", "finish_reason"),
+                run=str(run_dir),
+            )
         judgment_rows += _read_dataset(
             run_dir / "judgments",
             _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"),
@@ -105,11 +124,11 @@ def load_runs(run_dirs: Sequence[Path]) -> RunData:
 
 def part_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
-        raise ReportError(f"{folder} does not exist (was this step of the run done?)")
+        raise PersonalensError(f"{folder} does not exist (was this step of the run done?)")
     # Hidden or underscore names are temporary files of an unfinished atomic write.
     files = sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith((".", "_")))
     if not files:
-        raise ReportError(f"{folder} holds no Parquet part files")
+        raise PersonalensError(f"{folder} holds no Parquet part files")
     return files
 
 
@@ -129,11 +148,11 @@ def _read_dataset(
         try:
             file = pq.ParquetFile(path)
         except Exception as err:  # pyarrow raises several types for a damaged file
-            raise ReportError(f"{path}: not a readable Parquet file ({err})") from err
+            raise PersonalensError(f"{path}: not a readable Parquet file ({err})") from err
         wanted = list(columns)
         missing = [c for c in wanted if c not in file.schema_arrow.names]
         if missing:
-            raise ReportError(f"{path}: missing column(s) {', '.join(missing)} (see docs/outputs.md)")
+            raise PersonalensError(f"{path}: missing column(s) {', '.join(missing)} (see docs/outputs.md)")
         present = [c for c in optional if c in file.schema_arrow.names]
         leaves = _turn_leaves(file, path, turns) if turns else {}
         for row in file.read(columns=wanted + present + list(leaves.values())).to_pylist():
@@ -155,7 +174,7 @@ def _turn_leaves(file: pq.ParquetFile, path: Path, fields: Iterable[str]) -> dic
         if leaf.startswith("turns.") and field in fields:
             leaves[field] = leaf
     if "completion_tokens" not in leaves:
-        raise ReportError(f"{path}: column turns has no completion_tokens field (see docs/outputs.md)")
+        raise PersonalensError(f"{path}: column turns has no completion_tokens field (see docs/outputs.md)")
     return leaves
 
 
@@ -164,33 +183,38 @@ def _reject_repeats(rows: list[tuple[Path, dict[str, Any]]], key: tuple[str, ...
     repeated = [k for k, c in counts.items() if c > 1]
     if repeated:
         first = dict(zip(key, repeated[0]))
-        raise ReportError(
+        raise PersonalensError(
             f"{len(repeated)} {what}(s) appear more than once across the run directories, "
             f"e.g. {first}; was a run directory given twice?"
         )
 
 
+def _scenario(row: dict[str, Any]) -> Scenario:
+    return Scenario(row["user_id"], row["task_id"], int(row["trial"]))
+
+
 def _kind(path: Path, row: dict[str, Any]) -> str:
     if row["kind"] not in KINDS:
-        raise ReportError(f"{path}: kind is {row['kind']!r}, expected one of {KINDS}")
+        raise PersonalensError(f"{path}: kind is {row['kind']!r}, expected one of {KINDS}")
     return row["kind"]
 
 
 def _domains(path: Path, row: dict[str, Any]) -> tuple[str, ...]:
     if not row["domains"]:
-        raise ReportError(f"{path}: task {row['task_id']} of {row['user_id']} has no domains")
+        raise PersonalensError(f"{path}: task {row['task_id']} of {row['user_id']} has no domains")
     return tuple(row["domains"])
 
 
 def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
     if row["rounds"] is None or row["rounds"] < 0:
-        raise ReportError(f"{path}: rounds is {row['rounds']!r} for {row['user_id']}/{row['task_id']}")
+        raise PersonalensError(f"{path}: rounds is {row['rounds']!r} for {row['user_id']}/{row['task_id']}")
     if row["ended"] is not None and row["ended"] not in ENDINGS:
-        raise ReportError(
+        raise PersonalensError(
             f"{path}: ended is {row['ended']!r} for {row['user_id']}/{row['task_id']}, expected one of {ENDINGS}"
         )
     tokens = tuple(t["completion_tokens"] for t in row["turns"] if t["completion_tokens"] is not None)
     return Dialogue(
+        _scenario(row),
         row["assistant_model"],
         row["setting"],
         _kind(path, row),
@@ -208,13 +232,14 @@ def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
 
 def _judgment(path: Path, row: dict[str, Any]) -> Judgment:
     if row["dimension"] not in DIMENSIONS:
-        raise ReportError(f"{path}: dimension is {row['dimension']!r}, expected one of {DIMENSIONS}")
+        raise PersonalensError(f"{path}: dimension is {row['dimension']!r}, expected one of {DIMENSIONS}")
     parsed = bool(row["parsed"])
     if parsed and row["score"] is None:
-        raise ReportError(
+        raise PersonalensError(
             f"{path}: {row['dimension']} of {row['user_id']}/{row['task_id']} is marked parsed but has no score"
         )
     return Judgment(
+        _scenario(row),
         row["assistant_model"],
         row["setting"],
         _kind(path, row),

@@ -1,0 +1,155 @@
+"""`build_comparison`: load runs, check that they are comparable, compute every comparison, and write
+compare.md, compare.csv, compare.tex, the forest plot and compare.html into one folder."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+from itertools import combinations
+from pathlib import Path
+
+from personalens.compare.comparable import CHECKS, mismatches, recorded, refusal
+from personalens.compare.figure import forest_plot
+from personalens.compare.page import write_page
+from personalens.compare.paired import Arm, Comparison, compare_arms
+from personalens.compare.result import Accepted, ComparisonReport
+from personalens.errors import PersonalensError
+from personalens.prompts.setting import setting_sort_key
+from personalens.store.metrics import TABLE3, TABLE4, TABLE12
+from personalens.store.results import load_runs
+from personalens.tables import render
+from personalens.tables.render import write_tables
+from personalens.tables.stats import Bootstrap
+
+BASE = "base"
+
+
+def build_comparison(
+    run_dirs: Sequence[Path],
+    out_dir: Path,
+    *,
+    bootstrap: int = 2000,
+    seed: int = 0,
+    allow: Sequence[str] = (),
+    alpha: float = 0.05,
+) -> ComparisonReport:
+    """Every pair of `run_dirs` (B against A, A the earlier one) on Table 3's and Table 12's metrics,
+    and every prompt setting of a run against its `base` on Table 4's; written into `out_dir`."""
+    unknown = [a for a in allow if a not in CHECKS]
+    if unknown:
+        raise PersonalensError(f"compare.allow: unknown check(s) {unknown}; the checks are {', '.join(CHECKS)}")
+    if bootstrap < 1:
+        raise PersonalensError(f"compare.bootstrap: number of resamples must be >= 1, got {bootstrap}")
+    if not 0.0 < alpha < 1.0:
+        raise PersonalensError(f"compare.alpha: must be between 0 and 1, got {alpha}")
+    dirs = tuple(Path(d) for d in run_dirs)
+    if not dirs:
+        raise PersonalensError("compare: no runs given (personalens compare RUN_A RUN_B ...)")
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if missing:
+        raise PersonalensError(f"compare: run directory {', '.join(missing)} does not exist")
+    if len({d.resolve() for d in dirs}) < len(dirs):
+        raise PersonalensError(f"compare: a run directory is given twice ({', '.join(map(str, dirs))})")
+    # the comparability of every pair is settled before any Parquet file is read
+    checked = [(str(a), str(b), mismatches(recorded(a), recorded(b))) for a, b in combinations(dirs, 2)]
+    refused = refusal(checked, allow)
+    if refused:
+        raise PersonalensError(refused)
+    boot = Bootstrap(bootstrap, seed)
+    arms = {d: _arms(d) for d in dirs}
+    comparisons: list[Comparison] = []
+    notes: list[str] = []
+    for a, b in combinations(dirs, 2):
+        pairs, note = _paired_arms(arms[a], arms[b])
+        comparisons += [compare_arms("runs", x, y, (*TABLE3, *TABLE12), boot) for x, y in pairs]
+        notes += [note] if note else []
+    for d in dirs:
+        comparisons += [compare_arms("settings", x, y, TABLE4, boot) for x, y in _setting_pairs(arms[d])]
+    if not comparisons:
+        raise PersonalensError(
+            "compare: nothing to compare: give two or more runs, or a run with several prompt settings "
+            "including base" + (f" ({'; '.join(notes)})" if notes else "")
+        )
+    result = ComparisonReport(
+        run_dirs=dirs,
+        out_dir=Path(out_dir),
+        bootstrap=boot,
+        alpha=alpha,
+        comparisons=tuple(comparisons),
+        accepted=tuple(Accepted(a, b, m) for a, b, found in checked for m in found),
+        notes=tuple(notes),
+    )
+    return replace(result, files=write_comparison(result))
+
+
+def _arms(run_dir: Path) -> list[Arm]:
+    """The run's judgments by assistant model and prompt setting."""
+    groups = defaultdict(list)
+    for j in load_runs([run_dir], dialogues=False).judgments:
+        groups[(j.assistant_model, j.setting)].append(j)
+    return [
+        Arm(run_dir, model, setting, tuple(js))
+        for (model, setting), js in sorted(groups.items(), key=lambda g: (g[0][0], setting_sort_key(g[0][1])))
+    ]
+
+
+def _paired_arms(a: list[Arm], b: list[Arm]) -> tuple[list[tuple[Arm, Arm]], str | None]:
+    """Which arms of two runs meet: the only one of each, whatever their settings; else those of the
+    same prompt setting (and model count) in both."""
+    if len(a) == 1 and len(b) == 1:
+        return [(a[0], b[0])], None
+    by_setting_a, by_setting_b = defaultdict(list), defaultdict(list)
+    for arm in a:
+        by_setting_a[arm.setting].append(arm)
+    for arm in b:
+        by_setting_b[arm.setting].append(arm)
+    shared = sorted(by_setting_a.keys() & by_setting_b.keys(), key=setting_sort_key)
+    pairs = [
+        (by_setting_a[s][0], by_setting_b[s][0]) for s in shared if len(by_setting_a[s]) == len(by_setting_b[s]) == 1
+    ]
+    if pairs:
+        return pairs, None
+    return (
+        [],
+        f"{a[0].run} and {b[0].run} hold several prompt settings and none in common, so no pair of them is compared",
+    )
+
+
+def _setting_pairs(arms: list[Arm]) -> list[tuple[Arm, Arm]]:
+    """Table 4 inside a run: each other setting of a model against that model's `base`."""
+    by_model = defaultdict(dict)
+    for arm in arms:
+        by_model[arm.assistant_model][arm.setting] = arm
+    return [
+        (settings[BASE], arm)
+        for model, settings in sorted(by_model.items())
+        if BASE in settings and len(settings) > 1
+        for setting, arm in settings.items()
+        if setting != BASE
+    ]
+
+
+def write_comparison(result: ComparisonReport) -> tuple[Path, ...]:
+    """compare.csv, compare.tex, the forest plot, compare.html and compare.md (last)."""
+    out = result.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    files = [*write_tables(result.tables, out, formats=("csv", "tex"))]
+    figure = forest_plot(result.comparisons, result.alpha, out / "forest.png")
+    files += [figure, write_page(result, figure, out / "compare.html")]
+    summary = out / "compare.md"
+    summary.write_text(comparison_markdown(result), encoding="utf-8")
+    return (*files, summary)
+
+
+def comparison_markdown(result: ComparisonReport) -> str:
+    accepted = [f"**Compared despite a difference:** {a.line()}." for a in result.accepted]
+    parts = [
+        "# PersonaLens comparison",
+        *(["\n".join(f"- {line}" for line in accepted)] if accepted else []),
+        "Runs: " + ", ".join(f"`{d}`" for d in result.run_dirs),
+        *result.heading_lines(),
+        "![Differences B - A with their intervals](forest.png)",
+        render.markdown(result.tables),
+    ]
+    return "\n\n".join(p.rstrip() for p in parts) + "\n"

@@ -1,0 +1,165 @@
+"""Paired differences between two arms (a run's rows of one assistant model and prompt setting) over
+the scenarios both hold: pure functions of judgment records, no I/O.
+
+Every arm meets the same scenarios, so a difference is computed scenario by scenario (each side's
+trials averaged first) and its interval resamples users, whose scenarios all come from one profile
+(tables/stats.py). p-values are Holm-corrected across the metrics of one comparison."""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from statsmodels.stats.multitest import multipletests
+
+from personalens.store.metrics import Metric
+from personalens.store.results import KINDS, Judgment
+from personalens.tables.stats import Bootstrap, Estimate, p_value
+
+ScenarioKey = tuple[str, str]  # (user_id, task_id)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of a comparison: the judgments of one assistant model in one prompt setting of a run."""
+
+    run_dir: Path
+    assistant_model: str
+    setting: str
+    judgments: tuple[Judgment, ...]
+
+    @property
+    def run(self) -> str:
+        return self.run_dir.name or str(self.run_dir)
+
+    @property
+    def label(self) -> str:
+        return f"{self.run} ({self.assistant_model}, {self.setting})"
+
+    @property
+    def scenarios(self) -> frozenset[ScenarioKey]:
+        return frozenset(j.scenario.key for j in self.judgments)
+
+
+@dataclass(frozen=True)
+class MetricDifference:
+    """One metric of one task kind: each arm's mean over the paired scenarios, the difference B - A
+    with its interval, its p-value before and after Holm's correction, and the scenarios left out
+    because only one arm has a score for them (the other's judgment missing or unparsed)."""
+
+    kind: str
+    metric: Metric
+    a: Estimate | None
+    b: Estimate | None
+    difference: Estimate | None
+    users: int
+    p: float
+    p_holm: float = math.nan
+    left_out: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric.label} ({self.metric.speaker})" if self.metric.speaker else self.metric.label
+
+    def significant(self, alpha: float) -> bool:
+        return self.p_holm < alpha
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """B against A on `metrics` for both task kinds: `kind` is "runs" (two runs) or "settings"
+    (a prompt setting against `base` inside one run)."""
+
+    kind: str
+    a: Arm
+    b: Arm
+    rows: tuple[MetricDifference, ...]
+    only_a: int  # scenarios judged in A only
+    only_b: int
+
+    @property
+    def title(self) -> str:
+        if self.kind == "settings":
+            return f"{self.b.setting} - {self.a.setting} in {self.a.run} ({self.a.assistant_model})"
+        return f"{self.b.label} - {self.a.label}"
+
+    @property
+    def users(self) -> int:
+        """Users behind the paired scenarios (the resampled unit)."""
+        return max((r.users for r in self.rows), default=0)
+
+
+Scores = dict[tuple[str, Metric], dict[ScenarioKey, float]]  # (task kind, metric) -> scenario -> score
+
+
+def scenario_scores(judgments: Sequence[Judgment], metrics: Sequence[Metric]) -> Scores:
+    """Each scenario's score per task kind and metric, in one pass: the mean over its trials with a
+    parsed score (unparsed judgments carry no score and stay out, as in the report)."""
+    trials: dict[tuple[str, Metric], dict[ScenarioKey, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for j in judgments:
+        if j.score is None:
+            continue
+        for metric in metrics:
+            if metric.selects(j):
+                trials[(j.kind, metric)][j.scenario.key].append(j.score)
+    return {cell: {key: sum(s) / len(s) for key, s in by_scenario.items()} for cell, by_scenario in trials.items()}
+
+
+def metric_difference(
+    scores_a: dict[ScenarioKey, float], scores_b: dict[ScenarioKey, float], metric: Metric, kind: str, boot: Bootstrap
+) -> MetricDifference:
+    """B - A for one metric and task kind over the scenarios both arms scored."""
+    shared = sorted(scores_a.keys() & scores_b.keys())
+    left_out = len(scores_a.keys() ^ scores_b.keys())
+    if not shared:
+        return MetricDifference(kind, metric, None, None, None, 0, math.nan, left_out=left_out)
+    users = [user for user, _ in shared]
+    va = np.array([scores_a[s] for s in shared])
+    vb = np.array([scores_b[s] for s in shared])
+    rep = boot.replicates(vb - va, users=users)
+    difference = Estimate(rep.mean, *boot.interval(rep), len(shared)).scaled(metric.scale)
+    return MetricDifference(
+        kind,
+        metric,
+        boot.estimate(va, users=users).scaled(metric.scale),
+        boot.estimate(vb, users=users).scaled(metric.scale),
+        difference,
+        len(set(users)),
+        p_value(rep),
+        left_out=left_out,
+    )
+
+
+def holm(rows: Sequence[MetricDifference]) -> tuple[MetricDifference, ...]:
+    """The rows with Holm-adjusted p-values over those that have a p-value (statsmodels)."""
+    tested = [i for i, r in enumerate(rows) if not math.isnan(r.p)]
+    # statsmodels' Holm runs a full gc.collect(), whose cost grows with the run records alive (seconds
+    # for large runs, once per comparison): objects alive now are left out of that scan
+    gc.freeze()
+    try:
+        adjusted = multipletests([rows[i].p for i in tested], method="holm")[1] if tested else []
+    finally:
+        gc.unfreeze()
+    out = list(rows)
+    for i, p in zip(tested, adjusted):
+        out[i] = replace(rows[i], p_holm=float(p))
+    return tuple(out)
+
+
+def compare_arms(kind: str, a: Arm, b: Arm, metrics: Sequence[Metric], boot: Bootstrap) -> Comparison:
+    """Every metric of both task kinds, B against A, Holm-corrected together."""
+    scores_a, scores_b = scenario_scores(a.judgments, metrics), scenario_scores(b.judgments, metrics)
+    rows = holm(
+        [
+            metric_difference(scores_a.get((k, m), {}), scores_b.get((k, m), {}), m, k, boot)
+            for k in KINDS
+            for m in metrics
+        ]
+    )
+    scenarios_a, scenarios_b = a.scenarios, b.scenarios
+    return Comparison(kind, a, b, rows, len(scenarios_a - scenarios_b), len(scenarios_b - scenarios_a))
