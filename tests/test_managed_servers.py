@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import REPO
 
-from personalens.engines.managed import ServerStartError, launch, stop_all
+from personalens.engines.server_processes import ServerStartError, launch, stop_all
 
 GRACE_S = 2.0
 POLL_S = 0.5  # the launcher's
@@ -40,7 +40,7 @@ PARENT = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from personalens.engines.managed import launch
+    from personalens.engines.server_processes import launch
     marker, stand_in, log, mode, grace = sys.argv[1:6]
     env = dict(os.environ, PL_TEST_MARK=marker)
     launch("stand-in", [sys.executable, stand_in, mode], env, Path(log), port=0, grace=float(grace))

@@ -23,8 +23,9 @@ from omegaconf import OmegaConf
 from personalens.engines.config import ModelConfig
 from personalens.engines.embedded import embedded_model_dir
 from personalens.engines.layout import Decision
-from personalens.engines.managed import MARKER_ENV, serve_args, start_servers, stop_all
+from personalens.engines.managed import serve_args, start_servers
 from personalens.engines.server import ServerEngine
+from personalens.engines.server_processes import MARKER_ENV, stop_all
 from personalens.engines.vllm_args import engine_args
 
 pytestmark = pytest.mark.vllm

@@ -29,7 +29,8 @@ from engine_fixtures import (
 
 from personalens.engines.base import Request
 from personalens.engines.config import ModelConfig
-from personalens.engines.server import ServerEngine, ServerError, chat_body
+from personalens.engines.server import ServerEngine, chat_body
+from personalens.engines.server_http import ServerError
 
 SERVER_START_TIMEOUT_S = 420
 

@@ -6,7 +6,8 @@ runs COMMAND in a new session (its own process group: vLLM's API server starts e
 processes, which stay in that group) and stops the whole group, SIGTERM and after `--grace` seconds
 SIGKILL, when it is asked to (SIGTERM, SIGINT or SIGHUP) or when PID is gone: personalens ended
 without stopping it, even by SIGKILL, which nothing in personalens itself can catch. When the command
-ends first, what it left in its group is stopped too and the launcher exits with its status. It imports nothing heavy, so it starts at once.
+ends first, what it left in its group is stopped too and the launcher exits with its status (128 + N
+when signal N killed it, as shells report it). It imports nothing heavy, so it starts at once.
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ def watch(parent: int, grace: float, command: list[str]) -> int:
         time.sleep(POLL_S)
     ended = child.returncode
     stop_group(child, grace)  # also what the command left running when it ended by itself
-    return ended or 0
+    if ended is None:
+        return 0  # stopped on request
+    return 128 - ended if ended < 0 else ended
 
 
 def main(argv: list[str] | None = None) -> int:

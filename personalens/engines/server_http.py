@@ -1,0 +1,220 @@
+"""The HTTP side of the server engine (server.py): an httpx client with pooled connections that
+streams each chat completion and retries what is worth retrying.
+
+Why streaming: vLLM's server sends nothing for a request that waits in its queue, so a timeout on the
+whole reply would count the time spent queued, and a request that timed out would be sent again to
+the back of the queue. Streamed (`stream: true`, with `stream_options.include_usage` for the token
+counts), a reply arrives chunk by chunk once the request runs. `timeout_s` is then a stall timeout:
+no chunk for that long once the reply has started is a failure; before its first chunk a request
+waits as long as the server answers `/health`.
+
+A request that failed is never running twice: the client closes its connection before it retries,
+and vLLM 0.32 aborts a request whose client disconnected (Starlette's StreamingResponse cancels the
+stream's generator on `http.disconnect`, and `AsyncLLM.generate` aborts its request on that
+cancellation, vllm/v1/engine/async_llm.py), which tests/test_server_flow.py checks on a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+
+from personalens.engines.base import Generation
+from personalens.engines.config import ServerConfig
+
+log = logging.getLogger(__name__)
+
+REFUSED_STATUSES = (400, 422)  # vLLM's validation errors: about the request, not the server
+HEALTH_TIMEOUT_S = 30.0  # for one GET /health while a request waits for its first chunk
+
+T = TypeVar("T")
+
+
+class ServerError(RuntimeError):
+    """The server could not answer a request (after retries, or with a non-retryable status)."""
+
+
+class Refused(ServerError):
+    """The server refused this one request (its message)."""
+
+
+class _Retryable(Exception):
+    pass
+
+
+class ServerClient:
+    """Pooled connections to one server, for one generate() call (an asyncio event loop's lifetime)."""
+
+    def __init__(self, server: ServerConfig, connections: int):
+        self._server = server
+        key = server.api_key or (os.environ.get(server.api_key_env, "") if server.api_key_env else None)
+        headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        self._http = httpx.AsyncClient(
+            base_url=server.base_url.rstrip("/"),
+            headers=headers,
+            # reads are timed here (stall timeout, health), not by httpx; no wait for a connection
+            # from the pool (generate() never has more requests in flight), and one more for /health
+            timeout=httpx.Timeout(server.timeout_s, read=None, pool=None),
+            limits=httpx.Limits(max_connections=connections + 1, max_keepalive_connections=connections + 1),
+        )
+        self._health: tuple[float, bool] | None = None  # (when, healthy): one check serves every waiting request
+        self._health_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> ServerClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self._http.aclose()
+
+    async def get_json(self, route: str) -> Any:
+        """One JSON GET, retried."""
+
+        async def once():
+            response = await self._http.get(route, timeout=self._server.timeout_s)
+            _check(response, "GET", route)
+            return response.json()
+
+        return await self._retried(f"GET {self._url(route)}", once)
+
+    async def complete(self, body: dict[str, Any]) -> Generation:
+        """One chat completion, streamed, retried; a refused request raises `Refused`."""
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        return await self._retried(f"POST {self._url('/chat/completions')}", lambda: self._stream(streamed))
+
+    async def healthy(self) -> bool:
+        """Whether GET /health (beside /v1) answers 200 now; shared by the requests that ask within
+        a tenth of the stall timeout."""
+        async with self._health_lock:
+            now = time.monotonic()
+            if self._health is None or now - self._health[0] > self._server.timeout_s / 10:
+                root = self._server.base_url.rstrip("/").removesuffix("/v1")
+                try:
+                    response = await self._http.get(f"{root}/health", timeout=HEALTH_TIMEOUT_S)
+                    ok = response.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                self._health = (now, ok)
+            return self._health[1]
+
+    async def _stream(self, body: dict[str, Any]) -> Generation:
+        route = "/chat/completions"
+        async with self._http.stream("POST", route, json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                _check(response, "POST", route)
+            if not response.headers.get("content-type", "").startswith("text/event-stream"):
+                return _generation(json.loads(await response.aread()), self._server.base_url)
+            return await self._read_events(_lines(response))
+
+    async def _read_events(self, lines: AsyncIterator[str | None]) -> Generation:
+        text: list[str] = []
+        usage, finish, started = None, None, False
+        pending: asyncio.Future | None = None
+        try:
+            while True:
+                pending = pending or asyncio.ensure_future(anext(lines))
+                done, _ = await asyncio.wait({pending}, timeout=self._server.timeout_s)
+                if not done:
+                    # queued in the server (no chunk yet) is no failure while the server is up
+                    if not started and await self.healthy():
+                        continue
+                    why = "" if started else ", and the server does not answer /health"
+                    raise _Retryable(f"no reply for {self._server.timeout_s:g} s{why}")
+                line, pending = pending.result(), None
+                if line is None:
+                    raise _Retryable("the connection was closed before the reply ended (incomplete body)")
+                if not line.startswith("data:"):
+                    continue  # blank lines between events, keep-alive comments
+                data = line[len("data:") :].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise _Retryable(f"error in the stream: {_message(json.dumps(chunk))}")
+                started = True
+                for choice in chunk.get("choices") or ():
+                    text.append((choice.get("delta") or {}).get("content") or "")
+                    finish = choice.get("finish_reason") or finish
+                usage = chunk.get("usage") or usage
+        finally:
+            if pending is not None:  # a stall: the read still waiting is dropped with the connection
+                pending.cancel()
+                await asyncio.wait({pending})
+        message = {"content": "".join(text)}
+        reply = {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
+        return _generation(reply, self._server.base_url)
+
+    async def _retried(self, what: str, once: Callable[[], Awaitable[T]]) -> T:
+        """`once()`, attempted again after a connection error, a cut body, a stall, 429 or 5xx."""
+        attempts = self._server.retries + 1
+        for attempt in range(attempts):
+            try:
+                return await once()
+            except _Retryable as err:
+                last_error = err
+            except httpx.RemoteProtocolError as err:  # what urllib calls IncompleteRead
+                last_error = _Retryable(f"the connection was cut mid-reply (incomplete body: {err})")
+            except httpx.TimeoutException as err:
+                last_error = _Retryable(f"timed out ({type(err).__name__})")
+            except httpx.TransportError as err:
+                last_error = _Retryable(f"{type(err).__name__}: {err}")
+            if attempt + 1 < attempts:
+                delay = self._server.backoff_s * 2**attempt
+                log.warning(f"{what}: {last_error}; attempt {attempt + 2} of {attempts} in {delay:g} s")
+                await asyncio.sleep(delay)
+        raise ServerError(f"{what} failed after {attempts} attempt(s): {last_error}")
+
+    def _url(self, route: str) -> str:
+        return self._server.base_url.rstrip("/") + route
+
+
+async def _lines(response: httpx.Response) -> AsyncIterator[str | None]:
+    """The stream's lines, then None at its end (a sentinel that `asyncio.wait` can return)."""
+    async for line in response.aiter_lines():
+        yield line
+    yield None
+
+
+def _check(response: httpx.Response, method: str, route: str) -> None:
+    """Raises for a status that is not 200: retryable (429, 5xx), refused (400, 422) or fatal."""
+    status = response.status_code
+    if status == 200:
+        return
+    detail = response.text[:2000]
+    if status == 429 or status >= 500:
+        raise _Retryable(f"HTTP {status}: {detail}")
+    if status in REFUSED_STATUSES:
+        raise Refused(f"HTTP {status}: {_message(detail)}")
+    raise ServerError(f"{method} {response.request.url}: HTTP {status}: {detail}")
+
+
+def _generation(reply: dict, where: str) -> Generation:
+    try:
+        usage = reply["usage"]
+        choice = reply["choices"][0]
+        return Generation(
+            text=choice["message"]["content"] or "",
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            # vLLM reports it only when served with --enable-prompt-tokens-details
+            cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0,
+            finish_reason=choice.get("finish_reason"),
+        )
+    except (KeyError, IndexError, TypeError) as err:
+        raise ServerError(f"{where}: unexpected reply {reply!r}") from err
+
+
+def _message(detail: str) -> str:
+    """The message of an OpenAI-style error body (`{"error": {"message": ...}}`), else the body."""
+    try:
+        error = json.loads(detail)["error"]
+        return str(error["message"] if isinstance(error, dict) else error)
+    except (ValueError, KeyError, TypeError):
+        return detail

@@ -1,0 +1,151 @@
+"""The server engine's streamed requests against a small local HTTP server that misbehaves on cue:
+a reply that starts late while /health answers (waited for: queueing is no failure), a stream that
+stalls after its first chunk (given up, its connection closed before it is sent again), a stream or a
+body cut mid-reply (retried, and reported). The same rules against a real vLLM server are in
+tests/test_server_flow.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from engine_fixtures import chat
+
+from personalens.engines.config import ModelConfig
+from personalens.engines.server import ServerEngine
+from personalens.engines.server_http import ServerError
+
+CHUNKS = [
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+    {"choices": [{"index": 0, "delta": {"content": "hel"}}]},
+    {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
+    {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 4}}},
+]
+
+
+class _Streaming(BaseHTTPRequestHandler):
+    """Streams CHUNKS; the server's `script` says what each next POST does instead of answering at once."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self._send_json(self.server.health, {})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.arrivals.append(time.monotonic())
+        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+        step = self.server.script.pop(0) if self.server.script else "answer"
+        if step == "cut-body":  # a Content-Length the body never reaches (urllib's IncompleteRead)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b'{"choices": [')
+            return self._close()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if step == "late":  # queued in the server: nothing at all for a while
+            time.sleep(self.server.delay)
+        self._event(CHUNKS[0])
+        if step == "stall":  # starts, then stalls: wait until the client hangs up, and note when
+            select.select([self.connection], [], [], 30)
+            self.server.hangups.append(time.monotonic())
+            return self._close()
+        if step == "cut-stream":
+            return self._close()
+        for chunk in CHUNKS[1:]:
+            self._event(chunk)
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self._close()
+
+    def _event(self, chunk: dict) -> None:
+        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.flush()
+
+    def _send_json(self, status: int, body: dict) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _close(self) -> None:
+        self.close_connection = True
+        self.wfile.flush()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def streaming_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Streaming)
+    server.script, server.arrivals, server.hangups, server.health, server.delay = [], [], [], 200, 0.0
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def engine_for(server, **settings) -> ServerEngine:
+    base_url = f"http://127.0.0.1:{server.server_port}/v1"
+    raw = {"name": "m", "engine": "server", "server": {"base_url": base_url, "model": "m", "backoff_s": 0.01, **settings}}
+    return ServerEngine(ModelConfig.from_mapping(raw))
+
+
+def test_a_streamed_reply_is_put_together_with_its_usage(streaming_server):
+    (out,) = engine_for(streaming_server).generate([chat("Hi")])
+    assert (out.text, out.prompt_tokens, out.completion_tokens, out.cached_tokens) == ("hello", 5, 2, 4)
+    assert out.finish_reason == "stop" and len(streaming_server.arrivals) == 1
+
+
+def test_a_reply_that_waits_in_the_queue_is_not_timed_out_while_the_server_is_healthy(streaming_server):
+    streaming_server.script, streaming_server.delay = ["late"], 1.5
+    started = time.monotonic()
+    (out,) = engine_for(streaming_server, timeout_s=0.3, retries=0).generate([chat("Hi")])
+    assert out.text == "hello" and time.monotonic() - started >= 1.5  # five stall timeouts long
+    assert len(streaming_server.arrivals) == 1
+
+
+def test_a_reply_that_waits_while_the_server_is_unhealthy_fails(streaming_server):
+    streaming_server.script, streaming_server.delay, streaming_server.health = ["late"], 3.0, 503
+    with pytest.raises(ServerError, match=r"failed after 1 attempt\(s\): no reply for 0.3 s, and the server does"):
+        engine_for(streaming_server, timeout_s=0.3, retries=0).generate([chat("Hi")])
+
+
+def test_a_stalled_reply_is_hung_up_before_it_is_sent_again(streaming_server, caplog):
+    streaming_server.script = ["stall"]
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.server_http"):
+        (out,) = engine_for(streaming_server, timeout_s=0.5, retries=1).generate([chat("Hi")])
+    assert out.text == "hello"
+    first, second = streaming_server.arrivals
+    (hung_up,) = streaming_server.hangups
+    # the server saw the first copy's connection closed (vLLM aborts such a request) before the second came
+    assert first < hung_up <= second
+    assert "no reply for 0.5 s; attempt 2 of 2" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("cut", "reported"),
+    [("cut-body", "the connection was cut mid-reply (incomplete body"), ("cut-stream", "closed before the reply ended")],
+)
+def test_a_reply_cut_mid_body_is_retried_and_reported(streaming_server, caplog, cut, reported):
+    streaming_server.script = [cut]
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.server_http"):
+        (out,) = engine_for(streaming_server, retries=1).generate([chat("Hi")])
+    assert out.text == "hello" and len(streaming_server.arrivals) == 2
+    assert reported in caplog.text
+    streaming_server.script = [cut]
+    with pytest.raises(ServerError, match=rf"failed after 1 attempt\(s\): .*{reported[:20]}"):
+        engine_for(streaming_server, retries=0).generate([chat("Hi")])
