@@ -24,7 +24,10 @@ CHUNKS = [
     {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
     {"choices": [{"index": 0, "delta": {"content": "hel"}}]},
     {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
-    {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 4}}},
+    {
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 4}},
+    },
 ]
 
 
@@ -100,7 +103,11 @@ def streaming_server():
 
 def engine_for(server, **settings) -> ServerEngine:
     base_url = f"http://127.0.0.1:{server.server_port}/v1"
-    raw = {"name": "m", "engine": "server", "server": {"base_url": base_url, "model": "m", "backoff_s": 0.01, **settings}}
+    raw = {
+        "name": "m",
+        "engine": "server",
+        "server": {"base_url": base_url, "model": "m", "backoff_s": 0.01, **settings},
+    }
     return ServerEngine(ModelConfig.from_mapping(raw))
 
 
@@ -138,7 +145,10 @@ def test_a_stalled_reply_is_hung_up_before_it_is_sent_again(streaming_server, ca
 
 @pytest.mark.parametrize(
     ("cut", "reported"),
-    [("cut-body", "the connection was cut mid-reply (incomplete body"), ("cut-stream", "closed before the reply ended")],
+    [
+        ("cut-body", "the connection was cut mid-reply (incomplete body"),
+        ("cut-stream", "closed before the reply ended"),
+    ],
 )
 def test_a_reply_cut_mid_body_is_retried_and_reported(streaming_server, caplog, cut, reported):
     streaming_server.script = [cut]
