@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from personalens.engines.base import Request, Sampling
 from personalens.engines.config import ModelConfig
@@ -53,3 +55,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class _Impostor(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.server.asked.append(self.path)
+        self.send_response(200 if self.path == "/health" else 401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def start_impostor() -> ThreadingHTTPServer:
+    """Another server on a free port, as another job's on a shared node: healthy, but it refuses
+    every other route (401). Its `asked` lists the paths it was asked for; `shutdown()` and
+    `server_close()` end it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Impostor)
+    server.asked = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

@@ -1,10 +1,12 @@
 """Managed servers never outlive personalens: real processes, with a stand-in server (a Python child
 that starts a grandchild in its own process group, as vLLM's API server starts its engine core),
-stopped when the parent is interrupted (SIGINT), terminated (SIGTERM) or killed (SIGKILL); and a
-server that dies at start is reported with the end of its log."""
+stopped when the parent is interrupted (SIGINT), terminated (SIGTERM) or killed (SIGKILL); a server
+that dies at start or mid-run is reported at once with the end of its log; servers load together; a
+port taken by another server before this one binds it is given up for another."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -15,8 +17,17 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import REPO
+from engine_fixtures import free_port, start_impostor
 
-from personalens.engines.server_processes import ServerStartError, launch, stop_all
+from personalens.engines.server_processes import (
+    Launched,
+    ServerExited,
+    ServerStartError,
+    exit_of,
+    launch,
+    stop_all,
+    wait_ready,
+)
 
 GRACE_S = 2.0
 POLL_S = 0.5  # the launcher's
@@ -128,3 +139,97 @@ def test_a_server_that_dies_at_start_is_reported_with_its_log(tmp_path):
     finally:
         stop_all()
     assert silent.process.poll() is not None  # stopped
+
+
+# a stand-in vLLM server: after `delay` seconds, serves /health and /v1/models (one model) on its port,
+# failing as vLLM does when the port is taken
+HTTP_STAND_IN = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    port, model, delay = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+    print("pid", os.getpid(), flush=True)
+    time.sleep(delay)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": model}]} if self.path == "/v1/models" else {}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", port), Handler)
+    print("serving", flush=True)
+    server.serve_forever()
+    """
+)
+
+
+def http_stand_in(tmp_path: Path, name: str, port: int, delay: float = 0.0) -> Launched:
+    script = tmp_path / "http_stand_in.py"
+    script.write_text(HTTP_STAND_IN)
+    command = [sys.executable, str(script), str(port), name, str(delay)]
+    return launch(name, command, os.environ, tmp_path / f"{name}.log", port, key="the-key", model=name)
+
+
+def test_servers_load_together_and_one_that_dies_fails_the_start_at_once(tmp_path):
+    slow = http_stand_in(tmp_path, "slow", free_port(), delay=600)
+    die = "import sys, time; time.sleep(1); print('CUDA out of memory'); sys.exit(1)"
+    broken = launch("broken", [sys.executable, "-c", die], os.environ, tmp_path / "broken.log", port=free_port())
+    started = time.monotonic()
+    try:
+        with pytest.raises(ServerStartError) as failure:
+            wait_ready([slow, broken], timeout=300)
+    finally:
+        stop_all()
+    # reported when it died, not after the other one's time to load; in one line with the log's end
+    assert time.monotonic() - started < 15
+    message = str(failure.value)
+    assert "\n" not in message, message
+    assert f"broken exited with status 1 before it was ready; log {tmp_path / 'broken.log'}" in message
+    assert message.endswith("its last lines: CUDA out of memory")
+
+
+def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(tmp_path, caplog):
+    # another server holds the port and answers /health, but not as this one (it refuses the key)
+    impostor = start_impostor()
+    taken = impostor.server_port
+    relaunched = []
+
+    def relaunch(i: int) -> Launched:
+        relaunched.append(i)
+        return http_stand_in(tmp_path, "mine", free_port())
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="personalens.engines.server_processes"):
+            (ready,) = wait_ready([http_stand_in(tmp_path, "mine", taken, delay=1)], timeout=60, relaunch=relaunch)
+        assert relaunched == [0] and ready.port != taken and ready.answers() is None
+        assert "/v1/models" in impostor.asked  # it was asked who it is, and not taken for this server
+        assert f"port {taken} of mine's server was taken before vLLM bound it; starting it again" in caplog.text
+    finally:
+        stop_all()
+        impostor.shutdown()
+        impostor.server_close()
+
+
+def test_a_server_that_exits_mid_run_stops_the_main_thread_with_its_exit_line(tmp_path):
+    (server,) = wait_ready([http_stand_in(tmp_path, "watched", free_port())], timeout=60)
+    try:
+        pid = int(server.log.read_text().split()[1])
+        os.kill(pid, signal.SIGKILL)
+        started = time.monotonic()
+        # the main thread is interrupted wherever it waits (here: asleep)
+        with pytest.raises(ServerExited) as exited:
+            time.sleep(30)
+        assert time.monotonic() - started < 5
+        line = str(exited.value)
+        assert line.startswith("the vLLM server of watched exited with status 137 (killed by SIGKILL) while the")
+        assert f"log {server.log}, its last lines: pid {pid} | serving" in line and "\n" not in line
+        # a server engine's failing call to it reports the same line
+        assert exit_of(server.base_url) == line
+    finally:
+        stop_all()

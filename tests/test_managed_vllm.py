@@ -1,7 +1,9 @@
 """Managed vLLM servers on this CPU: two distinct models (the embedded model under two names and seeds)
 forced to `placement: managed_server`, so two real servers start together, serve a real `personalens
 run` (the judge shares the user agent's model, so its server) and end with it; and one server of a
-hub-id model (read offline from a test cache) that answers only requests carrying its random key.
+hub-id model (read offline from a test cache) that answers only requests carrying its random key;
+and a server killed mid-run, which stops the command at once with one line, before a resumed run
+finishes the work.
 Kept small: 4 one-round dialogues of 16-token replies, short judge outputs, a fixed 512 MiB KV cache,
 no torch.compile."""
 
@@ -9,13 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import signal
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
-from cli_helpers import read_rows, run_cli
+from cli_helpers import read_rows, run_cli, start_cli
 from engine_fixtures import TEST_KV_CACHE_BYTES, TEST_MAX_MODEL_LEN, chat
 from hub_cache import add_snapshot
 from omegaconf import OmegaConf
@@ -27,6 +32,7 @@ from personalens.engines.managed import serve_args, start_servers
 from personalens.engines.server import ServerEngine
 from personalens.engines.server_processes import MARKER_ENV, stop_all
 from personalens.engines.vllm_args import engine_args
+from personalens.store.schema import KEY_COLUMNS
 
 pytestmark = pytest.mark.vllm
 
@@ -201,3 +207,60 @@ def test_vllms_parser_reads_a_managed_servers_flags_as_the_in_process_engines_ar
         if name in kwargs:
             assert got == want, name
     assert served.load_format == "dummy" and served.max_num_batched_tokens == 8192
+
+
+def _api_server(out: Path) -> int:
+    """The pid of the run's vLLM API server: the launcher's child (its engine core is the server's)."""
+    launchers = [p for p in server_processes(out) if b"personalens.engines.launcher" in _cmdline(p)]
+    (server,) = [p for p in server_processes(out) if _parent(p) in launchers]
+    return server
+
+
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_managed_server_killed_mid_run_stops_the_command_at_once_and_a_resumed_run_finishes(tmp_path):
+    out, log = tmp_path / "run", tmp_path / "first.log"
+    both = [f"{role}.{key}={value}" for role in ("user_agent", "assistant") for key, value in TINY.items()]
+    both += ["user_agent.name=SmolLM2-both", "assistant.name=SmolLM2-both"]  # equal configs: one server
+    args = [
+        "generate",
+        "data.users=0",
+        "data.kinds=SD",
+        "protocol=quick",
+        *both,
+        f"run.out_dir={out}",
+        "progress=false",
+    ]
+    proc = start_cli(*args, log=log)
+    try:
+        deadline = time.monotonic() + 600
+        while "vLLM server for SmolLM2-both ready" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.2)
+        os.kill(_api_server(out), signal.SIGKILL)  # as the kernel's OOM killer would
+        killed = time.monotonic()
+        proc.wait(timeout=120)
+        stopped_after = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text(errors="replace")
+    assert proc.returncode == 2, text[-4000:]
+    # stopped at once, with one line: the model, the exit status, the log's path and its last lines
+    assert stopped_after < 20, text[-4000:]
+    assert len(re.findall("exited with", text)) == 1, text[-4000:]
+    (line,) = [x for x in text.splitlines() if x.startswith("personalens generate: error:")]
+    [server_log] = (out / "logs").glob("vllm-server.SmolLM2-both.*.log")
+    expected = f"the vLLM server of SmolLM2-both exited with status 137 (killed by SIGKILL) while the command was using it; log {server_log}, its last lines: "
+    assert expected in line, line
+    assert server_processes(out) == []
+    # a resumed run finishes the work: each of the 4 dialogues once
+    run_cli(*args)
+    dialogues = read_rows(out / "dialogues")
+    assert len(dialogues) == len({tuple(d[k] for k in KEY_COLUMNS) for d in dialogues}) == 4

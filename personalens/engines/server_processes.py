@@ -233,9 +233,10 @@ def _watch(server: Launched) -> None:
         _exits[server.base_url] = line
         _pending.append(line)
         interrupt = _hooks["sigterm"]
-    log.error(line)
-    if interrupt:
+    if interrupt:  # the handler raises the line, which the command ends with
         signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+    else:  # a server engine's next failing call raises it (exit_of)
+        log.error(line)
 
 
 def _on_sigterm(signum, frame) -> None:
