@@ -38,9 +38,11 @@ class ServerConfig:
     base_url: str  # up to and including /v1, as OpenAI clients take it: http://host:8000/v1
     model: str | None = None  # the served model name; None asks /v1/models (one model served)
     max_concurrency: int = 64  # requests in flight per generate() call
-    retries: int = 3  # further attempts after a connection error, timeout, 429 or 5xx
+    retries: int = 3  # further attempts after a connection error, a cut reply, a stall, 429 or 5xx
     backoff_s: float = 1.0  # wait before the first retry, doubled for each next one
-    timeout_s: float = 600.0  # per HTTP request
+    # between two chunks of a streamed reply once it has started (server_http.py); before its first
+    # chunk a request waits (queued in the server) as long as the server answers /health
+    timeout_s: float = 600.0
     api_key_env: str | None = None  # name of an environment variable holding a bearer token
     # the key of a server personalens started (managed.py): never read from a config, never printed
     api_key: str | None = field(default=None, repr=False)
