@@ -40,6 +40,12 @@ class _Streaming(BaseHTTPRequestHandler):
         self._send_json(self.server.health, {})
 
     def do_POST(self):
+        try:
+            self._post()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up on this request
+
+    def _post(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.arrivals.append(time.monotonic())
         assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
