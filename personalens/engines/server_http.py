@@ -134,8 +134,13 @@ class ServerClient:
                     continue  # blank lines between events, keep-alive comments
                 data = line[len("data:") :].strip()
                 if data == "[DONE]":
+                    async for _ in lines:  # the body's end, so that the connection goes back to the pool
+                        pass
                     break
-                chunk = json.loads(data)
+                try:
+                    chunk = json.loads(data)
+                except ValueError as err:
+                    raise ServerError(f"{self._server.base_url}: unexpected line in a reply: {line[:300]!r}") from err
                 if "error" in chunk:
                     raise _Retryable(f"error in the stream: {_message(json.dumps(chunk))}")
                 started = True
