@@ -12,13 +12,16 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from cli_helpers import REPO
-from engine_fixtures import free_port, start_impostor
+from engine_fixtures import chat, free_port, start_impostor
 
+from personalens.engines.config import ModelConfig
+from personalens.engines.server import ServerEngine
 from personalens.engines.server_processes import (
     Launched,
     ServerExited,
@@ -141,8 +144,8 @@ def test_a_server_that_dies_at_start_is_reported_with_its_log(tmp_path):
     assert silent.process.poll() is not None  # stopped
 
 
-# a stand-in vLLM server: after `delay` seconds, serves /health and /v1/models (one model) on its port,
-# failing as vLLM does when the port is taken
+# a stand-in vLLM server: after `delay` seconds, serves /health, /v1/models (one model) and chat
+# completions that never end on its port, failing as vLLM does when the port is taken
 HTTP_STAND_IN = textwrap.dedent(
     """
     import json, os, sys, time
@@ -158,6 +161,16 @@ HTTP_STAND_IN = textwrap.dedent(
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_POST(self):  # a reply that never ends: a chunk every 0.1 s
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            while True:
+                self.wfile.write(b'data: {"choices": [{"delta": {"content": "a"}}]}\\n\\n')
+                self.wfile.flush()
+                time.sleep(0.1)
 
         def log_message(self, *args):
             pass
@@ -232,4 +245,22 @@ def test_a_server_that_exits_mid_run_stops_the_main_thread_with_its_exit_line(tm
         # a server engine's failing call to it reports the same line
         assert exit_of(server.base_url) == line
     finally:
+        stop_all()
+
+
+def test_a_server_engine_waiting_on_a_server_that_exits_stops_at_once(tmp_path):
+    (server,) = wait_ready([http_stand_in(tmp_path, "streaming", free_port())], timeout=60)
+    raw = {"name": "streaming", "engine": "server", "server": {"base_url": server.base_url, "model": "streaming"}}
+    engine = ServerEngine(ModelConfig.from_mapping(raw))
+    pid = int(server.log.read_text().split()[1])
+    killer = threading.Timer(1.0, os.kill, (pid, signal.SIGKILL))
+    try:
+        killer.start()
+        started = time.monotonic()
+        # its requests stream from the server until it is killed; the engine's event loop is interrupted
+        with pytest.raises(ServerExited, match="exited with status 137 .* while the command was using it"):
+            engine.generate([chat("Hi"), chat("Hello")])
+        assert time.monotonic() - started < 6
+    finally:
+        killer.cancel()
         stop_all()
