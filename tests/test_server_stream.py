@@ -1,4 +1,5 @@
-"""The server engine's streamed requests against a small local HTTP server that misbehaves on cue:
+"""The server engine's streamed requests against a small local HTTP server that streams chunked as
+vLLM's does (replies one after another reuse one kept-alive connection) and misbehaves on cue:
 a reply that starts late while /health answers (waited for: queueing is no failure), a stream that
 stalls after its first chunk (given up, its connection closed before it is sent again), a stream or a
 body cut mid-reply (retried, and reported). The same rules against a real vLLM server are in
@@ -47,7 +48,7 @@ class _Streaming(BaseHTTPRequestHandler):
 
     def _post(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.arrivals.append(time.monotonic())
+        self.server.arrivals.append((time.monotonic(), self.client_address[1]))
         assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
         step = self.server.script.pop(0) if self.server.script else "answer"
         if step == "cut-body":  # a Content-Length the body never reaches (urllib's IncompleteRead)
@@ -57,9 +58,11 @@ class _Streaming(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b'{"choices": [')
             return self._close()
+        # chunked, as vLLM's server streams, and kept alive; or, "ended-early", delimited by closing
+        self._chunked = step != "ended-early"
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
+        self.send_header(*(("Transfer-Encoding", "chunked") if self._chunked else ("Connection", "close")))
         self.end_headers()
         if step == "late":  # queued in the server: nothing at all for a while
             time.sleep(self.server.delay)
@@ -68,16 +71,18 @@ class _Streaming(BaseHTTPRequestHandler):
             select.select([self.connection], [], [], 30)
             self.server.hangups.append(time.monotonic())
             return self._close()
-        if step == "cut-stream":
+        if step in ("cut-stream", "ended-early"):
             return self._close()
         for chunk in CHUNKS[1:]:
             self._event(chunk)
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
-        self._close()
+        self._write(b"data: [DONE]\n\n")
+        self._write(b"")  # the last chunk
 
     def _event(self, chunk: dict) -> None:
-        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self._write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+    def _write(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data)
         self.wfile.flush()
 
     def _send_json(self, status: int, body: dict) -> None:
@@ -123,6 +128,12 @@ def test_a_streamed_reply_is_put_together_with_its_usage(streaming_server):
     assert out.finish_reason == "stop" and len(streaming_server.arrivals) == 1
 
 
+def test_replies_come_one_after_another_on_one_kept_alive_connection(streaming_server):
+    out = engine_for(streaming_server, max_concurrency=1).generate([chat("Hi"), chat("Hello"), chat("Hey")])
+    assert [g.text for g in out] == ["hello"] * 3
+    assert len({port for _, port in streaming_server.arrivals}) == 1
+
+
 def test_a_reply_that_waits_in_the_queue_is_not_timed_out_while_the_server_is_healthy(streaming_server):
     streaming_server.script, streaming_server.delay = ["late"], 1.5
     started = time.monotonic()
@@ -142,7 +153,7 @@ def test_a_stalled_reply_is_hung_up_before_it_is_sent_again(streaming_server, ca
     with caplog.at_level(logging.WARNING, logger="personalens.engines.server_http"):
         (out,) = engine_for(streaming_server, timeout_s=0.5, retries=1).generate([chat("Hi")])
     assert out.text == "hello"
-    first, second = streaming_server.arrivals
+    (first, _), (second, _) = streaming_server.arrivals
     (hung_up,) = streaming_server.hangups
     # the server saw the first copy's connection closed (vLLM aborts such a request) before the second came
     assert first < hung_up <= second
@@ -153,7 +164,8 @@ def test_a_stalled_reply_is_hung_up_before_it_is_sent_again(streaming_server, ca
     ("cut", "reported"),
     [
         ("cut-body", "the connection was cut mid-reply (incomplete body"),
-        ("cut-stream", "closed before the reply ended"),
+        ("cut-stream", "the connection was cut mid-reply (incomplete body"),
+        ("ended-early", "closed before the reply ended"),
     ],
 )
 def test_a_reply_cut_mid_body_is_retried_and_reported(streaming_server, caplog, cut, reported):

@@ -17,6 +17,7 @@ cancellation, vllm/v1/engine/async_llm.py), which tests/test_server_flow.py chec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -134,8 +135,9 @@ class ServerClient:
                     continue  # blank lines between events, keep-alive comments
                 data = line[len("data:") :].strip()
                 if data == "[DONE]":
-                    async for _ in lines:  # the body's end, so that the connection goes back to the pool
-                        pass
+                    # read to the body's end, so that the connection goes back to the pool
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(_drain(lines), self._server.timeout_s)
                     break
                 try:
                     chunk = json.loads(data)
@@ -185,6 +187,11 @@ async def _lines(response: httpx.Response) -> AsyncIterator[str | None]:
     async for line in response.aiter_lines():
         yield line
     yield None
+
+
+async def _drain(lines: AsyncIterator[str | None]) -> None:
+    async for _ in lines:
+        pass
 
 
 def _check(response: httpx.Response, method: str, route: str) -> None:
