@@ -1,7 +1,8 @@
 """Managed vLLM servers on this CPU: two distinct models (the embedded model under two names and seeds)
 forced to `placement: managed_server`, so two real servers start together, serve a real `personalens
 run` (the judge shares the user agent's model, so its server) and end with it; and one server of a
-hub-id model (read offline from a test cache) that answers only requests carrying its random key;
+hub-id model (read offline from a test cache) that answers only requests carrying its random key,
+started again on another port when another server took its first one before vLLM bound it;
 and a server killed mid-run, which stops the command at once with one line, before a resumed run
 finishes the work.
 Kept small: 4 one-round dialogues of 16-token replies, short judge outputs, a fixed 512 MiB KV cache,
@@ -21,10 +22,11 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import read_rows, run_cli, start_cli
-from engine_fixtures import TEST_KV_CACHE_BYTES, TEST_MAX_MODEL_LEN, chat
+from engine_fixtures import TEST_KV_CACHE_BYTES, TEST_MAX_MODEL_LEN, chat, start_impostor
 from hub_cache import add_snapshot
 from omegaconf import OmegaConf
 
+from personalens.engines import managed
 from personalens.engines.config import ModelConfig
 from personalens.engines.embedded import embedded_model_dir
 from personalens.engines.layout import Decision
@@ -135,9 +137,19 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
     }
     config = ModelConfig.from_mapping(raw, where="model@assistant")
     logs = tmp_path / "logs"
+    # the first port chosen is taken by another server (healthy, but not this one) before vLLM binds it
+    impostor = start_impostor()
+    first = iter([[impostor.server_port]])
+    free_ports = managed._free_ports
+    monkeypatch.setattr(managed, "_free_ports", lambda n: next(first, None) or free_ports(n))
     try:
         served = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs)[config]
         key, url = served.server.api_key, served.server.base_url
+        # it started again on another port: the first launch lost its port (vLLM says so), and the other
+        # server was asked who it is and not taken for this one
+        assert not url.startswith(f"http://127.0.0.1:{impostor.server_port}/")
+        assert "Address already in use" in next(logs.glob("vllm-server.*.log")).read_text(errors="replace")
+        assert "/v1/models" in impostor.asked
         assert key and len(key) >= 32 and key not in repr(served)
         chat_url, root = f"{url}/chat/completions", url.removesuffix("/v1")
         assert _status(chat_url, None) == 401 and _status(chat_url, "not-the-key") == 401
@@ -162,6 +174,8 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
         assert key not in log.read_text(errors="replace")
     finally:
         stop_all()
+        impostor.shutdown()
+        impostor.server_close()
     assert server_processes(logs) == []
 
 

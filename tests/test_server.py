@@ -1,10 +1,14 @@
-"""The OpenAI-compatible server engine: against a real `vllm serve` of the embedded model, and
-against small local HTTP servers for retry behaviour."""
+"""The OpenAI-compatible server engine: against a real `vllm serve` of the embedded model (batches,
+prefix cache, grammars, refusals; more requests than it runs at once, each answered once; a request
+aborted when its client hangs up), and against small local HTTP servers for retry behaviour
+(tests/test_server_stream.py has the streamed replies' faults)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
 
+import httpx
 import pytest
 from engine_fixtures import (
     SCORE_GRAMMAR,
@@ -252,3 +257,59 @@ def test_served_refusal_costs_only_its_request(served):
     first, refused, last = engine.generate([chat("Say hello.", max_tokens=4), too_long, chat("Bye.", max_tokens=4)])
     assert refused.error.startswith("HTTP 400") and refused.over_context, refused.error
     assert first.error is None and last.error is None and first.completion_tokens > 0 < last.completion_tokens
+
+
+def _metrics(base_url: str) -> dict[str, float]:
+    """The server's /metrics: each series summed over its labels but a histogram bucket's bound
+    (`name{le=2.0}`)."""
+    out: dict[str, float] = {}
+    for line in httpx.get(f"{base_url.removesuffix('/v1')}/metrics").text.splitlines():
+        if line.startswith("vllm:"):
+            series, value = line.rsplit(" ", 1)
+            bound = re.search(r'le="([^"]+)"', series)
+            key = series.split("{")[0] + (f"{{le={bound[1]}}}" if bound else "")
+            out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+@pytest.mark.vllm
+def test_served_requests_beyond_what_the_server_runs_are_each_answered_once(served, caplog):
+    # all sent at once to a server that runs 32 at a time: the second wave waits in its queue far
+    # longer than the (stall) timeout, which counts only once a reply has started
+    n, tokens, timeout = 48, 48, 2.0
+    engine = server_engine(served, max_concurrency=n, timeout_s=timeout)
+    requests = [chat(f"Count to ten, number {i}.", max_tokens=tokens, min_tokens=tokens) for i in range(n)]
+    before = _metrics(served)
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.server_http"):
+        out = engine.generate(requests)
+    change = {key: value - before.get(key, 0.0) for key, value in _metrics(served).items()}
+    assert [g.completion_tokens for g in out] == [tokens] * n and all(g.error is None for g in out)
+    waited = change["vllm:request_queue_time_seconds_count"] - change["vllm:request_queue_time_seconds_bucket{le=2.0}"]
+    assert waited >= n - 32, {k: v for k, v in change.items() if "queue_time" in k}
+    # nothing was sent twice: the server finished n requests, prefilled exactly their prompts, and
+    # generated exactly their tokens
+    assert change["vllm:request_success_total"] == n
+    assert change["vllm:prompt_tokens_total"] == sum(g.prompt_tokens for g in out)
+    assert change["vllm:generation_tokens_total"] == n * tokens
+    assert "attempt 2" not in caplog.text
+
+
+@pytest.mark.vllm
+def test_served_request_is_aborted_when_its_client_hangs_up(served):
+    # what the engine relies on before it sends a stalled request again (server_http.py)
+    body = {"model": _served_name(served), "messages": [{"role": "user", "content": "Tell a long story."}]}
+    body |= {"max_tokens": 1000, "min_tokens": 1000, "stream": True}
+    before = _metrics(served)["vllm:generation_tokens_total"]
+    with httpx.stream("POST", f"{served}/chat/completions", json=body) as reply:
+        next(reply.iter_lines())  # it runs: its first chunk came
+        assert _metrics(served)["vllm:num_requests_running"] == 1
+    # the connection is closed: the server stops generating long before 1000 tokens
+    deadline = time.monotonic() + 10
+    while _metrics(served)["vllm:num_requests_running"] > 0:
+        assert time.monotonic() < deadline, "the request still runs"
+        time.sleep(0.2)
+    assert _metrics(served)["vllm:generation_tokens_total"] - before < 1000
+
+
+def _served_name(base_url: str) -> str:
+    return httpx.get(f"{base_url}/models").json()["data"][0]["id"]

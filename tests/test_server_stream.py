@@ -3,7 +3,7 @@ vLLM's does (replies one after another reuse one kept-alive connection) and misb
 a reply that starts late while /health answers (waited for: queueing is no failure), a stream that
 stalls after its first chunk (given up, its connection closed before it is sent again), a stream or a
 body cut mid-reply (retried, and reported). The same rules against a real vLLM server are in
-tests/test_server_flow.py."""
+tests/test_server.py."""
 
 from __future__ import annotations
 

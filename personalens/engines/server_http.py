@@ -11,7 +11,7 @@ waits as long as the server answers `/health`.
 A request that failed is never running twice: the client closes its connection before it retries,
 and vLLM 0.32 aborts a request whose client disconnected (Starlette's StreamingResponse cancels the
 stream's generator on `http.disconnect`, and `AsyncLLM.generate` aborts its request on that
-cancellation, vllm/v1/engine/async_llm.py), which tests/test_server_flow.py checks on a real server.
+cancellation, vllm/v1/engine/async_llm.py), which tests/test_server.py checks on a real server.
 """
 
 from __future__ import annotations
