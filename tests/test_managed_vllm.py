@@ -242,15 +242,9 @@ def test_a_managed_server_killed_mid_run_stops_the_command_at_once_and_a_resumed
     out, log = tmp_path / "run", tmp_path / "first.log"
     both = [f"{role}.{key}={value}" for role in ("user_agent", "assistant") for key, value in TINY.items()]
     both += ["user_agent.name=SmolLM2-both", "assistant.name=SmolLM2-both"]  # equal configs: one server
-    args = [
-        "generate",
-        "data.users=0",
-        "data.kinds=SD",
-        "protocol=quick",
-        *both,
-        f"run.out_dir={out}",
-        "progress=false",
-    ]
+    args = ["generate", "data.users=0", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=2", *both]
+    args += ["protocol.user_agent.max_tokens=32", "protocol.assistant.max_tokens=48"]
+    args += [f"run.out_dir={out}", "progress=false"]
     proc = start_cli(*args, log=log)
     try:
         deadline = time.monotonic() + 600
