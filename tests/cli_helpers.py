@@ -50,6 +50,11 @@ def kill_once(proc: subprocess.Popen, ready: Callable[[], bool], log: Path, time
         proc.wait()
 
 
+def parent_pid(pid: int) -> int:
+    """A live process's parent (Linux /proc)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def read_rows(folder: Path) -> list[dict]:
     files = sorted(str(p) for p in Path(folder).rglob("part-*.parquet"))
     return ds.dataset(files, format="parquet").to_table().to_pylist() if files else []

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import REPO
+from cli_helpers import REPO, parent_pid
 from engine_fixtures import chat, free_port, start_impostor
 
 from personalens.engines.config import ModelConfig
@@ -93,7 +93,7 @@ def wait_for(condition, timeout: float) -> float:
     [(signal.SIGINT, "polite"), (signal.SIGTERM, "polite"), (signal.SIGKILL, "stubborn")],
     ids=["ctrl-c", "sigterm", "kill-9-and-a-server-that-ignores-sigterm"],
 )
-def test_no_server_process_outlives_the_parent(tmp_path, sig, mode):
+def test_no_server_process_outlives_theparent_pid(tmp_path, sig, mode):
     marker = f"{tmp_path.name}-{sig}"
     stand_in = tmp_path / "stand_in.py"
     stand_in.write_text(STAND_IN)
@@ -263,4 +263,22 @@ def test_a_server_engine_waiting_on_a_server_that_exits_stops_at_once(tmp_path):
         assert time.monotonic() - started < 6
     finally:
         killer.cancel()
+        stop_all()
+
+
+def test_a_server_that_ends_by_itself_takes_its_children_with_it_at_once(tmp_path):
+    """What a dead server left in its group (vLLM's engine cores) is killed without the grace period,
+    so that personalens learns of the exit at once."""
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(STAND_IN)
+    marker = f"{tmp_path.name}-orphans"
+    env = dict(os.environ, PL_TEST_MARK=marker)
+    launched = launch("stand-in", [sys.executable, str(stand_in), "stubborn"], env, tmp_path / "s.log", 1, grace=60)
+    try:
+        wait_for(lambda: len(marked(marker)) == 3, timeout=30)  # the launcher, the server, its child
+        (server,) = [p for p in marked(marker) if parent_pid(p) == launched.process.pid]
+        os.kill(server, signal.SIGKILL)
+        launched.process.wait(timeout=10)  # far less than its grace period: its child ignores SIGTERM
+        assert launched.process.returncode == 128 + signal.SIGKILL and marked(marker) == []
+    finally:
         stop_all()

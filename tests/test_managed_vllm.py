@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cli_helpers import read_rows, run_cli, start_cli
+from cli_helpers import parent_pid, read_rows, run_cli, start_cli
 from engine_fixtures import TEST_KV_CACHE_BYTES, TEST_MAX_MODEL_LEN, chat, start_impostor
 from hub_cache import add_snapshot
 from omegaconf import OmegaConf
@@ -226,16 +226,12 @@ def test_vllms_parser_reads_a_managed_servers_flags_as_the_in_process_engines_ar
 def _api_server(out: Path) -> int:
     """The pid of the run's vLLM API server: the launcher's child (its engine core is the server's)."""
     launchers = [p for p in server_processes(out) if b"personalens.engines.launcher" in _cmdline(p)]
-    (server,) = [p for p in server_processes(out) if _parent(p) in launchers]
+    (server,) = [p for p in server_processes(out) if parent_pid(p) in launchers]
     return server
 
 
 def _cmdline(pid: int) -> bytes:
     return Path(f"/proc/{pid}/cmdline").read_bytes()
-
-
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def test_a_managed_server_killed_mid_run_stops_the_command_at_once_and_a_resumed_run_finishes(tmp_path):

@@ -6,7 +6,7 @@ runs COMMAND in a new session (its own process group: vLLM's API server starts e
 processes, which stay in that group) and stops the whole group, SIGTERM and after `--grace` seconds
 SIGKILL, when it is asked to (SIGTERM, SIGINT or SIGHUP) or when PID is gone: personalens ended
 without stopping it, even by SIGKILL, which nothing in personalens itself can catch. When the command
-ends first, what it left in its group is stopped too and the launcher exits with its status (128 + N
+ends first, what it left in its group is killed at once and the launcher exits with its status (128 + N
 when signal N killed it, as shells report it). It imports nothing heavy, so it starts at once.
 """
 
@@ -63,7 +63,9 @@ def watch(parent: int, grace: float, command: list[str]) -> int:
     while child.poll() is None and not asked and os.getppid() == parent:  # re-parented: personalens is gone
         time.sleep(POLL_S)
     ended = child.returncode
-    stop_group(child, grace)  # also what the command left running when it ended by itself
+    # also what the command left running when it ended by itself: at once then, since a dead API
+    # server's engine cores serve no one, and personalens learns of the exit only from this exit
+    stop_group(child, grace if ended is None else 0.0)
     if ended is None:
         return 0  # stopped on request
     return 128 - ended if ended < 0 else ended
