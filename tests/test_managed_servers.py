@@ -93,7 +93,7 @@ def wait_for(condition, timeout: float) -> float:
     [(signal.SIGINT, "polite"), (signal.SIGTERM, "polite"), (signal.SIGKILL, "stubborn")],
     ids=["ctrl-c", "sigterm", "kill-9-and-a-server-that-ignores-sigterm"],
 )
-def test_no_server_process_outlives_theparent_pid(tmp_path, sig, mode):
+def test_no_server_process_outlives_the_parent(tmp_path, sig, mode):
     marker = f"{tmp_path.name}-{sig}"
     stand_in = tmp_path / "stand_in.py"
     stand_in.write_text(STAND_IN)
