@@ -27,6 +27,27 @@ TINY_MODEL = ModelConfig(
     cpu_reserved_cores=0,
 )
 
+# every model setting that reaches vLLM away from its default: what a managed server's command line and
+# vLLM's own parser of it are checked with (test_engine_layout.py, test_managed_vllm.py)
+EVERY_SETTING = ModelConfig(
+    "served",
+    tokenizer="/tok",
+    dtype="bfloat16",
+    tensor_parallel_size=2,
+    gpu_memory_utilization=0.5,
+    kv_cache_memory_bytes=123,
+    max_model_len=4096,
+    enable_prefix_caching=False,
+    enforce_eager=True,
+    enable_chunked_prefill=False,
+    seed=7,
+    max_num_seqs=16,
+    max_num_batched_tokens=8192,
+    block_size=32,
+    cpu_reserved_cores=0,
+    load_format="dummy",
+)
+
 SCORE_GRAMMAR = 'root ::= "Score: " [1-5] "\\n" [a-zA-Z ,.]*'
 SCORE_PATTERN = re.compile(r"Score: [1-5]\n[a-zA-Z ,.]*")
 

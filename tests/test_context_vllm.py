@@ -28,6 +28,8 @@ def test_a_run_whose_prompts_outgrow_the_context_finishes_with_every_scenario_on
         "data.users=[0]",
         f"run.out_dir={out}",
         "progress=false",
+        # the judge's longest prompts (personalization reads the profile) and its shortest
+        "judging.dimensions=[task_completion,personalization]",
         # one engine for all three roles (same model config), with a context the official prompts outgrow
         *(f"{role}.max_model_len={CONTEXT}" for role in ("assistant", "user_agent", "judge")),
     )

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from engine_fixtures import EVERY_SETTING
 from omegaconf import OmegaConf
 
 from personalens.config.core import model_identity
@@ -182,23 +183,7 @@ def test_a_model_without_local_files_cannot_be_planned(tmp_path):
 
 
 def test_a_managed_server_gets_every_model_setting_on_vllms_command_line(tmp_path):
-    config = ModelConfig(
-        "served",
-        tokenizer="/tok",
-        dtype="bfloat16",
-        tensor_parallel_size=2,
-        kv_cache_memory_bytes=123,
-        max_model_len=4096,
-        enable_prefix_caching=False,
-        enforce_eager=True,
-        enable_chunked_prefill=False,
-        seed=7,
-        max_num_seqs=16,
-        max_num_batched_tokens=8192,
-        block_size=32,
-        cpu_reserved_cores=0,
-        load_format="dummy",
-    )
+    config = EVERY_SETTING
     args = serve_args(config, "/weights", 8123, "bfloat16")
     pairs = dict(zip(args, args[1:]))
     assert pairs["--model"] == "/weights" and pairs["--served-model-name"] == "served" and pairs["--port"] == "8123"

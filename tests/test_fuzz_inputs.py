@@ -37,7 +37,7 @@ from personalens.personalbench.wildchat import COLUMNS as READ_COLUMNS  # the co
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 22
-MUTATIONS = 200
+MUTATIONS = 120
 THROUGH_RUN = 10  # every 10th mutation also through `run`
 TIMEOUT_S = 60
 # `python -c NO_VLLM ARGS...` is `personalens ARGS...` in which importing vLLM ends the process with
@@ -291,7 +291,7 @@ def test_a_task_folder_named_in_latin1_is_a_clean_error_in_every_command(command
 
 # ---- PersonalBench: the WildChat reader and the prompts file, up to reading (no model) -----------
 
-PB_MUTATIONS = 72
+PB_MUTATIONS = 64  # every kind twice
 PB_SAMPLE = REPO / "data" / "personalbench"
 WILDCHAT = re.compile(r"wildchat: (\d+) files, (\d+) records, (\d+) conversations read, (\d+) bad records skipped")
 UNREADABLE = re.compile(r"(\d+) x unreadable file")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import parent_pid, read_rows, run_cli, start_cli
-from engine_fixtures import TEST_KV_CACHE_BYTES, TEST_MAX_MODEL_LEN, chat, start_impostor
+from engine_fixtures import EVERY_SETTING, TEST_KV_CACHE_BYTES, TEST_MAX_MODEL_LEN, chat, start_impostor
 from hub_cache import add_snapshot
 from omegaconf import OmegaConf
 
@@ -187,23 +187,7 @@ def test_vllms_parser_reads_a_managed_servers_flags_as_the_in_process_engines_ar
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    config = ModelConfig(  # every setting away from its default
-        "served",
-        tokenizer="/tok",
-        dtype="bfloat16",
-        tensor_parallel_size=2,
-        gpu_memory_utilization=0.5,
-        kv_cache_memory_bytes=123,
-        max_model_len=4096,
-        enable_prefix_caching=False,
-        enforce_eager=True,
-        enable_chunked_prefill=False,
-        seed=7,
-        max_num_seqs=16,
-        max_num_batched_tokens=8192,
-        block_size=32,
-        load_format="dummy",
-    )
+    config = EVERY_SETTING
 
     def parsed(args: list[str]) -> EngineArgs:
         return AsyncEngineArgs.from_cli_args(make_arg_parser(FlexibleArgumentParser()).parse_args(args))
