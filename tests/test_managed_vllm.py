@@ -2,9 +2,9 @@
 forced to `placement: managed_server`, so two real servers start together, serve a real `personalens
 run` (the judge shares the user agent's model, so its server) and end with it; and one server of a
 hub-id model (read offline from a test cache) that answers only requests carrying its random key,
-started again on another port when another server took its first one before vLLM bound it;
-and a server killed mid-run, which stops the command at once with one line, before a resumed run
-finishes the work.
+started again on another port when another server took its first one before vLLM bound it.
+The two-server run is first attempted with one server killed mid-run, which stops the command at once
+with one line; the run then finishes the work.
 Kept small: 4 one-round dialogues of 16-token replies, short judge outputs, a fixed 512 MiB KV cache,
 no torch.compile."""
 
@@ -71,7 +71,38 @@ def test_two_managed_servers_serve_a_real_run_and_end_with_it(tmp_path):
         overrides += [f"{role}.name={name}", f"{role}.seed={seed}"]
     args = ["run", "data.users=0", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=1"]
     args += ["protocol.user_agent.max_tokens=16", "protocol.assistant.max_tokens=16", "protocol.judge.max_tokens=128"]
-    proc = run_cli(*args, *overrides, f"run.out_dir={out}", "progress=false")
+    args += [*overrides, f"run.out_dir={out}", "progress=false"]
+
+    # a first attempt whose user-agent server is killed once both are up, as the OOM killer would: the
+    # command stops at once with one line (the model, the exit status, the log's path and last lines),
+    # and takes the other server down with it
+    log = tmp_path / "first.log"
+    first = start_cli(*args, log=log)
+    try:
+        deadline = time.monotonic() + 900
+        while len(re.findall(r"vLLM server for SmolLM2-\w+ ready", log.read_text(errors="replace"))) < 2:
+            assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.2)
+        os.kill(_api_server(out, "SmolLM2-user"), signal.SIGKILL)
+        killed = time.monotonic()
+        first.wait(timeout=120)
+        stopped_after = time.monotonic() - killed
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    text = log.read_text(errors="replace")
+    assert first.returncode == 2 and stopped_after < 20, text[-4000:]
+    assert len(re.findall("exited with", text)) == 1, text[-4000:]
+    (line,) = [x for x in text.splitlines() if x.startswith("personalens run: error:")]
+    [server_log] = (out / "logs").glob("vllm-server.SmolLM2-user.*.log")
+    assert (
+        f"the vLLM server of SmolLM2-user exited with status 137 (killed by SIGKILL) while the command was "
+        f"using it; log {server_log}, its last lines: " in line
+    ), line
+    assert server_processes(out) == []
+
+    # the run again: it finishes the work
+    proc = run_cli(*args)
 
     # the layout, logged at start: no GPU here, so only the forced servers
     assert "placement not planned (no GPU" in proc.stderr
@@ -85,6 +116,9 @@ def test_two_managed_servers_serve_a_real_run_and_end_with_it(tmp_path):
     assert [m.mode for m in saved.models] == ["managed_server", "managed_server"]
 
     dialogues = read_rows(out / "dialogues")
+    assert (
+        len({tuple(d[k] for k in KEY_COLUMNS) for d in dialogues}) == 4
+    )  # each once, whatever the first attempt wrote
     assert len(dialogues) == 4 and {(d["assistant_model"], d["user_model"]) for d in dialogues} == {
         ("SmolLM2-assistant", "SmolLM2-user")
     }
@@ -97,12 +131,12 @@ def test_two_managed_servers_serve_a_real_run_and_end_with_it(tmp_path):
     cached = re.search(r"prompts \d+ tokens, (\d+)% from the prefix cache", proc.stderr)
     assert cached and int(cached[1]) > 0, proc.stderr
     logs = sorted(p.name for p in (out / "logs").glob("vllm-server.*.log"))
-    assert [name.split(".")[1] for name in logs] == ["SmolLM2-assistant", "SmolLM2-user"]
+    assert [name.split(".")[1] for name in logs] == ["SmolLM2-assistant"] * 2 + ["SmolLM2-user"] * 2  # both runs'
 
     # the command has ended: so have its servers, engine cores included
     assert server_processes(out) == []
     # nothing left to do: no server is started at all
-    again = run_cli(*args, *overrides, f"run.out_dir={out}", "progress=false")
+    again = run_cli(*args)
     assert "0 dialogues simulated" in again.stderr and "starting a vLLM server" not in again.stderr
 
 
@@ -207,48 +241,13 @@ def test_vllms_parser_reads_a_managed_servers_flags_as_the_in_process_engines_ar
     assert served.load_format == "dummy" and served.max_num_batched_tokens == 8192
 
 
-def _api_server(out: Path) -> int:
-    """The pid of the run's vLLM API server: the launcher's child (its engine core is the server's)."""
+def _api_server(out: Path, name: str) -> int:
+    """The pid of the run's vLLM API server of `name`: a launcher's child (its engine core is the server's)."""
     launchers = [p for p in server_processes(out) if b"personalens.engines.launcher" in _cmdline(p)]
-    (server,) = [p for p in server_processes(out) if parent_pid(p) in launchers]
+    served = [p for p in server_processes(out) if parent_pid(p) in launchers]
+    (server,) = [p for p in served if f"--served-model-name\0{name}\0".encode() in _cmdline(p)]
     return server
 
 
 def _cmdline(pid: int) -> bytes:
     return Path(f"/proc/{pid}/cmdline").read_bytes()
-
-
-def test_a_managed_server_killed_mid_run_stops_the_command_at_once_and_a_resumed_run_finishes(tmp_path):
-    out, log = tmp_path / "run", tmp_path / "first.log"
-    both = [f"{role}.{key}={value}" for role in ("user_agent", "assistant") for key, value in TINY.items()]
-    both += ["user_agent.name=SmolLM2-both", "assistant.name=SmolLM2-both"]  # equal configs: one server
-    args = ["generate", "data.users=0", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=2", *both]
-    args += ["protocol.user_agent.max_tokens=32", "protocol.assistant.max_tokens=48"]
-    args += [f"run.out_dir={out}", "progress=false"]
-    proc = start_cli(*args, log=log)
-    try:
-        deadline = time.monotonic() + 600
-        while "vLLM server for SmolLM2-both ready" not in log.read_text(errors="replace"):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.2)
-        os.kill(_api_server(out), signal.SIGKILL)  # as the kernel's OOM killer would
-        killed = time.monotonic()
-        proc.wait(timeout=120)
-        stopped_after = time.monotonic() - killed
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    text = log.read_text(errors="replace")
-    assert proc.returncode == 2, text[-4000:]
-    # stopped at once, with one line: the model, the exit status, the log's path and its last lines
-    assert stopped_after < 20, text[-4000:]
-    assert len(re.findall("exited with", text)) == 1, text[-4000:]
-    (line,) = [x for x in text.splitlines() if x.startswith("personalens generate: error:")]
-    [server_log] = (out / "logs").glob("vllm-server.SmolLM2-both.*.log")
-    expected = f"the vLLM server of SmolLM2-both exited with status 137 (killed by SIGKILL) while the command was using it; log {server_log}, its last lines: "
-    assert expected in line, line
-    assert server_processes(out) == []
-    # a resumed run finishes the work: each of the 4 dialogues once
-    run_cli(*args)
-    dialogues = read_rows(out / "dialogues")
-    assert len(dialogues) == len({tuple(d[k] for k in KEY_COLUMNS) for d in dialogues}) == 4
