@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -22,6 +21,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from personalens.engines.launcher import stop_group
 
 MEASURE = """
 import json, sys, time
@@ -77,12 +78,7 @@ def main() -> None:
                 print(f"| {checkout} | {tokens} | {args.requests} | {median:.1f} | {rates} |")
         print(f"load average at the end: {_load()}")
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_group(server, grace=30)
         log.close()
 
 

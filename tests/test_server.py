@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +32,7 @@ from engine_fixtures import (
 
 from personalens.engines.base import Request
 from personalens.engines.config import ModelConfig
+from personalens.engines.launcher import stop_group
 from personalens.engines.server import ServerEngine, chat_body
 from personalens.engines.server_http import ServerError
 
@@ -199,14 +198,7 @@ def served(tmp_path_factory):
         _wait_healthy(process, f"http://127.0.0.1:{port}/health", log_path)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        # vllm serve runs its engine in child processes: stop the whole group
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_group(process, grace=30)  # vllm serve runs its engine in child processes: the whole group
         log.close()
 
 
