@@ -89,15 +89,23 @@ class ServerClient:
         streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
         return await self._retried(f"POST {self._url('/chat/completions')}", lambda: self._stream(streamed))
 
+    async def metrics(self) -> str | None:
+        """The server's Prometheus text (GET /metrics beside /v1), or None where it has none; optional
+        information, so asked once and not retried."""
+        try:
+            response = await self._http.get(f"{self._root()}/metrics", timeout=HEALTH_TIMEOUT_S)
+        except httpx.HTTPError:
+            return None
+        return response.text if response.status_code == 200 else None
+
     async def healthy(self) -> bool:
         """Whether GET /health (beside /v1) answers 200 now; shared by the requests that ask within
         a tenth of the stall timeout."""
         async with self._health_lock:
             now = time.monotonic()
             if self._health is None or now - self._health[0] > self._server.timeout_s / 10:
-                root = self._server.base_url.rstrip("/").removesuffix("/v1")
                 try:
-                    response = await self._http.get(f"{root}/health", timeout=HEALTH_TIMEOUT_S)
+                    response = await self._http.get(f"{self._root()}/health", timeout=HEALTH_TIMEOUT_S)
                     ok = response.status_code == 200
                 except httpx.HTTPError:
                     ok = False
@@ -177,6 +185,10 @@ class ServerClient:
                 log.warning(f"{what}: {last_error}; attempt {attempt + 2} of {attempts} in {delay:g} s")
                 await asyncio.sleep(delay)
         raise ServerError(f"{what} failed after {attempts} attempt(s): {last_error}")
+
+    def _root(self) -> str:
+        """The server's own routes (/health, /metrics) are beside /v1."""
+        return self._server.base_url.rstrip("/").removesuffix("/v1")
 
     def _url(self, route: str) -> str:
         return self._server.base_url.rstrip("/") + route
