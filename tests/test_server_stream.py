@@ -2,7 +2,8 @@
 vLLM's does (replies one after another reuse one kept-alive connection) and misbehaves on cue:
 a reply that starts late while /health answers (waited for: queueing is no failure), a stream that
 stalls after its first chunk (given up, its connection closed before it is sent again), a stream or a
-body cut mid-reply (retried, and reported). The same rules against a real vLLM server are in
+body cut mid-reply (retried, and reported), an error event in the stream (a refusal costs only its
+request; a server's fault is retried). The same rules against a real vLLM server are in
 tests/test_server.py."""
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ class _Streaming(BaseHTTPRequestHandler):
             return self._close()
         if step in ("cut-stream", "ended-early"):
             return self._close()
+        if step.startswith("error-"):  # vLLM's error event: the status it would have answered with
+            status = int(step.removeprefix("error-"))
+            self._event({"error": {"message": f"failed {status}", "type": "Error", "param": None, "code": status}})
+            self._write(b"data: [DONE]\n\n")
+            return self._write(b"")
         for chunk in CHUNKS[1:]:
             self._event(chunk)
         self._write(b"data: [DONE]\n\n")
@@ -177,3 +183,15 @@ def test_a_reply_cut_mid_body_is_retried_and_reported(streaming_server, caplog, 
     streaming_server.script = [cut]
     with pytest.raises(ServerError, match=rf"failed after 1 attempt\(s\): .*{reported[:20]}"):
         engine_for(streaming_server, retries=0).generate([chat("Hi")])
+
+
+def test_an_error_event_refusing_the_request_costs_only_it_and_a_server_error_is_retried(streaming_server, caplog):
+    streaming_server.script = ["error-400"]
+    refused, answered = engine_for(streaming_server, max_concurrency=1, retries=1).generate([chat("Hi"), chat("Yo")])
+    assert refused.error == "HTTP 400 in the stream: failed 400" and refused.text == ""
+    assert answered.text == "hello" and len(streaming_server.arrivals) == 2  # the refusal was not sent again
+    streaming_server.script = ["error-500"]
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.server_http"):
+        (out,) = engine_for(streaming_server, retries=1).generate([chat("Hi")])
+    assert out.text == "hello" and len(streaming_server.arrivals) == 4
+    assert "error in the stream: failed 500; attempt 2 of 2" in caplog.text

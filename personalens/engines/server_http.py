@@ -152,7 +152,13 @@ class ServerClient:
                 except ValueError as err:
                     raise ServerError(f"{self._server.base_url}: unexpected line in a reply: {line[:300]!r}") from err
                 if "error" in chunk:
-                    raise _Retryable(f"error in the stream: {_message(json.dumps(chunk))}")
+                    # vLLM's error event carries the HTTP status it would have answered with: a
+                    # request it refuses costs only itself, a fault of the server is retried
+                    error = chunk["error"] if isinstance(chunk["error"], dict) else {}
+                    message = _message(json.dumps(chunk))
+                    if error.get("code") in REFUSED_STATUSES:
+                        raise Refused(f"HTTP {error['code']} in the stream: {message}")
+                    raise _Retryable(f"error in the stream: {message}")
                 started = True
                 for choice in chunk.get("choices") or ():
                     text.append((choice.get("delta") or {}).get("content") or "")
