@@ -177,7 +177,7 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
     free_ports = managed._free_ports
     monkeypatch.setattr(managed, "_free_ports", lambda n: next(first, None) or free_ports(n))
     try:
-        served = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs)[config]
+        [served] = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs)
         key, url = served.server.api_key, served.server.base_url
         # it started again on another port: the first launch lost its port (vLLM says so), and the other
         # server was asked who it is and not taken for this one
