@@ -438,16 +438,19 @@ def test_the_layout_is_saved_with_the_run_config(tmp_path):
 
 
 def test_what_the_config_alone_rules_out_is_refused_in_one_line_before_anything_is_written(tmp_path):
-    """`personalens run` with a server-backed user agent under scheduling=continuous, or a server with
-    retries -1: exit status 2 and one line, before any model loads or any output is written."""
+    """`personalens run` with a server-backed user agent under scheduling=continuous, a server with
+    retries -1, or replicas a CPU cannot start or no number of engines: exit status 2 and one line,
+    before any model loads or any output is written."""
     from cli_helpers import run_cli
 
     served = ["model@user_agent=server", "user_agent.name=remote", "user_agent.server.base_url=http://127.0.0.1:9/v1"]
     for extra, message in [
         (["scheduling=continuous"], "scheduling=continuous runs the assistant and user_agent in this process"),
         (["user_agent.server.retries=-1"], "model@user_agent.server.retries: must be 0 or more, got -1"),
+        (["assistant.replicas=2"], "replicas 2: without GPUs (vLLM's CPU build, or none visible) several engines"),
+        (["assistant.replicas=0"], "model@assistant.replicas: expected auto or a whole number of engines (1 or more)"),
     ]:
-        out = tmp_path / extra[0].split("=")[0]
+        out = tmp_path / extra[0].replace("=", "-")
         proc = run_cli("run", "data.users=0", *served, *extra, f"run.out_dir={out}", check=False)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert len([line for line in proc.stderr.splitlines() if "error" in line.lower()]) == 1, proc.stderr
