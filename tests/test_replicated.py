@@ -1,10 +1,12 @@
-"""The engine over a model's copies (engines/replicated.py), pure: its batch split by affinity or
+"""The engine over a model's copies (engines/replicated.py): its batch split by affinity or
 round-robin, the replies in request order, progress reported from the calling thread, a refusal
-kept to its request and a copy's failure failing the call. Scripted engines stand for the copies;
-tests/test_managed_vllm.py runs it over real vLLM servers."""
+kept to its request and a copy's failure failing the call, with scripted engines standing for the
+copies; then the in-process vLLM engine as the first copy, answering from a thread of its own and
+stopped when another copy fails. tests/test_managed_vllm.py runs it over real vLLM servers."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -113,10 +115,10 @@ def test_a_copys_failure_fails_the_call_with_its_error_and_stops_the_others():
     with pytest.raises(ServerExited, match=r"\(copy 1\) exited with status 137"):
         engine.generate([request(str(i)) for i in range(200)], on_finished=lambda n, t: None)
     assert time.monotonic() - started < 2  # not after the other copy's 100 requests (5 s)
-    time.sleep(0.3)
+    # the other copy was told to stop at its next finished request, and had stopped when the call ended
     answered = slow.answered
     time.sleep(0.3)
-    assert answered == slow.answered < 100  # told to stop at its next finished request
+    assert answered == slow.answered < 100
 
 
 def test_one_copy_per_call_runs_in_the_calling_thread_and_the_first_engines_tokenizer_is_the_models():
@@ -129,3 +131,37 @@ def test_one_copy_per_call_runs_in_the_calling_thread_and_the_first_engines_toke
     assert [g.text for g in replies] == ["b:x", "b:y"] and second.finished_threads == {"MainThread"}
     assert engine.generate([]) == [] and first.calls == []
     assert ReplicatedEngine([second]).chat_tokenizer is None  # server copies: the messages are sent
+
+
+@pytest.mark.vllm
+def test_the_in_process_engine_answers_its_part_from_a_thread_and_stops_when_another_copy_fails(engine):
+    """As on a GPU node: the model's own engine in this process, its copy a server (scripted here)."""
+    from engine_fixtures import chat
+
+    keys = [conversation("user", i) for i in range(50)]
+    own, other = ([k for k in keys if copy_of(k, 2) == c][:3] for c in (0, 1))
+    replicated = ReplicatedEngine([engine, Copy("b")])
+    assert (replicated.chat_tokenizer, replicated.max_model_len) == (engine.chat_tokenizer, engine.max_model_len)
+    batch = [
+        dataclasses.replace(chat(f"Name a colour ({i}).", max_tokens=4), affinity=k) for i, k in enumerate(own + other)
+    ]
+    reported = []
+    replies = replicated.generate(batch, on_finished=lambda n, t: reported.append(threading.current_thread()))
+    assert all(g.error is None and g.completion_tokens > 0 for g in replies[:3])
+    assert [g.text for g in replies[3:]] == [f"b:Name a colour ({i})." for i in (3, 4, 5)]
+    assert reported == [threading.main_thread()] * 6
+
+    # the copy fails at once: the engine stops at its first finished request (16 tokens), aborts the
+    # two of 1,500 tokens, and answers the next call
+    failing = ReplicatedEngine([engine, Copy("b", fail=ServerExited("the vLLM server of m (copy 1) exited"))])
+    story = [
+        dataclasses.replace(chat("Tell me a long story.", max_tokens=n, min_tokens=n), affinity=own[i])
+        for i, n in enumerate((16, 1500, 1500))
+    ]
+    started = time.monotonic()
+    with pytest.raises(ServerExited, match=r"\(copy 1\) exited"):
+        failing.generate([*story, dataclasses.replace(chat("x"), affinity=other[0])], on_finished=lambda n, t: None)
+    assert time.monotonic() - started < 8  # 1,500 tokens take 15 s or more on a 2-core CPU
+    assert not engine._llm.llm_engine.has_unfinished_requests()
+    (again,) = engine.generate([chat("Say hi.", max_tokens=2)])
+    assert again.error is None and again.completion_tokens > 0

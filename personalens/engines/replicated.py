@@ -7,7 +7,9 @@ requests without one go round-robin, across calls. Each part runs in a thread of
 in-process vLLM call blocks its thread; a server engine runs its own event loop per call), and the
 parts' `on_finished` reports reach the caller from the calling thread only, as callers assume. A
 request a copy refuses stays one `rejected` generation; a copy's failure (a dead server: its
-ServerExited line) fails the call with that copy's error, the other parts told to stop.
+ServerExited line) fails the call with that copy's error. A call that fails or is interrupted tells
+its other parts to stop (each at its next finished request, the rest of its batch aborted) and
+waits for them, so that no engine is still answering when the call has ended.
 
 All copies are one model config: prompt ids made with the first engine's `chat_tokenizer` and its
 `max_model_len` hold for every copy (server copies take the messages the requests also carry).
@@ -77,10 +79,12 @@ class ReplicatedEngine:
             except BaseException as err:  # handed to the calling thread, which raises it
                 reports.put(("failed", k, err))
 
-        for k, (engine, part) in enumerate(parts):
-            # daemon threads: a call that fails or is interrupted does not wait for the other parts,
-            # which stop at their next finished request
-            threading.Thread(target=run, args=(k, engine, part), name=f"{self.name} copy {k}", daemon=True).start()
+        threads = [
+            threading.Thread(target=run, args=(k, engine, part), name=f"{self.name} copy {k}", daemon=True)
+            for k, (engine, part) in enumerate(parts)
+        ]
+        for thread in threads:
+            thread.start()
         pending = len(parts)
         try:
             while pending:
@@ -94,6 +98,8 @@ class ReplicatedEngine:
                     raise b
         finally:
             stop.set()
+            for thread in threads:
+                thread.join()
         return replies
 
 
