@@ -55,11 +55,12 @@ class ReplicatedEngine:
         self._turn = itertools.count()
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
-        parts = [(e, p) for e, p in zip(self.engines, split(requests, len(self.engines), self._turn)) if p]
+        split_up = split(requests, len(self.engines), self._turn)
+        parts = [(k, e, p) for k, (e, p) in enumerate(zip(self.engines, split_up)) if p]
         if not parts:
             return []
         if len(parts) == 1:  # one engine's call (the whole batch, in order): in this thread
-            engine, part = parts[0]
+            _, engine, part = parts[0]
             return _checked(engine, engine.generate(requests, on_finished), len(part))
         replies: list[Generation | None] = [None] * len(requests)
         reports: queue.SimpleQueue = queue.SimpleQueue()
@@ -80,8 +81,8 @@ class ReplicatedEngine:
                 reports.put(("failed", k, err))
 
         threads = [
-            threading.Thread(target=run, args=(k, engine, part), name=f"{self.name} copy {k}", daemon=True)
-            for k, (engine, part) in enumerate(parts)
+            threading.Thread(target=run, args=(k, engine, part), name=f"{self.name} engine {k}", daemon=True)
+            for k, engine, part in parts
         ]
         for thread in threads:
             thread.start()
