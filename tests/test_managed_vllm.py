@@ -164,7 +164,7 @@ def test_two_copies_of_a_model_answer_a_real_generate_dialogue_by_dialogue(tmp_p
     ready = re.findall(r"vLLM server for (SmolLM2-copies(?: \(copy 1\))?) ready after", proc.stderr)
     assert sorted(ready) == ["SmolLM2-copies", "SmolLM2-copies (copy 1)"], proc.stderr
     saved = OmegaConf.load(out / "generate.yaml").resolved.placement.models
-    assert [(m.mode, [c.copy for c in m.copies]) for m in saved] == [("managed_server", [1])]
+    assert [(m.mode, [c["copy"] for c in m.copies]) for m in saved] == [("managed_server", [1])]
     logs = sorted((out / "logs").glob("vllm-server.SmolLM2-copies.*.log"), key=lambda p: ".copy1." in p.name)
     assert [".copy1." in p.name for p in logs] == [False, True]
 
