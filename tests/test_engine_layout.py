@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from engine_fixtures import EVERY_SETTING
@@ -22,6 +23,7 @@ from personalens.engines.gpus import parse_nvidia_smi, simulated
 from personalens.engines.layout import model_need, plan_layout
 from personalens.engines.managed import log_path, serve_args, server_env
 from personalens.engines.placement import GIB
+from personalens.engines.replicated import ReplicatedEngine
 from personalens.engines.vllm_args import cli_flags, engine_args
 from personalens.errors import PersonalensError
 
@@ -52,7 +54,8 @@ def paper_models(tmp_path: Path, **big) -> dict:
 
 
 class Recorder:
-    """Stands for the engine maker and the server starter: records, makes nothing."""
+    """Stands for the engine maker and the server starter: records, and makes engines that are only
+    their name and config."""
 
     def __init__(self):
         self.built: list[ModelConfig] = []
@@ -60,16 +63,15 @@ class Recorder:
 
     def build(self, config: ModelConfig):
         self.built.append(config)
-        return config.name
+        return SimpleNamespace(name=config.name, config=config)
 
     def serve(self, decisions, log_dir: Path, shard: str) -> dict:
         self.served.extend(decisions)
         self.shard = shard
         url = "http://127.0.0.1:{}/v1"
-        return {
-            d.config: ModelConfig(d.config.name, "server", server=_server(url.format(9000 + i)))
-            for i, d in enumerate(decisions)
-        }
+        return [
+            ModelConfig(d.config.name, "server", server=_server(url.format(9000 + i))) for i, d in enumerate(decisions)
+        ]
 
 
 def _server(url: str):
@@ -98,7 +100,7 @@ def test_8b_assistant_with_70b_user_agent_and_judge_on_4x80gb_run_in_process_wit
     # GPU 0 holds both: their shares add up within the 90% vLLM may use
     assert assistant.run_config.gpu_memory_utilization + seventy.run_config.gpu_memory_utilization <= 0.9
     engines = load()
-    assert engines == {
+    assert {role: e.name for role, e in engines.items()} == {
         "assistant": "Llama-3.1-8B-Instruct",
         "user_agent": "Llama-3.1-70B-Instruct",
         "judge": "Llama-3.1-70B-Instruct",
@@ -135,9 +137,115 @@ def test_models_too_large_to_share_get_gpus_of_their_own(tmp_path):
     ]
     assert mixtral.run_config.kv_cache_memory_bytes == mixtral.placement.kv_cache_memory_bytes
     assert load.layout.why() == "each model on GPUs of its own (in process: they do not fit together on the first GPUs)"
+    # GPUs 6 and 7 hold a copy of Mixtral (the 70B needs four)
+    assert [(c.device_ids, c.placement.gpus) for c in mixtral.copies] == [(("1", "0"), (6, 7))]
     engines = load()
-    assert recorder.served == [mixtral] and recorder.shard == "shard-002-of-008"
-    assert [c.engine for c in recorder.built] == ["server", "vllm"] and engines["assistant"] == mixtral.config.name
+    assert recorder.served == [mixtral, *mixtral.copies] and recorder.shard == "shard-002-of-008"
+    assert [c.engine for c in recorder.built] == ["server", "server", "vllm"]
+    assert engines["assistant"].name == mixtral.config.name and len(engines["assistant"].engines) == 2
+
+
+def test_free_gpus_hold_copies_of_the_model_the_rule_picks_and_replicas_n_asks_for_exactly_n(tmp_path):
+    """8 x 80 GB: the 70B user agent in process on GPUs 0-3, the 8B assistant a server on GPU 4. `auto`
+    gives GPUs 5-7 to copies of the 8B (the only one a copy of fits there), each a server with the KV
+    cache it has alone on a GPU; one engine of the assistant then spreads the dialogues over all four."""
+    recorder = Recorder()
+    gpus = parse_nvidia_smi(
+        "\n".join(f"{i}, GPU-{i}, 81920, 9.0" for i in range(8)), {"CUDA_VISIBLE_DEVICES": "7,6,5,4,3,2,1,0"}
+    )
+    dialogue = {"assistant": conf(tmp_path, "llama31_8b"), "user_agent": conf(tmp_path, "llama31_70b")}
+    load = loader(dialogue, tmp_path, gpus, recorder)
+    assistant, seventy = load.layout.decisions
+    assert [(c.copy, c.mode, c.placement.gpus, c.device_ids) for c in assistant.copies] == [
+        (1, "managed_server", (5,), ("2",)),
+        (2, "managed_server", (6,), ("1",)),
+        (3, "managed_server", (7,), ("0",)),
+    ]
+    assert seventy.copies == () and assistant.placement.gpus == (4,)
+    for c in assistant.copies:  # alone on a GPU of its own, as the 8B itself on GPU 4
+        assert (
+            c.run_config == assistant.run_config
+            and c.placement.kv_cache_memory_bytes == assistant.placement.kv_cache_memory_bytes
+        )
+    lines = load.layout.lines()
+    assert lines[1].endswith("memory share 0.900 + 3 copies in managed vLLM servers on GPU 5,6,7"), lines[1]
+    assert lines[-1] == "  copies: replicas auto gives the free GPUs to Llama-3.1-8B-Instruct"
+    saved = load.layout.as_dict()
+    assert [c["cuda_visible_devices"] for c in saved["models"][0]["copies"]] == ["2", "1", "0"]
+    engines = load()
+    # the copies' servers start with the model's own, in one call
+    assert recorder.served == [assistant, *assistant.copies]
+    replicated = engines["assistant"]
+    assert isinstance(replicated, ReplicatedEngine) and replicated.name == "Llama-3.1-8B-Instruct"
+    assert [e.config.server.base_url for e in replicated.engines] == [
+        f"http://127.0.0.1:{9000 + i}/v1" for i in range(4)
+    ]
+    assert engines["user_agent"].config == seventy.run_config  # built in this process, alone
+
+    # replicas: 1 keeps the layout of before; replicas: 3, two copies, on the first free GPUs
+    one = loader({**dialogue, "assistant": {**dialogue["assistant"], "replicas": 1}}, tmp_path, gpus, Recorder())
+    assert [d.copies for d in one.layout.decisions] == [(), ()] and len(one.layout.lines()) == 3
+    three = loader({**dialogue, "assistant": {**dialogue["assistant"], "replicas": 3}}, tmp_path, gpus, Recorder())
+    assert [c.placement.gpus for c in three.layout.decisions[0].copies] == [(5,), (6,)]
+    assert three.layout.replicas.why == "replicas 3 for Llama-3.1-8B-Instruct"
+    # a judge alone: in process on GPUs 0-3, a copy on 4-7
+    [judge] = loader({"judge": conf(tmp_path, "llama31_70b")}, tmp_path, gpus, Recorder()).layout.decisions
+    assert (judge.mode, [c.placement.gpus for c in judge.copies]) == ("in_process", [(4, 5, 6, 7)])
+    assert judge.line().endswith(" + 1 copy in a managed vLLM server on GPU 4,5,6,7")
+
+
+def test_replicas_the_free_gpus_cannot_hold_are_refused_before_any_engine_is_made(tmp_path):
+    recorder = Recorder()
+    node = simulated(8, 80)
+    for name, replicas, message in [
+        (
+            "llama31_8b",
+            5,
+            r"model Llama-3.1-8B-Instruct: replicas 5 asks for 5 engines: 4 more copies of 1 GPU\(s\) each need 4 "
+            r"GPU\(s\), the layout leaves 3 free \(5, 6, 7\) of the job's 8\. Ways out: replicas auto",
+        ),
+        ("llama31_70b", 2, r"model Llama-3.1-70B-Instruct: replicas 2 asks for 2 engines: 1 more copy of 4 GPU"),
+    ]:
+        models = paper_models(tmp_path)
+        for role in models:
+            if models[role]["name"] == conf(tmp_path, name)["name"]:
+                models[role] = {**models[role], "replicas": replicas}
+        with pytest.raises(PersonalensError, match=message):
+            loader({r: models[r] for r in ROLES_DIALOGUE}, tmp_path, node, recorder)
+    assert recorder.built == [] and recorder.served == []
+
+
+def test_without_gpus_replicas_are_managed_servers_or_refused(tmp_path):
+    recorder = Recorder()
+    small = {"name": "a", "kv_cache_memory_bytes": 2**29}
+    with pytest.raises(
+        PersonalensError, match=r"a \(assistant\): replicas 2: without GPUs .* set placement: managed_server"
+    ):
+        loader({"assistant": {**small, "replicas": 2}}, tmp_path, None, recorder)
+    auto = loader({"assistant": small}, tmp_path, None, recorder)  # auto: one engine
+    assert auto.layout.decisions[0].copies == ()
+    load = loader({"assistant": {**small, "replicas": 2, "placement": "managed_server"}}, tmp_path, None, recorder)
+    [d] = load.layout.decisions
+    assert [(c.copy, c.mode, c.label) for c in d.copies] == [(1, "managed_server", "a (copy 1)")]
+    assert d.line() == "  a (assistant): managed vLLM server, KV cache 0.50 GiB + 1 copy in a managed vLLM server"
+    engines = load()
+    assert recorder.served == [d, *d.copies] and isinstance(engines["assistant"], ReplicatedEngine)
+    # a copy's server log is its own
+    names = {log_path(tmp_path, d.run_config, "s", c.copy).name for c in (d, *d.copies)}
+    assert len(names) == 2 and any(".copy1." in n for n in names)
+    # scheduling=continuous keeps one engine of each dialogue model in this process
+    with pytest.raises(
+        PersonalensError, match=r"scheduling=continuous .* assistant: replicas 2 \(its copies are servers\)"
+    ):
+        loader(
+            {"assistant": {**small, "replicas": 2}, "user_agent": small},
+            tmp_path,
+            NODE_4X80,
+            recorder,
+            in_process=frozenset(ROLES_DIALOGUE),
+        )
+    held = loader(paper_models(tmp_path), tmp_path, simulated(8, 80), recorder, in_process=frozenset(ROLES_DIALOGUE))
+    assert all(d.copies == () for d in held.layout.decisions)
 
 
 def test_free_gpus_are_used_and_the_choice_is_said(tmp_path):
@@ -174,7 +282,7 @@ def test_without_gpus_in_process_models_keep_todays_behaviour_and_forced_servers
         "gpu_memory_utilization": 0.8,
     }
     engines = load()
-    assert recorder.served == [b] and engines["judge"] == "b" and recorder.built[1].engine == "server"
+    assert recorder.served == [b] and engines["judge"].name == "b" and recorder.built[1].engine == "server"
 
 
 def test_a_model_without_local_files_cannot_be_planned(tmp_path):
@@ -302,11 +410,18 @@ def test_placement_settings_are_checked_and_left_out_of_the_fingerprint(tmp_path
         ({"max_num_batched_tokens": -5}, "max_num_batched_tokens: must be a positive"),
         ({"kv_cache_memory_bytes": 0}, "kv_cache_memory_bytes: must be a positive"),
         ({"dtype": "fp8"}, r"m\.dtype: expected one of"),
+        ({"replicas": 0}, r"m\.replicas: expected auto or a whole number of engines \(1 or more\), got 0"),
+        ({"replicas": "two"}, r"m\.replicas: expected auto or a whole number .* got 'two'"),
+        ({"replicas": True}, r"m\.replicas: expected int \| str, got True"),
+        (
+            {"engine": "server", "server": {"base_url": "http://x/v1"}, "replicas": 2},
+            r"m\.replicas: 2 applies to engine vllm",
+        ),
     ]:
         with pytest.raises(ModelConfigError, match=message):
             ModelConfig.from_mapping({"name": "m", **raw}, where="m")
     base = OmegaConf.create(conf(tmp_path, "llama31_8b"))
-    moved = OmegaConf.merge(base, {"placement": "managed_server", "gpus": [1]})
+    moved = OmegaConf.merge(base, {"placement": "managed_server", "gpus": [1], "replicas": 3})
     assert model_identity(base) == model_identity(moved)
 
 
@@ -323,16 +438,19 @@ def test_the_layout_is_saved_with_the_run_config(tmp_path):
 
 
 def test_what_the_config_alone_rules_out_is_refused_in_one_line_before_anything_is_written(tmp_path):
-    """`personalens run` with a server-backed user agent under scheduling=continuous, or a server with
-    retries -1: exit status 2 and one line, before any model loads or any output is written."""
+    """`personalens run` with a server-backed user agent under scheduling=continuous, a server with
+    retries -1, or replicas a CPU cannot start or no number of engines: exit status 2 and one line,
+    before any model loads or any output is written."""
     from cli_helpers import run_cli
 
     served = ["model@user_agent=server", "user_agent.name=remote", "user_agent.server.base_url=http://127.0.0.1:9/v1"]
     for extra, message in [
         (["scheduling=continuous"], "scheduling=continuous runs the assistant and user_agent in this process"),
         (["user_agent.server.retries=-1"], "model@user_agent.server.retries: must be 0 or more, got -1"),
+        (["assistant.replicas=2"], "replicas 2: without GPUs (vLLM's CPU build, or none visible) several engines"),
+        (["assistant.replicas=0"], "model@assistant.replicas: expected auto or a whole number of engines (1 or more)"),
     ]:
-        out = tmp_path / extra[0].split("=")[0]
+        out = tmp_path / extra[0].replace("=", "-")
         proc = run_cli("run", "data.users=0", *served, *extra, f"run.out_dir={out}", check=False)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert len([line for line in proc.stderr.splitlines() if "error" in line.lower()]) == 1, proc.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from personalens.engines.architecture import Architecture
-from personalens.engines.placement import ModelNeed, Rules, layouts
+from personalens.engines.placement import ModelNeed, Rules, layouts, replicas
 from personalens.plan.budget import Fixed, Turns, Workload
 from personalens.plan.engine_model import GpuModel, Turn, simulate
 from personalens.plan.throughput import GPUS, compare, dialogues, engine_of, sampled
@@ -73,7 +73,7 @@ def test_a_layouts_engines_follow_its_models_gpus_and_kv():
     assert engine.bandwidth == pytest.approx(4 * 3.35e12 * 0.75) and engine.flops == pytest.approx(4 * 989e12 * 0.5)
     assert engine.kv_bytes_per_token == arch.kv_bytes_per_token(2) == 4 * placed.kv_per_token_per_gpu
     assert engine.kv_tokens == placed.kv_cache_memory_bytes // placed.kv_per_token_per_gpu
-    # a 70B judge on 8 GPUs: a second copy on GPUs 4-7 is modelled, faster, and not available
+    # a 70B judge on 8 GPUs: the run's second copy on GPUs 4-7 is modelled, faster than the judge alone
     fixed = Fixed(600, 800, 500, {"task_completion/": 700})
     workload = Workload(
         {"SD": fixed},
@@ -84,12 +84,27 @@ def test_a_layouts_engines_follow_its_models_gpus_and_kv():
         "test",
     )
     _, judged = dialogues(sampled({"SD": 64}, workload, 64), workload, {"judge": 16_000})
-    eight = layouts([need], 8, Rules(gpu_bytes=80 * 10**9))
-    result = compare([need], eight, 8, Rules(gpu_bytes=80 * 10**9), GPUS["h100"], [judged])
-    [chosen] = result["layouts"]
-    [copy] = result["replicas"]
-    assert (copy["copies"], copy["gpus"], copy["available"]) == (1, [4, 5, 6, 7], False)
-    assert copy["tokens_per_s"] > 1.5 * chosen["tokens_per_s"]
+    rules = Rules(gpu_bytes=80 * 10**9)
+    eight = layouts([need], 8, rules)
+    copies = replicas([need], eight[0].placements, 8, rules)
+    with_copy, alone = compare([need], eight, copies, GPUS["h100"], [judged])["layouts"]
+    assert (with_copy["name"], with_copy["chosen"], with_copy["copies"]) == (
+        "in process + 1 copy of 70b on GPU 4,5,6,7",
+        True,
+        {"70b": [[4, 5, 6, 7]]},
+    )
+    assert (alone["name"], alone["chosen"]) == ("in process without the copies", False)
+    assert with_copy["kv_tokens"] == alone["kv_tokens"]  # the copy holds what the model holds alone
+    assert with_copy["tokens_per_s"] > 1.5 * alone["tokens_per_s"]
+    # without copies (replicas: 1) the layout alone is modelled
+    [only] = compare(
+        [need],
+        eight,
+        replicas([dataclasses.replace(need, replicas=1)], eight[0].placements, 8, rules),
+        GPUS["h100"],
+        [judged],
+    )["layouts"]
+    assert (only["name"], only["chosen"], only["tokens_per_s"]) == ("in process", True, alone["tokens_per_s"])
 
 
 def test_sampled_dialogues_keep_the_kinds_and_turn_counts_and_end_at_max_model_len():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from test_report import judge_all, make_dialogue, write_run
 
 from personalens import cli
 from personalens.config import register_resolvers
-from personalens.engines.base import Generation
+from personalens.engines.base import Generation, conversation
 from personalens.errors import PersonalensError
 from personalens.judge import command as judge_command
 from personalens.judge.formats import formats_named, official_formats
@@ -29,6 +30,7 @@ from personalens.report import command as report_command
 from personalens.simulate import command as simulate_command
 from personalens.simulate.dialogue import Dialogue, EndRules
 from personalens.simulate.lockstep import run_lockstep
+from personalens.store import KEY_COLUMNS
 
 OFFICIAL = EndRules(terminate="substring", reply_after_cap=True)
 PAPER = EndRules()
@@ -297,11 +299,17 @@ def test_official_default_runs_generate_judge_and_report_with_the_released_shape
     for row in read_rows(out / "dialogues"):
         assert [t["role"] for t in row["turns"]] == ["user", "assistant", "user", "assistant"]
         assert row["turns"][2]["text"] == "Thanks, that works."
+    # every request names its dialogue (the copy of a replicated model that answers it: engines/replicated.py)
+    keys = {conversation(*(row[k] for k in KEY_COLUMNS)) for row in read_rows(out / "dialogues")}
+    assert Counter(r.affinity for r in dialogue_requests) == dict.fromkeys(keys, 4)
 
     engine.requests.clear()
     assert judge_command.judge(cfg, engines) == 0
     judgments = read_rows(out / "judgments")
     assert judgments and all(j["parsed"] for j in judgments)
+    assert Counter(r.affinity for r in engine.requests) == Counter(
+        conversation(*(j[k] for k in KEY_COLUMNS)) for j in judgments
+    )
     assert {j["score"] for j in judgments if j["dimension"] == "personalization"} == {3.0}
     speakers = {r.messages[0]["content"].split("\n")[0] for r in engine.requests if "Naturalness" in r.grammar}
     assert speakers == {

@@ -4,12 +4,14 @@ run` (the judge shares the user agent's model, so its server) and end with it; a
 hub-id model (read offline from a test cache) that answers only requests carrying its random key,
 started again on another port when another server took its first one before vLLM bound it.
 The two-server run is first attempted with one server killed mid-run, which stops the command at once
-with one line; the run then finishes the work.
+with one line; the run then finishes the work. Two copies of one model (`replicas: 2`) answer a
+`personalens generate` together, each dialogue on the copy its key picks.
 Kept small: 4 one-round dialogues of 16-token replies, short judge outputs, a fixed 512 MiB KV cache,
 no torch.compile."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -18,6 +20,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -27,10 +30,12 @@ from hub_cache import add_snapshot
 from omegaconf import OmegaConf
 
 from personalens.engines import managed
+from personalens.engines.base import conversation
 from personalens.engines.config import ModelConfig
 from personalens.engines.embedded import embedded_model_dir
 from personalens.engines.layout import Decision
 from personalens.engines.managed import serve_args, start_servers
+from personalens.engines.replicated import copy_of
 from personalens.engines.server import ServerEngine
 from personalens.engines.server_processes import MARKER_ENV, stop_all
 from personalens.engines.vllm_args import engine_args
@@ -140,6 +145,45 @@ def test_two_managed_servers_serve_a_real_run_and_end_with_it(tmp_path):
     assert "0 dialogues simulated" in again.stderr and "starting a vLLM server" not in again.stderr
 
 
+def test_two_copies_of_a_model_answer_a_real_generate_dialogue_by_dialogue(tmp_path):
+    """The user agent's and the assistant's model (one config, so one engine) with `replicas: 2` and
+    `placement: managed_server`: two servers start together and answer a `personalens generate` of 3
+    dialogues. vLLM logs each reply a server sends (VLLM_DEBUG_LOG_API_SERVER_RESPONSE), so each
+    server's replies are counted and matched with the dialogues the affinity rule gives it."""
+    out = tmp_path / "run"
+    model = {**TINY, "name": "SmolLM2-copies", "replicas": 2}
+    args = ["generate", "data.users=1", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=2"]
+    args += ["protocol.user_agent.max_tokens=24", "protocol.assistant.max_tokens=24", "progress=false"]
+    args += [f"{role}.{k}={v}" for role in ("user_agent", "assistant") for k, v in model.items()]
+    proc = run_cli(*args, f"run.out_dir={out}", env={**os.environ, "VLLM_DEBUG_LOG_API_SERVER_RESPONSE": "true"})
+
+    assert (
+        "SmolLM2-copies (user_agent, assistant): managed vLLM server, KV cache 0.50 GiB + 1 copy in a managed "
+        "vLLM server" in proc.stderr
+    ), proc.stderr
+    ready = re.findall(r"vLLM server for (SmolLM2-copies(?: \(copy 1\))?) ready after", proc.stderr)
+    assert sorted(ready) == ["SmolLM2-copies", "SmolLM2-copies (copy 1)"], proc.stderr
+    saved = OmegaConf.load(out / "generate.yaml").resolved.placement.models
+    assert [(m.mode, [c["copy"] for c in m.copies]) for m in saved] == [("managed_server", [1])]
+    logs = sorted((out / "logs").glob("vllm-server.SmolLM2-copies.*.log"), key=lambda p: ".copy1." in p.name)
+    assert [".copy1." in p.name for p in logs] == [False, True]
+
+    dialogues = read_rows(out / "dialogues")
+    assert len(dialogues) == 3 and all(d["ended"] in ("max_rounds", "terminated") for d in dialogues)
+    copy = [copy_of(conversation(*(d[k] for k in KEY_COLUMNS)), 2) for d in dialogues]
+    assert sorted(set(copy)) == [0, 1]  # the rule spreads these three over both copies
+    for k, log in enumerate(logs):
+        sent = [
+            ast.literal_eval(m)
+            for m in re.findall(r"streaming_complete: content=(.*), chunks=\d+\}$", log.read_text(), re.MULTILINE)
+        ]
+        mine = [d for d, c in zip(dialogues, copy) if c == k]
+        # one reply per request (each a turn), every one of its dialogues' replies, nothing of the others'
+        assert len(sent) == sum(len(d["turns"]) for d in mine) > 0, (log.name, sent)
+        replies = [t["text"] for d in mine for t in d["turns"] if t["role"] == "assistant"]
+        assert not Counter(replies) - Counter(sent), (log.name, replies, sent)
+
+
 def _status(url: str, key: str | None, body: dict | None = None) -> int:
     """The HTTP status of a POST of `body` (a one-token chat completion) to `url`, with `key` or none."""
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
@@ -177,7 +221,7 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
     free_ports = managed._free_ports
     monkeypatch.setattr(managed, "_free_ports", lambda n: next(first, None) or free_ports(n))
     try:
-        served = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs)[config]
+        [served] = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs)
         key, url = served.server.api_key, served.server.base_url
         # it started again on another port: the first launch lost its port (vLLM says so), and the other
         # server was asked who it is and not taken for this one

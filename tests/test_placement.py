@@ -12,6 +12,7 @@ from personalens.engines.placement import (
     GIB,
     ModelNeed,
     Rules,
+    auto_pick,
     batched_tokens,
     layouts,
     plan_placement,
@@ -314,3 +315,14 @@ def test_70b_user_agent_and_judge_with_8b_assistant_by_node_size(n_gpus, fits):
     placed = plan_placement(models, n_gpus, RULES)
     assert all(used_per_gpu(placed, g) <= GPU_80GB * 0.9 for g in range(n_gpus))
     assert all(p.max_len_seqs >= 1 for p in placed)
+
+
+def test_the_free_gpus_go_to_the_model_serving_most_dialogue_roles_then_most_roles_then_fewest_gpus():
+    judge_small = need("llama31_8b", ("judge",))
+    assistant_wide = need("mixtral8x7b", ("assistant",), tp=2)
+    assert auto_pick([judge_small, assistant_wide]) is assistant_wide  # a dialogue role first
+    user_and_judge = need("llama31_70b", ("user_agent", "judge"), tp=4)
+    assert auto_pick([assistant_wide, user_and_judge]) is user_and_judge  # then the most roles
+    assistant_small = need("mistral7b_v02", ("assistant",))
+    assert auto_pick([assistant_wide, assistant_small]) is assistant_small  # then the fewest GPUs per copy
+    assert auto_pick([assistant_small, need("llama31_8b", ("user_agent",))]) is assistant_small  # then the first

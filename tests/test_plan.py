@@ -125,7 +125,7 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
         ("in process", True, True),
         ("own GPUs", False, False),
     ]
-    assert modelled["layouts"][0]["tokens_per_s"] > 0 and modelled["replicas"] == []
+    assert modelled["layouts"][0]["tokens_per_s"] > 0 and "copies" not in modelled["layouts"][0]
     dialogues = sum(plan["selection"]["dialogues"].values())
     assert plan["selection"]["users"] == 6 and dialogues == 34
     # at the cap (3 rounds, official rules: 8 turns), every reply at its max_tokens
@@ -138,8 +138,8 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
 def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_models):
     """On 8 GPUs each model gets GPUs of its own; the in-process layout on the first four fits too, and
     both are modelled on the paper protocol's dialogues: with whole GPUs each model's KV cache holds
-    more of the histories, so fewer prompt tokens are computed again. A copy of the 8B on the three
-    GPUs left is modelled too, and said not to be available."""
+    more of the histories, so fewer prompt tokens are computed again. The run puts copies of the 8B on
+    the three GPUs left (replicas auto): modelled with and without them, and said to be chosen."""
     out = tmp_path / "plan.json"
     args = ["plan.gpus=8", "plan.gpu_memory_gib=80", "plan.jobs=[generate]", "plan.model_dialogues=16"]
     proc = run_cli("plan", *paper_models, *args, f"plan.out={out}", timeout=120)
@@ -151,20 +151,24 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
     assert generate["why"].startswith("each model on GPUs of its own: chosen, as it fits")
     modelled = generate["throughput"]
     assert modelled["dialogues"] == 16 and modelled["of"] == 34
-    own, shared = modelled["layouts"]
-    assert (own["name"], own["chosen"], shared["name"], shared["fits"]) == ("own GPUs", True, "in process", True)
+    copies, own, shared = modelled["layouts"]
+    assert (own["name"], own["chosen"], shared["name"], shared["fits"]) == (
+        "own GPUs without the copies",
+        False,
+        "in process",
+        True,
+    )
     for key in own["kv_tokens"]:
         assert own["kv_tokens"][key] > 4 * shared["kv_tokens"][key]
     assert own["tokens_per_s"] > shared["tokens_per_s"] and own["prefilled_share"] < shared["prefilled_share"]
-    [copies] = modelled["replicas"]
-    assert (copies["model"], copies["copies"], copies["gpus"], copies["available"]) == (
-        "Llama-3.1-8B-Instruct",
-        3,
-        [5, 6, 7],
-        False,
-    )
+    assert (copies["chosen"], copies["copies"]) == (True, {"Llama-3.1-8B-Instruct": [[5], [6], [7]]})
     assert copies["tokens_per_s"] > own["tokens_per_s"]
-    assert "own GPUs (chosen): " in proc.stdout and "not available yet" in proc.stdout
+    assert [c["cuda_visible_devices"] for c in generate["models"][1]["copies"]] == ["5", "6", "7"]
+    assert (
+        "own GPUs + 3 copies of Llama-3.1-8B-Instruct on GPU 5,6,7 (chosen: replicas auto gives the free GPUs to "
+        "Llama-3.1-8B-Instruct): " in proc.stdout
+    ), proc.stdout
+    assert "+ 3 copies in managed vLLM servers on GPU 5,6,7" in proc.stdout and "not available" not in proc.stdout
 
 
 def test_plan_refuses_the_same_models_on_one_gpu_and_says_why(tmp_path, paper_models):

@@ -95,8 +95,14 @@ def test_batch_invariant_engines_and_servers_get_the_environment_when_they_start
         (in_process, [("engine", "vllm"), ("engine", "vllm")]),
         (
             managed,
-            # the 8B on the first GPU in this process, the forced one a server on the next
-            [("server", "Mistral-7B-Instruct-v0.2"), ("engine", "vllm"), ("engine", "server")],
+            # the 8B on the first GPU in this process, the forced one a server on the next, copies of the
+            # 8B servers on the two GPUs left: every server gets the environment, as the engine does
+            [
+                ("server", "Mistral-7B-Instruct-v0.2"),
+                *[("server", "Llama-3.1-8B-Instruct")] * 2,
+                ("engine", "vllm"),
+                *[("engine", "server")] * 3,
+            ],
         ),
     ):
         for reproducible, value in ((False, None), (True, "1")):

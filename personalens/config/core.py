@@ -23,6 +23,7 @@ _RUNTIME_ONLY = {
     "server",
     "placement",
     "gpus",
+    "replicas",
     "download",
 }
 # settings added to the model configs later, at the value that generates what configs without them

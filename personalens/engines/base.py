@@ -45,6 +45,15 @@ class Request:
     # the prompt as the engine's own tokenizer makes it from `messages` (engines/tokens.py); an engine
     # with a `chat_tokenizer` then skips rendering and tokenizing, one without it uses `messages`
     prompt_ids: Sequence[int] | None = None
+    # what identifies the conversation the request belongs to (`conversation`): a model's copies
+    # (engines/replicated.py) answer a conversation's requests on one copy, whose prefix cache holds
+    # its history; None: any copy
+    affinity: str | None = None
+
+
+def conversation(*key: object) -> str:
+    """A request's `affinity` from what identifies its conversation (a dialogue's key)."""
+    return "|".join(map(str, key))
 
 
 @dataclass(frozen=True)

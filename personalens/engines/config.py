@@ -23,6 +23,9 @@ ENGINE_KINDS = ("vllm", "server")
 # where an engine: vllm model runs (engines/layout.py): planned from its size, in this process, or
 # in a vLLM server that personalens starts and stops (engines/managed.py)
 PLACEMENTS = ("auto", "in_process", "managed_server")
+# engines of one model (engines/replicated.py): auto gives the GPUs a layout leaves free to copies of a
+# model (engines/placement.py, `replicas`), and means 1 without GPUs; N asks for exactly N
+REPLICAS_AUTO = "auto"
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's names
 _MISSING = "???"  # Hydra's mandatory-value marker
 
@@ -85,6 +88,7 @@ class ModelConfig:
     placement: str = "auto"
     # GPUs of a managed server, as indices into this job's visible GPUs; None: the planner picks
     gpus: tuple[int, ...] | None = None
+    replicas: int | str = REPLICAS_AUTO  # auto, or a whole number of engines >= 1
     server: ServerConfig | None = field(default=None)
     # where `path` and `tokenizer` were found when they named hub ids (set by from_mapping, not configurable)
     snapshots: tuple[tuple[str, HubSnapshot], ...] = ()
@@ -103,6 +107,15 @@ class ModelConfig:
         if config.engine == "server" and (config.placement != "auto" or config.gpus is not None):
             raise ModelConfigError(
                 f"{where}: placement and gpus apply to engine vllm; an engine: server endpoint runs elsewhere"
+            )
+        if config.replicas != REPLICAS_AUTO and (isinstance(config.replicas, str) or config.replicas < 1):
+            raise ModelConfigError(
+                f"{where}.replicas: expected auto or a whole number of engines (1 or more), got {config.replicas!r}"
+            )
+        if config.engine == "server" and config.replicas not in (REPLICAS_AUTO, 1):
+            raise ModelConfigError(
+                f"{where}.replicas: {config.replicas} applies to engine vllm; an engine: server endpoint is one "
+                "server that personalens does not start"
             )
         if config.gpus is not None and len(config.gpus) != config.tensor_parallel_size:
             raise ModelConfigError(
@@ -138,6 +151,11 @@ class ModelConfig:
     def with_memory_share(self, share: float) -> ModelConfig:
         """The same model given `share` of the memory it was configured with."""
         return dataclasses.replace(self, gpu_memory_utilization=self.gpu_memory_utilization * share)
+
+    @property
+    def explicit_replicas(self) -> int | None:
+        """The number of engines `replicas` asks for; None for auto."""
+        return None if self.replicas == REPLICAS_AUTO else int(self.replicas)
 
 
 def _with_files_found(config: ModelConfig, where: str) -> ModelConfig:

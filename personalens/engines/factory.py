@@ -2,8 +2,9 @@
 
 Roles with equal configs share one engine. Where each distinct model runs is decided first, when the
 loader is made (layout.py): the decision is logged, and a layout that cannot fit is refused there,
-before anything is saved or loaded. When the engines are needed, the managed vLLM servers start
-together (managed.py), then the in-process engines load.
+before anything is saved or loaded. When the engines are needed, the managed vLLM servers (the
+models' copies among them) start together (managed.py), then the in-process engines load; a model
+with copies is one engine over them all (replicated.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from personalens.engines.dtype import vllm_is_cpu_build
 from personalens.engines.gpus import GpuSpec, visible_gpu_spec
 from personalens.engines.layout import Decision, plan_layout
 from personalens.engines.managed import start_servers
+from personalens.engines.replicated import ReplicatedEngine
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,7 @@ class EngineLoader:
         reproducible: bool = False,
         gpus: Callable[[], GpuSpec | None] = visible_gpu_spec,
         build: Callable[[ModelConfig], Engine] = build_engine,
-        serve: Callable[[list[Decision], Path, str], dict[ModelConfig, ModelConfig]] = start_servers,
+        serve: Callable[[list[Decision], Path, str], list[ModelConfig]] = start_servers,
     ):
         self.configs = model_configs(models)  # hub ids replaced by their snapshot folders
         spec = gpus()
@@ -81,9 +83,13 @@ class EngineLoader:
             if self.batch_invariance is not None:
                 # read by vLLM when an engine starts; inherited by its processes and the managed servers
                 os.environ.update(invariance.ENV)
-            managed = [d for d in self.layout.decisions if d.mode == "managed_server"]
-            served = self._serve(managed, self._log_dir, self._shard) if managed else {}
-            built = {d.config: self._build(served.get(d.config, d.run_config)) for d in self.layout.decisions}
+            decisions = self.layout.decisions
+            managed = [d for d in decisions if d.mode == "managed_server"] + [c for d in decisions for c in d.copies]
+            served = dict(zip(managed, self._serve(managed, self._log_dir, self._shard))) if managed else {}
+            built = {}
+            for d in decisions:
+                engines = [self._build(served.get(e, e.run_config)) for e in (d, *d.copies)]
+                built[d.config] = engines[0] if len(engines) == 1 else ReplicatedEngine(engines)
             self._engines = {role: built[config] for role, config in self.configs.items()}
         return self._engines
 

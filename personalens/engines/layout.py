@@ -6,9 +6,12 @@ model from its files (architecture.py). When each model fits on GPUs of its own,
 first GPUs runs in this process and the others in vLLM servers on theirs (managed.py); otherwise every
 model runs in this process on the first GPUs, each with an explicit per-GPU KV cache and a memory
 share that covers what it holds (vLLM's own profiling would count an engine loaded earlier as its own
-use). Every engine gets an explicit KV cache either way. Without GPUs (vLLM's CPU build) nothing is planned: in-process engines split their
-configured memory share as they always did, and only a model whose config says
-`placement: managed_server` gets a server (which is how servers are tested on CPUs).
+use). Every engine gets an explicit KV cache either way. The GPUs the chosen layout leaves free hold
+copies of a model (`replicas`, placement.py), each in a managed server; the model's engines then
+share its requests (replicated.py). Without GPUs (vLLM's CPU build) nothing is planned: in-process
+engines split their configured memory share as they always did, and only a model whose config says
+`placement: managed_server` gets a server, or with `replicas: N` N servers (which is how servers are
+tested on CPUs).
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from personalens.engines.placement import (
     Candidate,
     ModelNeed,
     Placement,
+    Replicas,
     Rules,
     batched_tokens,
     layouts,
     refusal,
+    replicas,
     weights_bytes,
 )
 from personalens.errors import PersonalensError
@@ -49,6 +54,13 @@ class Decision:
     run_config: ModelConfig  # the plan's KV cache and memory share applied
     device_ids: tuple[str, ...] = ()  # a managed server's CUDA_VISIBLE_DEVICES
     placement: Placement | None = None  # the planner's numbers; None where nothing was planned
+    copy: int = 0  # 0: the model's own engine; k: its k-th copy (replicas), a managed server
+    copies: tuple[Decision, ...] = ()  # the model's copies, each a managed server of its own
+
+    @property
+    def label(self) -> str:
+        """The model, and which copy, in messages (a server's start and exit)."""
+        return f"{self.config.name} (copy {self.copy})" if self.copy else self.config.name
 
     def as_dict(self) -> dict:
         out = {
@@ -69,6 +81,10 @@ class Decision:
                 "kv_per_token_per_gpu": p.kv_per_token_per_gpu,
                 "max_len_seqs": p.max_len_seqs,
             }
+        if self.copy:
+            out["copy"] = self.copy
+        if self.copies:
+            out["copies"] = [c.as_dict() for c in self.copies]
         return out
 
     def line(self) -> str:
@@ -76,21 +92,39 @@ class Decision:
         head = f"  {self.config.name} ({', '.join(self.roles)}){found}: "
         if self.mode == "server":
             return head + f"server at {self.config.server.base_url}"
+        return head + self._where() + self._copies()
+
+    def _where(self) -> str:
         where = "in process" if self.mode == "in_process" else "managed vLLM server"
         kv = self.run_config.kv_cache_memory_bytes
         if self.placement is None:
-            return head + where + (f", KV cache {kv / GIB:.2f} GiB" if kv else "")
+            return where + (f", KV cache {kv / GIB:.2f} GiB" if kv else "")
         p = self.placement
         held = (
             f"{p.max_len_seqs} sequence(s) of max_model_len {self.run_config.max_model_len or 'unset'}"
             if p.max_len_seqs is not None
             else f"{kv // p.kv_per_token_per_gpu:,} tokens"
         )
-        return head + (
+        return (
             f"{where} on GPU {','.join(map(str, p.gpus))}: weights {p.weights_per_gpu / GIB:.1f} GiB + activations "
             f"{p.activation_per_gpu / GIB:.1f} GiB + KV {kv / GIB:.1f} GiB per GPU ({held}), memory share "
             f"{self.run_config.gpu_memory_utilization:.3f}"
         )
+
+    def _copies(self) -> str:
+        """` + 3 copies in managed vLLM servers on GPU 5,6,7` (each copy's GPUs, `and` between copies
+        of several GPUs)."""
+        n = len(self.copies)
+        if not n:
+            return ""
+        what = (
+            f" + {n} cop{'y' if n == 1 else 'ies'} in {'a managed vLLM server' if n == 1 else 'managed vLLM servers'}"
+        )
+        placed = [c.placement for c in self.copies if c.placement is not None]
+        if not placed:
+            return what
+        groups = [",".join(map(str, p.gpus)) for p in placed]
+        return what + " on GPU " + ("," if len(placed[0].gpus) == 1 else " and ").join(groups)
 
 
 @dataclass(frozen=True)
@@ -100,6 +134,7 @@ class Layout:
     rules: Rules | None
     needs: tuple[ModelNeed, ...] = ()  # what the planner sized, per in-process or managed model
     candidates: tuple[Candidate, ...] = ()  # the layouts tried, the chosen one first
+    replicas: Replicas = Replicas()  # copies on the GPUs the chosen layout leaves free, and why
 
     def decision(self, config: ModelConfig) -> Decision:
         return next(d for d in self.decisions if d.config == config)
@@ -131,7 +166,8 @@ class Layout:
 
     def lines(self) -> list[str]:
         why = self.why()
-        return [self.describe() + (f"; {why}" if why else ""), *(d.line() for d in self.decisions)]
+        copies = [f"  copies: {self.replicas.why}"] if self.replicas.why else []
+        return [self.describe() + (f"; {why}" if why else ""), *(d.line() for d in self.decisions), *copies]
 
     def as_dict(self) -> dict:
         return {
@@ -139,6 +175,7 @@ class Layout:
             "basis": self.describe(),
             "why": self.why(),
             "models": [d.as_dict() for d in self.decisions],
+            **({"copies_why": self.replicas.why} if self.replicas.why else {}),
         }
 
 
@@ -165,8 +202,9 @@ def plan_layout(
     needs = []
     for c, key in zip(local, _keys(local)):
         need = model_need(c, tuple(roles[c]), key)
-        if in_process & set(roles[c]) and need.placement == "auto":
-            need = dataclasses.replace(need, placement="in_process")
+        if in_process & set(roles[c]):
+            # its requests go in while the engine steps: one engine, in this process
+            need = dataclasses.replace(need, placement="in_process", replicas=1)
         needs.append(need)
     candidates = layouts(needs, gpus.count, rules) if needs else [Candidate("none", (), "")]
     if candidates[0].placements is None:
@@ -176,8 +214,12 @@ def plan_layout(
             else ""
         )
         raise PersonalensError(held + refusal(needs, gpus.count, rules))
-    decided = {c: _decided(c, tuple(roles[c]), p, gpus, rules) for c, p in zip(local, candidates[0].placements)}
-    return Layout(tuple((decided | external)[c] for c in roles), gpus, rules, tuple(needs), tuple(candidates))
+    copies = replicas(needs, candidates[0].placements, gpus.count, rules)
+    decided = {
+        c: _decided(c, tuple(roles[c]), p, gpus, rules, copies.of(p.key))
+        for c, p in zip(local, candidates[0].placements)
+    }
+    return Layout(tuple((decided | external)[c] for c in roles), gpus, rules, tuple(needs), tuple(candidates), copies)
 
 
 def _served(c: ModelConfig) -> str:
@@ -188,30 +230,51 @@ def _served(c: ModelConfig) -> str:
         return "placement managed_server"
     if c.gpus is not None and c.gpus != tuple(range(c.tensor_parallel_size)):
         return f"gpus {list(c.gpus)} (an in-process engine uses the first GPUs)"
+    if (c.explicit_replicas or 1) > 1:
+        return f"replicas {c.replicas} (its copies are servers)"
     return ""
 
 
 def _unplanned(local: Sequence[ModelConfig], roles: Mapping[ModelConfig, list[str]]) -> dict:
     """No GPU: in-process engines split their configured memory share equally (on a CPU vLLM takes that
-    share of RAM unless kv_cache_memory_bytes is set); forced servers keep their configs."""
+    share of RAM unless kv_cache_memory_bytes is set); forced servers keep their configs, and
+    `replicas: N` makes N of them (auto means 1: there are no free GPUs to fill)."""
+    many = [c for c in local if (c.explicit_replicas or 1) > 1 and c.placement != "managed_server"]
+    if many:
+        raise PersonalensError(
+            "; ".join(f"{c.name} ({', '.join(roles[c])}): replicas {c.replicas}" for c in many)
+            + ": without GPUs (vLLM's CPU build, or none visible) several engines of a model are managed vLLM "
+            "servers: set placement: managed_server, or replicas: 1"
+        )
     in_process = [c for c in local if c.placement != "managed_server"]
     decided = {}
     for c in local:
         if c in in_process:
             decided[c] = Decision(c, tuple(roles[c]), "in_process", c.with_memory_share(1 / len(in_process)))
         else:
-            decided[c] = Decision(c, tuple(roles[c]), "managed_server", c)
+            copies = tuple(
+                Decision(c, tuple(roles[c]), "managed_server", c, copy=k) for k in range(1, c.explicit_replicas or 1)
+            )
+            decided[c] = Decision(c, tuple(roles[c]), "managed_server", c, copies=copies)
     return decided
 
 
-def _decided(c: ModelConfig, roles: tuple[str, ...], placed: Placement, gpus: GpuSpec, rules: Rules) -> Decision:
+def _decided(
+    c: ModelConfig,
+    roles: tuple[str, ...],
+    placed: Placement,
+    gpus: GpuSpec,
+    rules: Rules,
+    copies: Sequence[Placement] = (),
+) -> Decision:
     run = dataclasses.replace(c, kv_cache_memory_bytes=placed.kv_cache_memory_bytes)
+    made = tuple(dataclasses.replace(_decided(c, roles, p, gpus, rules), copy=k) for k, p in enumerate(copies, start=1))
     if placed.mode == "in_process":
         # vLLM checks at start-up that this share of the GPU is free: each engine's own part, so the
         # second engine on a GPU finds it free beside the first
         run = dataclasses.replace(run, gpu_memory_utilization=placed.held_per_gpu(rules) / gpus.memory_bytes)
-        return Decision(c, roles, "in_process", run, placement=placed)
-    return Decision(c, roles, "managed_server", run, gpus.device_ids(placed.gpus), placement=placed)
+        return Decision(c, roles, "in_process", run, placement=placed, copies=made)
+    return Decision(c, roles, "managed_server", run, gpus.device_ids(placed.gpus), placement=placed, copies=made)
 
 
 def _keys(configs: Sequence[ModelConfig]) -> list[str]:
@@ -259,6 +322,7 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
         max_model_len=max_model_len,
         batched_tokens=batched_tokens(config.max_num_batched_tokens, config.enable_chunked_prefill, max_model_len),
         max_num_seqs=config.max_num_seqs,
+        replicas=config.explicit_replicas,
     )
 
 

@@ -2,7 +2,7 @@
 and talks to as `engine: server` models (server.py): their command lines, environments and log
 names, started, watched and stopped as processes by server_processes.py.
 
-All servers of a command start at once and load in parallel; each listens on a free port of
+All servers of a command (a model's copies among them) start at once and load in parallel; each listens on a free port of
 127.0.0.1 and writes its log to `<run.out_dir>/logs/`. Each gets a fresh random API key, in its
 environment (VLLM_API_KEY), not on its command line, which every user of the node can read (`ps`);
 only this process's server engines are given it, and every route but /health asks for it
@@ -65,21 +65,24 @@ def server_env(
     return out
 
 
-def log_path(log_dir: Path, config: ModelConfig, shard: str) -> Path:
-    """`vllm-server.<name>.<shard>.<digest>.<pid>.log`: shards of one run that share an out_dir (and,
-    in containers, PID numbers) never write one file, nor do two configs of one model name."""
+def log_path(log_dir: Path, config: ModelConfig, shard: str, copy: int = 0) -> Path:
+    """`vllm-server.<name>.<shard>.<digest>[.copy<k>].<pid>.log`: shards of one run that share an
+    out_dir (and, in containers, PID numbers) never write one file, nor do two configs of one model
+    name, nor two copies of one model."""
     digest = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True, default=str).encode())
-    parts = [re.sub(r"[^A-Za-z0-9_-]+", "_", config.name), shard, digest.hexdigest()[:8], str(os.getpid())]
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", config.name)
+    parts = [name, shard, digest.hexdigest()[:8], f"copy{copy}" if copy else "", str(os.getpid())]
     return log_dir / ("vllm-server." + ".".join(p for p in parts if p) + ".log")
 
 
 def start_servers(
     decisions: Sequence[Decision], log_dir: Path, shard: str = "", timeout: float = START_TIMEOUT_S
-) -> dict[ModelConfig, ModelConfig]:
-    """A server for each managed decision, started together and waited for together (a server that
-    dies fails the start at once; one whose port was taken meanwhile starts again on another);
-    returns, per model config, the `engine: server` config that reaches its server once all answer
-    as themselves. `shard` names the command's shard in the servers' log files."""
+) -> list[ModelConfig]:
+    """A server for each managed decision (a model's copies are decisions too), started together and
+    waited for together (a server that dies fails the start at once; one whose port was taken
+    meanwhile starts again on another); returns, per decision, the `engine: server` config that
+    reaches its server once all answer as themselves. `shard` names the command's shard in the
+    servers' log files."""
     models = [model_path(d.run_config) for d in decisions]
     dtypes = [local_dtype(d.run_config.dtype).dtype for d in decisions]
     # the installed vLLM takes them, before any starts
@@ -87,21 +90,22 @@ def start_servers(
     keys = [secrets.token_urlsafe(32) for _ in decisions]
 
     def start(i: int, port: int) -> Launched:
-        config = decisions[i].run_config
-        path = log_path(log_dir, config, shard)
-        env = server_env(config, decisions[i].device_ids, os.environ, path, keys[i])
+        d = decisions[i]
+        config = d.run_config
+        path = log_path(log_dir, config, shard, d.copy)
+        env = server_env(config, d.device_ids, os.environ, path, keys[i])
         command = [sys.executable, "-m", SERVER_MODULE, *serve_args(config, models[i], port, dtypes[i])]
-        launched = launch(config.name, command, env, path, port, key=keys[i], model=config.name)
-        gpus = f"GPUs {','.join(decisions[i].device_ids)}" if decisions[i].device_ids else "no GPU"
-        log.info(f"starting a vLLM server for {config.name} on 127.0.0.1:{port} ({gpus}), log {path}")
+        launched = launch(d.label, command, env, path, port, key=keys[i], model=config.name)
+        gpus = f"GPUs {','.join(d.device_ids)}" if d.device_ids else "no GPU"
+        log.info(f"starting a vLLM server for {d.label} on 127.0.0.1:{port} ({gpus}), log {path}")
         return launched
 
     started = [start(i, port) for i, port in enumerate(_free_ports(len(decisions)))]
     ready = wait_ready(started, timeout, relaunch=lambda i: start(i, _free_ports(1)[0]))
-    return {
-        d.config: served_config(d.config, launched.base_url, model, key)
+    return [
+        served_config(d.config, launched.base_url, model, key)
         for d, launched, model, key in zip(decisions, ready, models, keys)
-    }
+    ]
 
 
 def served_config(config: ModelConfig, base_url: str, model: str, api_key: str) -> ModelConfig:

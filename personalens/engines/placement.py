@@ -9,10 +9,13 @@ tensor-parallel degree and batch limits, and the GPUs this job may use. Two layo
   memory is not safe), the GPUs' free memory split so that every model holds as many tokens.
 When both fit, own GPUs wins (for one model they are the same): every model gets whole GPUs (more KV cache, no contention), and the
 job's GPUs do not sit idle. A layout that fits neither way is refused with the sizes and the ways out.
+The GPUs the chosen layout leaves free then hold copies of models (`replicas`), each a vLLM server of
+its own with the KV cache the model would have alone on those GPUs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -76,6 +79,7 @@ class ModelNeed:
     max_model_len: int | None = None
     batched_tokens: int = DEFAULT_BATCHED_TOKENS  # vLLM's max_num_batched_tokens (its profile run)
     max_num_seqs: int = 256
+    replicas: int | None = None  # engines of this model in all; None: auto (copies on free GPUs, by `replicas`)
 
     @property
     def activation(self) -> int:
@@ -290,3 +294,80 @@ def refusal(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> str:
         "a smaller max_model_len or max_num_batched_tokens, a smaller user agent or judge model, or an external "
         "`engine: server` endpoint on another node (docs/cluster.md)"
     )
+
+
+# the roles every turn of a dialogue waits on, in lockstep: their engines set the pace of `generate`
+DIALOGUE_ROLES = ("user_agent", "assistant")
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """Copies of models on the GPUs a layout leaves free: per model key its copies' placements (each
+    a managed server on GPUs of its own), and why they were given."""
+
+    copies: tuple[tuple[str, tuple[Placement, ...]], ...] = ()
+    why: str = ""
+
+    def of(self, key: str) -> tuple[Placement, ...]:
+        return dict(self.copies).get(key, ())
+
+
+def _alone(m: ModelNeed, rules: Rules) -> Placement:
+    """The model alone on tensor_parallel_size GPUs of its own (GPUs 0.. here): it fits, as the
+    layout placed it with as much room or less."""
+    return shared_layout([dataclasses.replace(m, gpus=None, placement="auto")], m.tp, rules).placements[0]
+
+
+def _copies(m: ModelNeed, alone: Placement, gpus: Sequence[int]) -> tuple[Placement, ...]:
+    """Copies of `m` on `gpus`, tensor_parallel_size GPUs each, with the placement it has alone."""
+    return tuple(
+        dataclasses.replace(alone, mode="managed_server", gpus=tuple(gpus[i : i + m.tp]))
+        for i in range(0, len(gpus) - m.tp + 1, m.tp)
+    )
+
+
+def auto_pick(candidates: Sequence[ModelNeed]) -> ModelNeed:
+    """Which model of those set to `replicas: auto` (each fitting the free GPUs at least once) gets
+    the free GPUs: the one that serves the most roles of the dialogue loop (under lockstep every turn
+    waits for its role's engine, so a copy of a dialogue model shortens every step), then the most
+    roles in all, then the fewest GPUs per copy (more copies of it fit), then the first configured."""
+    return min(candidates, key=lambda m: (-sum(r in DIALOGUE_ROLES for r in m.roles), -len(m.roles), m.tp))
+
+
+def replicas(models: Sequence[ModelNeed], chosen: Sequence[Placement], n_gpus: int, rules: Rules) -> Replicas:
+    """Copies on the GPUs the `chosen` placements leave free: first the models that ask for N engines
+    (`replicas: N`, N - 1 copies each, in their order; refused when the free GPUs cannot hold them),
+    then all the GPUs still free to one model set to `replicas: auto`, by `auto_pick`."""
+    used = {g for p in chosen for g in p.gpus}
+    free = [g for g in range(n_gpus) if g not in used]
+    given: list[tuple[str, tuple[Placement, ...]]] = []
+    whys = []
+    for m in models:
+        if m.replicas is None or m.replicas == 1:
+            continue
+        more = m.replicas - 1
+        if more * m.tp > len(free):
+            raise PersonalensError(
+                f"model {m.key}: replicas {m.replicas} asks for {m.replicas} engines: {more} more "
+                f"cop{'y' if more == 1 else 'ies'} of {m.tp} GPU(s) each need {more * m.tp} GPU(s), the layout leaves "
+                f"{len(free)} free ({', '.join(map(str, free)) or 'none'}) of the job's {n_gpus}. Ways out: replicas "
+                "auto (copies on whatever GPUs are free) or a smaller number, more GPUs, or a smaller "
+                "tensor_parallel_size"
+            )
+        given.append((m.key, _copies(m, _alone(m, rules), free[: more * m.tp])))
+        free = free[more * m.tp :]
+        whys.append(f"replicas {m.replicas} for {m.key}")
+    fitting = [m for m in models if m.replicas is None and m.tp <= len(free)]
+    if fitting:
+        m = auto_pick(fitting)
+        given.append((m.key, _copies(m, _alone(m, rules), free)))
+        whys.append(
+            f"replicas auto gives the free GPUs to {m.key}"
+            + (
+                " (of the models set to auto, the one serving the most dialogue roles, then the most roles, then "
+                "the fewest GPUs per copy)"
+                if len(fitting) > 1
+                else ""
+            )
+        )
+    return Replicas(tuple(given), "; ".join(whys))

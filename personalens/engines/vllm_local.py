@@ -78,7 +78,9 @@ class VllmEngine:
                         on_finished(1, gen.completion_tokens)
         finally:
             if queued:  # interrupted: nothing of this call stays queued in the engine
-                self._llm.llm_engine.abort_request(list(queued), internal=True)
+                # the ids kept are those LLM.enqueue gave (external: vLLM's own, internal ids add a
+                # random suffix, so internal=True would match none and abort nothing)
+                self._llm.llm_engine.abort_request(list(queued), internal=False)
         return replies
 
     def submit(self, requests: Sequence[Request]) -> list[str]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.data.records import Scenario, Turn
-from personalens.engines.base import Engine, Generation, Request, Sampling
+from personalens.engines.base import Engine, Generation, Request, Sampling, conversation
 from personalens.engines.progress import generate_in_chunks
 from personalens.judge.formats import FORMATS, JudgeFormat, Verdict, format_for
 from personalens.progress import prompt_usage
@@ -21,6 +21,7 @@ from personalens.store import (
     ID_FIELDS,
     JUDGMENT_KEY,
     JUDGMENT_SCHEMA,
+    KEY_COLUMNS,
     PartWriter,
     existing_values,
 )
@@ -139,7 +140,13 @@ def judge(
 
     def requests(chunk: Sequence[Item]) -> list[Request]:
         return [
-            Request(messages=render(templates, i), sampling=sampling, grammar=format_for(i.dimension, formats).grammar)
+            Request(
+                messages=render(templates, i),
+                sampling=sampling,
+                grammar=format_for(i.dimension, formats).grammar,
+                # a dialogue's judgments share its text: one copy of the judge's model answers them all
+                affinity=conversation(*(i.dialogue[k] for k in KEY_COLUMNS)),
+            )
             for i in chunk
         ]
 

@@ -131,5 +131,5 @@ def throughput(job: str, layout, models: dict, workload, largest: dict, options:
         "dialogues": len(shapes),
         "of": sum(largest.values()),
         "basis": workload.source,
-        **compare(layout.needs, layout.candidates, layout.gpus.count, layout.rules, gpu, work),
+        **compare(layout.needs, layout.candidates, layout.replicas, gpu, work),
     }

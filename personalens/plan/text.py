@@ -72,12 +72,9 @@ def _throughput(t: Mapping | None) -> list[str]:
         f"lockstep, {t['gpu']} figures):"
     ]
     for row in t["layouts"]:
-        head = f"      {row['name']}{' (chosen)' if row['chosen'] else ''}: "
-        out.append(head + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})"))
-    for row in t["replicas"]:
-        gpus = ",".join(map(str, row["gpus"]))
+        chosen = (f" (chosen: {row['why']})" if "copies" in row else " (chosen)") if row["chosen"] else ""
         out.append(
-            f"      with {row['copies']} more {row['model']} on GPU {gpus}: {_modelled(row)}; not available yet: {row['why']}"
+            f"      {row['name']}{chosen}: " + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})")
         )
     return out
 

@@ -5,12 +5,10 @@ architecture, its GPUs' published figures and the KV cache the layout gives it. 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from personalens.engines.placement import Candidate, ModelNeed, Placement, Rules, plan_placement
-from personalens.errors import PersonalensError
+from personalens.engines.placement import Candidate, ModelNeed, Placement, Replicas
 from personalens.plan.budget import Workload, judge_prompts, turn_prompts
 from personalens.plan.engine_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel, Turn, simulate
 
@@ -119,64 +117,54 @@ def modelled(engines: Mapping[str, Sequence[GpuModel]], work: Sequence[Sequence[
 def compare(
     needs: Sequence[ModelNeed],
     candidates: Sequence[Candidate],
-    n_gpus: int,
-    rules: Rules,
+    copies: Replicas,
     gpu: GpuFigures,
     work: Sequence[Sequence[Sequence[Turn]]],
 ) -> dict:
-    """Each candidate layout's modelled throughput, and replicas of a model on the GPUs the chosen
-    layout leaves free."""
+    """Each candidate layout's modelled throughput; with copies on the GPUs the chosen layout leaves
+    free (`copies`, the run's), the chosen layout with them (what the run uses) and without."""
     by_key = {n.key: n for n in needs}
-    out = {"layouts": [], "replicas": []}
     if len(needs) == 1:
         candidates = candidates[:1]  # one model: the same GPUs either way
+    rows = []
     for i, candidate in enumerate(candidates):
         row = {"name": candidate.name, "chosen": i == 0, "why": candidate.why, "fits": candidate.placements is not None}
         if candidate.placements is not None:
-            result = modelled(_engines(by_key, candidate.placements, gpu, {}), work)
-            row |= _numbers(result, candidate.placements)
-        out["layouts"].append(row)
-    chosen = candidates[0].placements
-    if chosen is None:
-        return out
-    free = [g for g in range(n_gpus) if g not in {g for p in chosen for g in p.gpus}]
-    for need in needs:
-        copies = len(free) // need.tp
-        if not copies:
-            continue
-        try:
-            [alone] = plan_placement([dataclasses.replace(need, gpus=None, placement="auto")], need.tp, rules)
-        except PersonalensError:
-            continue
-        result = modelled(_engines(by_key, chosen, gpu, {need.key: (alone, copies)}), work)
-        if result is None:
-            continue
-        out["replicas"].append(
-            {
-                "model": need.key,
-                "copies": copies,
-                "gpus": free[: copies * need.tp],
-                **_numbers(result, chosen),
-                "available": False,
-                "why": "an engine that spreads one role's requests over several servers is not built yet "
-                "(issue 32, phase 2); a larger tensor_parallel_size uses the free GPUs today",
-            }
+            row |= _numbers(modelled(_engines(by_key, candidate.placements, gpu, {}), work), candidate.placements)
+        rows.append(row)
+    if copies.copies:
+        chosen = candidates[0].placements
+        made = ", ".join(
+            f"{len(placed)} cop{'y' if len(placed) == 1 else 'ies'} of {key} on GPU "
+            + ",".join(str(g) for p in placed for g in p.gpus)
+            for key, placed in copies.copies
         )
-    return out
+        with_copies = {
+            "name": f"{candidates[0].name} + {made}",
+            "chosen": True,
+            "why": copies.why,
+            "fits": True,
+            "copies": {key: [list(p.gpus) for p in placed] for key, placed in copies.copies},
+            **_numbers(modelled(_engines(by_key, chosen, gpu, dict(copies.copies)), work), chosen),
+        }
+        rows = [
+            with_copies,
+            {**rows[0], "name": f"{candidates[0].name} without the copies", "chosen": False},
+            *rows[1:],
+        ]
+    return {"layouts": rows}
 
 
 def _engines(
     needs: Mapping[str, ModelNeed],
     placements: Sequence[Placement],
     gpu: GpuFigures,
-    replicas: Mapping[str, tuple[Placement, int]],
+    copies: Mapping[str, Sequence[Placement]],
 ) -> dict[str, list[GpuModel]]:
     engines = {}
     for p in placements:
-        made = [engine_of(needs[p.key], p, gpu)]
-        if p.key in replicas:
-            alone, copies = replicas[p.key]
-            made += [engine_of(needs[p.key], alone, gpu) for _ in range(copies)]  # each an engine of its own
+        # each copy an engine of its own, taking its share of the dialogues
+        made = [engine_of(needs[p.key], placed, gpu) for placed in (p, *copies.get(p.key, ()))]
         for turn_role, role in TURN_ROLES.items():
             if role in p.roles:
                 engines[turn_role] = made

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from personalens.data.records import Role
-from personalens.engines.base import Engine, Generation, Message, Request, Sampling
+from personalens.engines.base import Engine, Generation, Message, Request, Sampling, conversation
 from personalens.engines.tokens import PromptIds
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.trace import CallTrace, call_trace
@@ -81,7 +81,12 @@ def build_requests(
         else [None] * len(waiting)
     )
     return [
-        Request(messages=m, sampling=replace(sampling[role], seed=d.turn_seed()), prompt_ids=i)
+        Request(
+            messages=m,
+            sampling=replace(sampling[role], seed=d.turn_seed()),
+            prompt_ids=i,
+            affinity=conversation(*d.key),
+        )
         for (d, role), m, i in zip(waiting, messages, ids)
     ]
 
