@@ -98,7 +98,7 @@ SCENARIOS_PER_USER = 86  # the excerpt's users (bench/release_copy.py copies the
 
 def model_dir(arch: str, into: Path) -> Path:
     """A model directory with the architecture's config.json and the embedded model's tokenizer."""
-    from personalens.engines.embedded import embedded_model_dir
+    from personalens.engines.models.embedded import embedded_model_dir
 
     into.mkdir(parents=True, exist_ok=True)
     (into / "config.json").write_text(json.dumps({**ARCHS[arch], **SPECIAL}, indent=2))

@@ -85,7 +85,7 @@ class InstantEngine:
         from vllm.inputs import TokensPrompt
 
         from personalens.engines.base import Generation
-        from personalens.engines.vllm_local import sampling_params
+        from personalens.engines.vllm.local import sampling_params
 
         if all(r.prompt_ids is not None for r in requests):
             ids = [r.prompt_ids for r in requests]
@@ -128,8 +128,8 @@ def one_run(args: argparse.Namespace) -> dict:
     from hydra import initialize_config_dir
 
     from personalens.config import register_resolvers
-    from personalens.engines.config import ModelConfig
-    from personalens.engines.tokens import ChatTokenizer
+    from personalens.engines.chat.token_ids import ChatTokenizer
+    from personalens.engines.models.config import ModelConfig
     from personalens.simulate import generate as generate_module
     from personalens.simulate import lockstep as lockstep_module
     from personalens.simulate.command import generate
@@ -182,7 +182,7 @@ def one_run(args: argparse.Namespace) -> dict:
     from vllm.inputs import TokensPrompt
 
     from personalens.engines.base import Request, Sampling
-    from personalens.engines.vllm_local import sampling_params
+    from personalens.engines.vllm.local import sampling_params
 
     TokensPrompt(prompt_token_ids=[0])
     sampling_params(Request([], Sampling()))

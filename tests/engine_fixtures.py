@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from personalens.engines.base import Request, Sampling
-from personalens.engines.config import ModelConfig
+from personalens.engines.models.config import ModelConfig
 
 # small and quick to start: a fixed 512 MiB KV cache, no torch.compile; the in-process engine and a
 # `vllm serve` may run side by side

@@ -7,9 +7,9 @@ from importlib import metadata
 
 import pytest
 
-from personalens.engines import embedded, packaged
-from personalens.engines.chat import template_supports_system_role
-from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir, find_embedded_gguf
+from personalens.engines.chat.messages import template_supports_system_role
+from personalens.engines.models import embedded, packaged
+from personalens.engines.models.embedded import EmbeddedModelError, embedded_model_dir, find_embedded_gguf
 
 
 def _require_wheel():

@@ -17,14 +17,14 @@ from engine_fixtures import EVERY_SETTING
 from omegaconf import OmegaConf
 
 from personalens.config.core import model_identity
-from personalens.engines.config import ModelConfig, ModelConfigError
 from personalens.engines.factory import EngineLoader
 from personalens.engines.gpus import parse_nvidia_smi, simulated
 from personalens.engines.layout import model_need, plan_layout
-from personalens.engines.managed import log_path, serve_args, server_env
+from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.placement import GIB
 from personalens.engines.replicated import ReplicatedEngine
-from personalens.engines.vllm_args import cli_flags, engine_args
+from personalens.engines.serving.managed import log_path, serve_args, server_env
+from personalens.engines.vllm.args import cli_flags, engine_args
 from personalens.errors import PersonalensError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ class Recorder:
 
 
 def _server(url: str):
-    from personalens.engines.config import ServerConfig
+    from personalens.engines.models.config import ServerConfig
 
     return ServerConfig(base_url=url)
 

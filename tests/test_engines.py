@@ -18,7 +18,7 @@ from engine_fixtures import (
 from jinja2 import TemplateError
 from omegaconf import OmegaConf
 
-from personalens.engines.chat import (
+from personalens.engines.chat.messages import (
     ChatTemplateError,
     fold_system_prompt,
     format_messages,
@@ -26,9 +26,9 @@ from personalens.engines.chat import (
     resolve_system_role,
     template_supports_system_role,
 )
-from personalens.engines.config import ModelConfig, ModelConfigError
 from personalens.engines.factory import build_engines, model_configs
 from personalens.engines.layout import plan_layout
+from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.errors import PersonalensError
 
 MODEL_CONF = Path(__file__).resolve().parents[1] / "conf" / "model"

@@ -18,8 +18,8 @@ from hub_cache import add_snapshot
 from omegaconf import OmegaConf
 
 from personalens.config.core import model_identity
-from personalens.engines.config import ModelConfig, ModelConfigError
-from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir
+from personalens.engines.models.config import ModelConfig, ModelConfigError
+from personalens.engines.models.embedded import EmbeddedModelError, embedded_model_dir
 from personalens.errors import PersonalensError
 
 REPO_ID = "personalens-test/SmolLM2-135M-Instruct"

@@ -20,9 +20,9 @@ import pytest
 from cli_helpers import REPO, parent_pid
 from engine_fixtures import chat, free_port, start_impostor
 
-from personalens.engines.config import ModelConfig
-from personalens.engines.server import ServerEngine
-from personalens.engines.server_processes import (
+from personalens.engines.models.config import ModelConfig
+from personalens.engines.serving.engine import ServerEngine
+from personalens.engines.serving.processes import (
     Launched,
     ServerExited,
     ServerStartError,
@@ -54,7 +54,7 @@ PARENT = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from personalens.engines.server_processes import launch
+    from personalens.engines.serving.processes import launch
     marker, stand_in, log, mode, grace = sys.argv[1:6]
     env = dict(os.environ, PL_TEST_MARK=marker)
     launch("stand-in", [sys.executable, stand_in, mode], env, Path(log), port=0, grace=float(grace))
@@ -218,7 +218,7 @@ def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(tmp_pat
         return http_stand_in(tmp_path, "mine", free_port())
 
     try:
-        with caplog.at_level(logging.WARNING, logger="personalens.engines.server_processes"):
+        with caplog.at_level(logging.WARNING, logger="personalens.engines.serving.processes"):
             (ready,) = wait_ready([http_stand_in(tmp_path, "mine", taken, delay=1)], timeout=60, relaunch=relaunch)
         assert relaunched == [0] and ready.port != taken and ready.answers() is None
         assert "/v1/models" in impostor.asked  # it was asked who it is, and not taken for this server

@@ -29,16 +29,16 @@ from engine_fixtures import EVERY_SETTING, TEST_KV_CACHE_BYTES, TEST_MAX_MODEL_L
 from hub_cache import add_snapshot
 from omegaconf import OmegaConf
 
-from personalens.engines import managed
 from personalens.engines.base import conversation
-from personalens.engines.config import ModelConfig
-from personalens.engines.embedded import embedded_model_dir
 from personalens.engines.layout import Decision
-from personalens.engines.managed import serve_args, start_servers
+from personalens.engines.models.config import ModelConfig
+from personalens.engines.models.embedded import embedded_model_dir
 from personalens.engines.replicated import copy_of
-from personalens.engines.server import ServerEngine
-from personalens.engines.server_processes import MARKER_ENV, stop_all
-from personalens.engines.vllm_args import engine_args
+from personalens.engines.serving import managed
+from personalens.engines.serving.engine import ServerEngine
+from personalens.engines.serving.managed import serve_args, start_servers
+from personalens.engines.serving.processes import MARKER_ENV, stop_all
+from personalens.engines.vllm.args import engine_args
 from personalens.store.schema import KEY_COLUMNS
 
 pytestmark = pytest.mark.vllm
@@ -287,7 +287,7 @@ def test_vllms_parser_reads_a_managed_servers_flags_as_the_in_process_engines_ar
 
 def _api_server(out: Path, name: str) -> int:
     """The pid of the run's vLLM API server of `name`: a launcher's child (its engine core is the server's)."""
-    launchers = [p for p in server_processes(out) if b"personalens.engines.launcher" in _cmdline(p)]
+    launchers = [p for p in server_processes(out) if b"personalens.engines.serving.launcher" in _cmdline(p)]
     served = [p for p in server_processes(out) if parent_pid(p) in launchers]
     (server,) = [p for p in served if f"--served-model-name\0{name}\0".encode() in _cmdline(p)]
     return server

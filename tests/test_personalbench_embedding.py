@@ -70,7 +70,7 @@ def reference(texts: list[str]) -> np.ndarray:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from personalens.engines.embedding import bundled_model_dir
+    from personalens.engines.vllm.embedding import bundled_model_dir
 
     path = bundled_model_dir()
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()

@@ -12,7 +12,7 @@ import pytest
 from engine_fixtures import TINY_MODEL
 
 from personalens.engines.architecture import DTYPE_BYTES, Architecture
-from personalens.engines.embedded import embedded_model_dir
+from personalens.engines.models.embedded import embedded_model_dir
 
 pytestmark = pytest.mark.vllm
 

@@ -15,7 +15,7 @@ import pytest
 from cli_helpers import REPO, run_cli
 
 from personalens.data import load_scenarios
-from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir
+from personalens.engines.models.embedded import EmbeddedModelError, embedded_model_dir
 from personalens.errors import PersonalensError
 from personalens.plan.budget import Fixed, PerDialogue, Turns, cap_turns, fit_history, per_dialogue, turns_at_cap
 from personalens.plan.schedule import Rates, array_size, parse_time_limit, shard_loads

@@ -1,4 +1,4 @@
-"""Prompts as token ids, kept per dialogue between turns (personalens/engines/tokens.py): for every
+"""Prompts as token ids, kept per dialogue between turns (personalens/engines/chat/token_ids.py): for every
 role, fidelity option, prompt family and setting, on the bundled sample and on the release excerpt,
 the ids made from the previous prompt's ids and a tokenized middle equal what the chat template plus
 the tokenizer give for the whole prompt."""
@@ -12,8 +12,8 @@ import pytest
 
 from personalens.data import load_scenarios
 from personalens.data.records import Turn
-from personalens.engines.config import ModelConfig
-from personalens.engines.tokens import ChatTokenizer, PromptIds, common_prefix, common_suffix
+from personalens.engines.chat.token_ids import ChatTokenizer, PromptIds, common_prefix, common_suffix
+from personalens.engines.models.config import ModelConfig
 from personalens.paths import PROJECT_ROOT
 from personalens.prompts.render import FAMILIES, assistant_messages, user_agent_messages
 from personalens.prompts.setting import PromptSetting
@@ -174,8 +174,8 @@ def test_common_prefix_and_suffix(a, b):
 def test_counting_from_the_tokenizer_files_equals_transformers_on_every_prompt(tokenizer, sample_root, tmp_path):
     """`personalens plan` counts with the tokenizer's files (no transformers, no torch): the same ids
     for every role's prompts, a grown dialogue's and the judge's, and the special tokens as written."""
-    from personalens.engines.embedded import embedded_model_dir
-    from personalens.engines.tokenizer_files import TokenizerFiles, special_tokens
+    from personalens.engines.chat.template_files import TokenizerFiles, special_tokens
+    from personalens.engines.models.embedded import embedded_model_dir
     from personalens.prompts.render import judge_messages
 
     files = ChatTokenizer.from_files(ModelConfig(name="SmolLM2-135M-Instruct"))

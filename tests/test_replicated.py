@@ -17,7 +17,7 @@ import pytest
 
 from personalens.engines.base import Generation, Request, Sampling, conversation, rejected
 from personalens.engines.replicated import ReplicatedEngine, copy_of
-from personalens.engines.server_processes import ServerExited
+from personalens.engines.serving.processes import ServerExited
 
 
 class Copy:

@@ -14,10 +14,10 @@ from test_engine_layout import Recorder, conf, paper_models
 from test_fidelity import PromptRecorder, config
 
 from personalens.config.run import resolved
-from personalens.engines import invariance
 from personalens.engines.factory import EngineLoader
 from personalens.engines.gpus import GpuSpec, parse_nvidia_smi, simulated
-from personalens.engines.managed import server_env
+from personalens.engines.serving.managed import server_env
+from personalens.engines.vllm import invariance
 from personalens.errors import PersonalensError
 from personalens.judge import command as judge_command
 from personalens.report import build_report

@@ -32,11 +32,11 @@ from engine_fixtures import (
 
 from personalens.engines.architecture import Architecture
 from personalens.engines.base import Request
-from personalens.engines.config import ModelConfig
-from personalens.engines.launcher import stop_group
-from personalens.engines.server import ServerEngine, chat_body
-from personalens.engines.server_flow import kv_cache_tokens
-from personalens.engines.server_http import ServerError
+from personalens.engines.models.config import ModelConfig
+from personalens.engines.serving.engine import ServerEngine, chat_body
+from personalens.engines.serving.flow import kv_cache_tokens
+from personalens.engines.serving.http import ServerError
+from personalens.engines.serving.launcher import stop_group
 
 SERVER_START_TIMEOUT_S = 420
 
@@ -179,7 +179,7 @@ def _wait_healthy(process: subprocess.Popen, url: str, log: Path) -> None:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     pytest.importorskip("vllm")
-    from personalens.engines.embedded import EmbeddedModelError, embedded_model_dir
+    from personalens.engines.models.embedded import EmbeddedModelError, embedded_model_dir
 
     try:
         model_dir = embedded_model_dir()
@@ -275,7 +275,7 @@ def test_served_requests_beyond_what_the_server_runs_are_each_answered_once(serv
     engine = server_engine(served, max_concurrency=n, timeout_s=timeout)
     requests = [chat(f"Count to ten, number {i}.", max_tokens=tokens, min_tokens=tokens) for i in range(n)]
     before = _metrics(served)
-    with caplog.at_level(logging.WARNING, logger="personalens.engines.server_http"):
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.serving.http"):
         out = engine.generate(requests)
     change = {key: value - before.get(key, 0.0) for key, value in _metrics(served).items()}
     assert [g.completion_tokens for g in out] == [tokens] * n and all(g.error is None for g in out)
@@ -293,7 +293,7 @@ def test_served_requests_beyond_what_the_server_runs_are_each_answered_once(serv
 def test_served_requests_in_flight_follow_the_servers_kv_cache(served, caplog):
     # the server's KV cache, as vLLM reports it, is the one its --kv-cache-memory-bytes gives the
     # embedded model's architecture (to a block)
-    from personalens.engines.embedded import embedded_model_dir
+    from personalens.engines.models.embedded import embedded_model_dir
 
     kv_tokens = kv_cache_tokens(httpx.get(f"{served.removesuffix('/v1')}/metrics").text)
     arch = Architecture.from_config(json.loads((embedded_model_dir() / "config.json").read_text()))
@@ -314,7 +314,7 @@ def test_served_requests_in_flight_follow_the_servers_kv_cache(served, caplog):
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        with caplog.at_level(logging.INFO, logger="personalens.engines.server"):
+        with caplog.at_level(logging.INFO, logger="personalens.engines.serving.engine"):
             out = engine.generate(requests)
     finally:
         done.set()

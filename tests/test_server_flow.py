@@ -1,4 +1,4 @@
-"""How many requests a server engine keeps in flight (engines/server_flow.py), pure: from a KV cache
+"""How many requests a server engine keeps in flight (engines/serving/flow.py), pure: from a KV cache
 sized with a published architecture, and from vLLM's /metrics text. tests/test_server.py checks it
 against a real `vllm serve`."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from engine_fixtures import chat
 
 from personalens.engines.architecture import Architecture
-from personalens.engines.server_flow import PromptSizes, in_flight, kv_cache_tokens
+from personalens.engines.serving.flow import PromptSizes, in_flight, kv_cache_tokens
 
 FIXTURES = Path(__file__).parent / "fixtures" / "architectures"
 GIB = 1024**3

@@ -1,4 +1,4 @@
-"""The managed server's key check (engines/server_guard.py) as the ASGI middleware vLLM loads, pure:
+"""The managed server's key check (engines/serving/guard.py) as the ASGI middleware vLLM loads, pure:
 every route but /health needs the bearer key; the real server is tested in test_managed_vllm.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from personalens.engines.server_guard import RequireKey
+from personalens.engines.serving.guard import RequireKey
 
 
 async def _app(scope, receive, send):

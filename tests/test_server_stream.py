@@ -18,9 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from engine_fixtures import chat
 
-from personalens.engines.config import ModelConfig
-from personalens.engines.server import ServerEngine
-from personalens.engines.server_http import ServerError
+from personalens.engines.models.config import ModelConfig
+from personalens.engines.serving.engine import ServerEngine
+from personalens.engines.serving.http import ServerError
 
 CHUNKS = [
     {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
@@ -156,7 +156,7 @@ def test_a_reply_that_waits_while_the_server_is_unhealthy_fails(streaming_server
 
 def test_a_stalled_reply_is_hung_up_before_it_is_sent_again(streaming_server, caplog):
     streaming_server.script = ["stall"]
-    with caplog.at_level(logging.WARNING, logger="personalens.engines.server_http"):
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.serving.http"):
         (out,) = engine_for(streaming_server, timeout_s=0.5, retries=1).generate([chat("Hi")])
     assert out.text == "hello"
     (first, _), (second, _) = streaming_server.arrivals
@@ -176,7 +176,7 @@ def test_a_stalled_reply_is_hung_up_before_it_is_sent_again(streaming_server, ca
 )
 def test_a_reply_cut_mid_body_is_retried_and_reported(streaming_server, caplog, cut, reported):
     streaming_server.script = [cut]
-    with caplog.at_level(logging.WARNING, logger="personalens.engines.server_http"):
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.serving.http"):
         (out,) = engine_for(streaming_server, retries=1).generate([chat("Hi")])
     assert out.text == "hello" and len(streaming_server.arrivals) == 2
     assert reported in caplog.text
@@ -191,7 +191,7 @@ def test_an_error_event_refusing_the_request_costs_only_it_and_a_server_error_is
     assert refused.error == "HTTP 400 in the stream: failed 400" and refused.text == ""
     assert answered.text == "hello" and len(streaming_server.arrivals) == 2  # the refusal was not sent again
     streaming_server.script = ["error-500"]
-    with caplog.at_level(logging.WARNING, logger="personalens.engines.server_http"):
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.serving.http"):
         (out,) = engine_for(streaming_server, retries=1).generate([chat("Hi")])
     assert out.text == "hello" and len(streaming_server.arrivals) == 4
     assert "error in the stream: failed 500; attempt 2 of 2" in caplog.text

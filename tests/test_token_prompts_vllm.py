@@ -12,7 +12,7 @@ from engine_fixtures import chat
 
 from personalens.data import load_scenarios
 from personalens.engines.base import Request, Sampling
-from personalens.engines.tokens import ChatTokenizer
+from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.paths import PROJECT_ROOT
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import load_templates

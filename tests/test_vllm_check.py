@@ -1,4 +1,4 @@
-"""The installed vLLM against what personalens needs of it (engines/vllm_api.py): the real installed
+"""The installed vLLM against what personalens needs of it (engines/vllm/api.py): the real installed
 vLLM passes, inspected as the engines inspect it at start; a version outside the tested range, or an
 interface without a parameter personalens passes, is refused with one line before any model loads
 or any server starts (pure: stand-in objects for vLLM's, and a faked installed version)."""
@@ -12,12 +12,12 @@ from engine_fixtures import TINY_MODEL
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from personalens.engines import vllm_check
-from personalens.engines.config import ModelConfig
 from personalens.engines.layout import Decision
-from personalens.engines.managed import serve_args, start_servers
-from personalens.engines.vllm_api import ENGINE_ARGS, IN_PROCESS, MANAGED_SERVER, TESTED, Needed
-from personalens.engines.vllm_check import (
+from personalens.engines.models.config import ModelConfig
+from personalens.engines.serving.managed import serve_args, start_servers
+from personalens.engines.vllm import check as vllm_check
+from personalens.engines.vllm.api import ENGINE_ARGS, IN_PROCESS, MANAGED_SERVER, TESTED, Needed
+from personalens.engines.vllm.check import (
     VllmVersionError,
     flag_names,
     installed_vllm,
@@ -126,7 +126,7 @@ def test_an_untested_version_runs_when_asked_if_its_interfaces_match(caplog):
 
 def test_an_engine_and_managed_servers_are_refused_before_anything_loads_or_starts(monkeypatch, tmp_path):
     monkeypatch.setattr(vllm_check, "installed_vllm", lambda: ("vllm", "0.11.0"))
-    from personalens.engines.vllm_local import VllmEngine
+    from personalens.engines.vllm.local import VllmEngine
 
     with pytest.raises(VllmVersionError, match=r"^vLLM 0\.11\.0 \(distribution vllm\) is outside"):
         VllmEngine(TINY_MODEL)

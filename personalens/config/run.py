@@ -110,7 +110,7 @@ def in_process_roles(cfg: DictConfig, roles: tuple[str, ...]) -> frozenset[str]:
 
 def engine(cfg: DictConfig, role: str):
     """One model's engine, for commands with a single role (`model@builder`)."""
-    from personalens.engines.config import ModelConfig
     from personalens.engines.factory import build_engine
+    from personalens.engines.models.config import ModelConfig
 
     return build_engine(ModelConfig.from_mapping(cfg[role], where=f"model@{role}"))

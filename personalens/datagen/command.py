@@ -158,7 +158,7 @@ def _build_setup(cfg: DictConfig, engine: Callable | None):
             ],
         }
     )
-    from personalens.engines.config import ModelConfig
+    from personalens.engines.models.config import ModelConfig
 
     ModelConfig.from_mapping(cfg.builder, where="model@builder")  # a bad model config fails before anything is saved
     C.check_or_save(out_dir, "build", cfg, digest)

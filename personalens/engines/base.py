@@ -42,7 +42,7 @@ class Request:
     messages: Sequence[Message]
     sampling: Sampling
     grammar: str | None = None  # an EBNF (GBNF) grammar the output must match
-    # the prompt as the engine's own tokenizer makes it from `messages` (engines/tokens.py); an engine
+    # the prompt as the engine's own tokenizer makes it from `messages` (engines/chat/token_ids.py); an engine
     # with a `chat_tokenizer` then skips rendering and tokenizing, one without it uses `messages`
     prompt_ids: Sequence[int] | None = None
     # what identifies the conversation the request belongs to (`conversation`): a model's copies
@@ -92,7 +92,7 @@ class Engine(Protocol):
     `on_finished` as requests finish during the call; one that does not still returns them all.
     A request the engine refuses (too long a prompt, a bad parameter) comes back as a `rejected`
     generation; only a failure of the engine itself (a dead server, out of memory) raises.
-    An engine that tokenizes prompts in this process also has `chat_tokenizer` (engines/tokens.py),
+    An engine that tokenizes prompts in this process also has `chat_tokenizer` (engines/chat/token_ids.py),
     so callers can hand it `Request.prompt_ids` made incrementally, and `max_model_len`, its context."""
 
     name: str  # the model name recorded in outputs

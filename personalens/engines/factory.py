@@ -15,14 +15,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from personalens.engines import invariance
 from personalens.engines.base import Engine
-from personalens.engines.config import ModelConfig, ModelConfigError
 from personalens.engines.dtype import vllm_is_cpu_build
 from personalens.engines.gpus import GpuSpec, visible_gpu_spec
 from personalens.engines.layout import Decision, plan_layout
-from personalens.engines.managed import start_servers
+from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.replicated import ReplicatedEngine
+from personalens.engines.serving.managed import start_servers
+from personalens.engines.vllm import invariance
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
@@ -40,10 +40,10 @@ def model_configs(models: Mapping[str, Mapping[str, Any]]) -> dict[str, ModelCon
 
 def build_engine(config: ModelConfig) -> Engine:
     if config.engine == "server":
-        from personalens.engines.server import ServerEngine
+        from personalens.engines.serving.engine import ServerEngine
 
         return ServerEngine(config)
-    from personalens.engines.vllm_local import VllmEngine
+    from personalens.engines.vllm.local import VllmEngine
 
     return VllmEngine(config)
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.engines.architecture import Architecture, dtype_bytes
-from personalens.engines.config import ModelConfig
-from personalens.engines.embedded import model_path
 from personalens.engines.gpus import GpuSpec
+from personalens.engines.models.config import ModelConfig
+from personalens.engines.models.embedded import model_path
 from personalens.engines.placement import (
     GIB,
     Candidate,

@@ -78,7 +78,7 @@ def settings(cfg: DictConfig) -> Settings:
 
 def embedding_config(cfg: DictConfig):
     """The embedding baseline's model, or None where personalbench.embedding.path is null."""
-    from personalens.engines.embedding import EmbeddingConfig
+    from personalens.engines.vllm.embedding import EmbeddingConfig
 
     e = cfg.personalbench.embedding
     if not e.path:
@@ -146,7 +146,7 @@ def run(
     engines = engines or EngineLoader(models, out_dir / "logs")  # so does a layout that cannot fit
     embedding = embedding_config(cfg)
     if embedding is not None:
-        from personalens.engines.embedding import model_dir
+        from personalens.engines.vllm.embedding import model_dir
 
         model_dir(embedding)  # so does a missing embedding model
     chosen = settings(cfg)
@@ -158,7 +158,7 @@ def run(
     if UNTIL.index(until) >= UNTIL.index("generate"):
         C.check_or_save(out_dir, "personalbench-responses", cfg, responses)
     if embedder is None and embedding is not None:
-        from personalens.engines.embedding import VllmEmbedder
+        from personalens.engines.vllm.embedding import VllmEmbedder
 
         embedder = functools.cache(lambda: VllmEmbedder(embedding))
     run_stages(chosen, prompts, Shard(out_dir, int(cfg.shard.index), int(cfg.shard.count)), engines, until, embedder)

@@ -91,8 +91,8 @@ def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:
     """The `reproducible` mode, its documented cost, and whether `gpus` would take it: GPUs given to
     the plan (plan.gpus) say nothing of their compute capability, this machine's do."""
     from personalens.config import reproducible
-    from personalens.engines import invariance
     from personalens.engines.dtype import vllm_is_cpu_build
+    from personalens.engines.vllm import invariance
 
     if not reproducible(cfg):
         return {"on": False, "note": f"engines are not batch-invariant: {invariance.STILL_VARIES}"}

@@ -1,6 +1,6 @@
 """The prompts of a selection's dialogues before any dialogue text, rendered with the run's templates
 (prompts/render.py, the renderer `generate` and `judge` use) and counted with each role's tokenizer
-as vLLM's chat path counts them (engines/tokens.py, read from the model's files: no model, no torch)."""
+as vLLM's chat path counts them (engines/chat/token_ids.py, read from the model's files: no model, no torch)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from statistics import fmean
 
 from personalens.data import Scenario, Turn
-from personalens.engines.config import ModelConfig
-from personalens.engines.tokens import ChatTokenizer
+from personalens.engines.chat.token_ids import ChatTokenizer
+from personalens.engines.models.config import ModelConfig
 from personalens.errors import PersonalensError
 from personalens.plan.budget import Fixed
 from personalens.prompts.render import SPEAKERS, assistant_messages, judge_messages, user_agent_messages

@@ -6,7 +6,7 @@ same call, so the engine always sees the largest batch there is; a step of more 
 requests for one engine is sent in calls of `chunk`, so a step's prompts in memory stay bounded.
 
 An engine with a `chat_tokenizer` gets each prompt as token ids kept per dialogue and role
-(engines/tokens.py): a turn costs the tokens it adds, not a new tokenization of the history.
+(engines/chat/token_ids.py): a turn costs the tokens it adds, not a new tokenization of the history.
 
 Before a request is sent, a dialogue whose prompt (as kept ids) leaves less than its role's `room`
 inside the engine's `max_model_len` ends on context instead (dialogue.py); a request the engine
@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from personalens.data.records import Role
 from personalens.engines.base import Engine, Generation, Message, Request, Sampling, conversation
-from personalens.engines.tokens import PromptIds
+from personalens.engines.chat.token_ids import PromptIds
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.trace import CallTrace, call_trace
 

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import os
 
-from personalens.engines.vllm_api import SERVER_KEY_ENV
+from personalens.engines.vllm.api import SERVER_KEY_ENV
 
 OPEN_PATHS = ("/health",)  # what personalens polls while the server loads; it tells nothing
 

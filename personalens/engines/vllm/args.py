@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from personalens.engines.config import ModelConfig
+from personalens.engines.models.config import ModelConfig
 
 
 def engine_args(config: ModelConfig, model: str, dtype: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from personalens.engines.base import Message
-from personalens.engines.chat import render_chat
+from personalens.engines.chat.messages import render_chat
 from personalens.errors import PersonalensError
 
 # the special tokens transformers hands every chat template

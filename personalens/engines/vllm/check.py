@@ -18,7 +18,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from personalens.engines.vllm_api import (
+from personalens.engines.vllm.api import (
     IN_PROCESS,
     MANAGED_SERVER,
     SERVER_FLAGS_OF,

@@ -13,13 +13,13 @@ import time
 from collections.abc import Sequence
 
 from personalens.engines.base import Generation, OnFinished, Request, rejected
-from personalens.engines.chat import format_messages, resolve_system_role
-from personalens.engines.config import ModelConfig
+from personalens.engines.chat.messages import format_messages, resolve_system_role
+from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.dtype import local_dtype
-from personalens.engines.embedded import model_path
-from personalens.engines.tokens import ChatTokenizer
-from personalens.engines.vllm_args import engine_args
-from personalens.engines.vllm_check import check_in_process
+from personalens.engines.models.config import ModelConfig
+from personalens.engines.models.embedded import model_path
+from personalens.engines.vllm.args import engine_args
+from personalens.engines.vllm.check import check_in_process
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from personalens.engines.base import Generation, OnFinished, Request, rejected
-from personalens.engines.chat import format_messages
-from personalens.engines.config import ModelConfig, ModelConfigError
-from personalens.engines.server_flow import PromptSizes, in_flight, kv_cache_tokens
-from personalens.engines.server_http import Refused, ServerClient, ServerError
-from personalens.engines.server_processes import ServerExited, exit_of
+from personalens.engines.chat.messages import format_messages
+from personalens.engines.models.config import ModelConfig, ModelConfigError
+from personalens.engines.serving.flow import PromptSizes, in_flight, kv_cache_tokens
+from personalens.engines.serving.http import Refused, ServerClient, ServerError
+from personalens.engines.serving.processes import ServerExited, exit_of
 
 log = logging.getLogger(__name__)
 

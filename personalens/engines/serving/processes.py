@@ -129,7 +129,7 @@ def launch(
     """Starts `command` behind the launcher, its output appended to `log`, and registers it to be
     stopped when this process ends."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    watchdog = [sys.executable, "-m", "personalens.engines.launcher", "--parent", str(os.getpid())]
+    watchdog = [sys.executable, "-m", "personalens.engines.serving.launcher", "--parent", str(os.getpid())]
     with _lock:
         _install_stops()
         with open(log, "a") as out:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from personalens.engines.hub import (
+from personalens.engines.models.hub import (
     TOKENIZER_FILES,
     WEIGHT_FILES,
     HubSnapshot,
@@ -21,7 +21,7 @@ from personalens.errors import PersonalensError
 
 ENGINE_KINDS = ("vllm", "server")
 # where an engine: vllm model runs (engines/layout.py): planned from its size, in this process, or
-# in a vLLM server that personalens starts and stops (engines/managed.py)
+# in a vLLM server that personalens starts and stops (engines/serving/managed.py)
 PLACEMENTS = ("auto", "in_process", "managed_server")
 # engines of one model (engines/replicated.py): auto gives the GPUs a layout leaves free to copies of a
 # model (engines/placement.py, `replicas`), and means 1 without GPUs; N asks for exactly N

@@ -1,6 +1,6 @@
 """A watchdog between personalens and a server it starts, so that the server never outlives it:
 
-    python -m personalens.engines.launcher --parent PID --grace SECONDS -- COMMAND...
+    python -m personalens.engines.serving.launcher --parent PID --grace SECONDS -- COMMAND...
 
 runs COMMAND in a new session (its own process group: vLLM's API server starts engine-core child
 processes, which stay in that group) and stops the whole group, SIGTERM and after `--grace` seconds
@@ -72,7 +72,7 @@ def watch(parent: int, grace: float, command: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m personalens.engines.launcher")
+    parser = argparse.ArgumentParser(prog="python -m personalens.engines.serving.launcher")
     parser.add_argument("--parent", type=int, required=True, help="stop the command when this process is gone")
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument("command", nargs=argparse.REMAINDER)

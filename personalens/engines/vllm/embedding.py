@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.engines.dtype import local_dtype
-from personalens.engines.packaged import packaged_file
-from personalens.engines.vllm_check import check_in_process
+from personalens.engines.models.packaged import packaged_file
+from personalens.engines.vllm.check import check_in_process
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)

@@ -23,17 +23,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from personalens.engines.chat import resolve_system_role
-from personalens.engines.config import ModelConfig, ServerConfig
+from personalens.engines.chat.messages import resolve_system_role
+from personalens.engines.chat.template_files import chat_template
 from personalens.engines.dtype import local_dtype
-from personalens.engines.embedded import model_path
 from personalens.engines.layout import Decision
-from personalens.engines.server_guard import RequireKey
-from personalens.engines.server_processes import MARKER_ENV, Launched, launch, wait_ready
-from personalens.engines.tokenizer_files import chat_template
-from personalens.engines.vllm_api import SERVER_KEY_ENV, SERVER_MODULE
-from personalens.engines.vllm_args import cli_flags, engine_args
-from personalens.engines.vllm_check import check_server
+from personalens.engines.models.config import ModelConfig, ServerConfig
+from personalens.engines.models.embedded import model_path
+from personalens.engines.serving.guard import RequireKey
+from personalens.engines.serving.processes import MARKER_ENV, Launched, launch, wait_ready
+from personalens.engines.vllm.api import SERVER_KEY_ENV, SERVER_MODULE
+from personalens.engines.vllm.args import cli_flags, engine_args
+from personalens.engines.vllm.check import check_server
 
 log = logging.getLogger(__name__)
 

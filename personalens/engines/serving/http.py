@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import httpx
 
 from personalens.engines.base import Generation
-from personalens.engines.config import ServerConfig
+from personalens.engines.models.config import ServerConfig
 
 log = logging.getLogger(__name__)
 

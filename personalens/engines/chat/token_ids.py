@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from personalens.engines.base import Message
-from personalens.engines.chat import format_messages, resolve_system_role
-from personalens.engines.config import ModelConfig
+from personalens.engines.chat.messages import format_messages, resolve_system_role
+from personalens.engines.models.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class ChatTokenizer:
         `path` is null); loads no model and imports no vLLM."""
         from transformers import AutoTokenizer
 
-        from personalens.engines.embedded import model_path
+        from personalens.engines.models.embedded import model_path
 
         tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(config.tokenizer or model_path(config)))
         return cls(tokenizer, resolve_system_role(config.system_role, tokenizer.chat_template))
@@ -58,8 +58,8 @@ class ChatTokenizer:
     @classmethod
     def from_files(cls, config: ModelConfig) -> ChatTokenizer:
         """The same from the tokenizer's files, without transformers (or torch): for counting tokens."""
-        from personalens.engines.embedded import model_path
-        from personalens.engines.tokenizer_files import TokenizerFiles
+        from personalens.engines.chat.template_files import TokenizerFiles
+        from personalens.engines.models.embedded import model_path
 
         files = TokenizerFiles(Path(config.tokenizer or model_path(config)).expanduser())
         return cls(files, resolve_system_role(config.system_role, files.chat_template))
