@@ -4,6 +4,7 @@ over the one config in conf/, so `key=value`, `group=option`, `--cfg job` and `-
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig
+
+from personalens.engines.stop import Stop, Stopped
 
 
 @dataclass(frozen=True)
@@ -86,14 +89,14 @@ def _usage() -> str:
     )
 
 
-def run(cfg: DictConfig) -> int:
+def run(cfg: DictConfig, stop: Stop | None = None) -> int:
     """generate, judge and report in one process, loading each model once (and only if needed)."""
     from personalens.config import run as R
     from personalens.judge.command import judge, settings
     from personalens.simulate.command import generate
 
     settings(cfg)  # a judge setting that cannot work fails now, not after the dialogues
-    engines = R.engines(cfg, ("user_agent", "assistant", "judge"))
+    engines = R.engines(cfg, ("user_agent", "assistant", "judge"), stop)
     code = generate(cfg, engines) or judge(cfg, engines)
     if code:
         return code
@@ -123,12 +126,12 @@ def _hydra_args(rest: list[str], positional_list: str | None = None) -> list[str
     return [*rest, *strict]
 
 
-def build(cfg: DictConfig, engine: Callable | None = None) -> int:
+def build(cfg: DictConfig, engine: Callable | None = None, stop: Stop | None = None) -> int:
     """Build new data (datagen), then describe it as `personalens stats` would (validation)."""
     from personalens.datagen.command import build as build_data
     from personalens.validation.command import describe_built
 
-    built = build_data(cfg, engine)
+    built = build_data(cfg, engine, stop)
     return built.code or (describe_built(built.root, built.domains, built.stats_dir) if built.root else 0)
 
 
@@ -186,8 +189,22 @@ def main(argv: list[str] | None = None) -> None:
 
         log_file = _route_library_output(command, label, cfg)
         console.show_personalens_logs()
+        # a command that loads models has one way to stop early (engines/stop.py): SIGTERM asks for
+        # it, its engines check it, and what it started is stopped when it ends, however it ends;
+        # the others end on SIGTERM as any process does
+        stop = Stop()
         try:
-            code = function(cfg)
+            if command.logs_under:
+                with stop.on_signals((signal.SIGTERM,)):
+                    code = function(cfg, stop=stop)
+            else:
+                code = function(cfg)
+        except Stopped as err:
+            print(
+                f"personalens {label}: {err}; what was finished is written: run the same command again to resume",
+                file=console.err(),
+            )
+            sys.exit(err.exit_status)
         except PersonalensError as err:
             print(f"personalens {label}: error: {err}", file=console.err())
             sys.exit(2)
@@ -200,6 +217,8 @@ def main(argv: list[str] | None = None) -> None:
                 file=console.err(),
             )
             sys.exit(1)
+        finally:
+            stop.close()
         if code:
             sys.exit(code)
 

@@ -22,15 +22,8 @@ from engine_fixtures import chat, free_port, start_impostor
 
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.serving.engine import ServerEngine
-from personalens.engines.serving.processes import (
-    Launched,
-    ServerExited,
-    ServerStartError,
-    exit_of,
-    launch,
-    stop_all,
-    wait_ready,
-)
+from personalens.engines.serving.processes import Launched, ServerExited, Servers, ServerStartError
+from personalens.engines.stop import Stop
 
 GRACE_S = 2.0
 POLL_S = 0.5  # the launcher's
@@ -49,17 +42,27 @@ STAND_IN = textwrap.dedent(
     """
 )
 
-# personalens' side: starts the stand-in as a managed server, then waits to be signalled
+# personalens' side, as a command runs: starts the stand-in as a managed server under the command's
+# stop, then waits, until a signal stops it
 PARENT = textwrap.dedent(
     """
-    import os, sys, time
+    import os, sys
     from pathlib import Path
-    from personalens.engines.serving.processes import launch
+    from personalens.engines.serving.processes import Servers
+    from personalens.engines.stop import Stop, Stopped
     marker, stand_in, log, mode, grace = sys.argv[1:6]
     env = dict(os.environ, PL_TEST_MARK=marker)
-    launch("stand-in", [sys.executable, stand_in, mode], env, Path(log), port=0, grace=float(grace))
-    print("launched", flush=True)
-    time.sleep(600)
+    stop = Stop()
+    try:
+        with stop.on_signals():
+            Servers(stop).launch("stand-in", [sys.executable, stand_in, mode], env, Path(log), 0, float(grace))
+            print("launched", flush=True)
+            stop.wait(600)
+            stop.check()
+    except Stopped as stopped:
+        sys.exit(stopped.exit_status)
+    finally:
+        stop.close()
     """
 )
 
@@ -127,21 +130,23 @@ def test_no_server_process_outlives_the_parent(tmp_path, sig, mode):
 
 
 def test_a_server_that_dies_at_start_is_reported_with_its_log(tmp_path):
+    stop = Stop()
+    servers = Servers(stop)
     die = "import sys; print('no model here: /nowhere'); sys.exit(3)"
-    launched = launch("broken", [sys.executable, "-c", die], os.environ, tmp_path / "broken.log", port=1)
+    launched = servers.launch("broken", [sys.executable, "-c", die], os.environ, tmp_path / "broken.log", port=1)
     # an http_proxy of the cluster must not take the requests to this machine's servers
     assert "127.0.0.1" in os.environ["no_proxy"].split(",") and "127.0.0.1" in os.environ["NO_PROXY"].split(",")
     try:
         with pytest.raises(ServerStartError, match=r"(?s)broken exited with status 3 .*no model here: /nowhere"):
-            launched.wait_healthy(timeout=60)
-        silent = launch(
+            servers.wait_ready([launched], timeout=60)
+        silent = servers.launch(
             "silent", [sys.executable, "-c", "import time; time.sleep(600)"], os.environ, tmp_path / "s.log", port=1
         )
         with pytest.raises(ServerStartError, match=r"silent was not ready after 1 s"):
-            silent.wait_healthy(timeout=1)
+            servers.wait_ready([silent], timeout=1)
     finally:
-        stop_all()
-    assert silent.process.poll() is not None  # stopped
+        stop.close()
+    assert silent.process.poll() is not None  # stopped when the command's stop closed
 
 
 # a stand-in vLLM server: after `delay` seconds, serves /health, /v1/models (one model) and chat
@@ -182,23 +187,25 @@ HTTP_STAND_IN = textwrap.dedent(
 )
 
 
-def http_stand_in(tmp_path: Path, name: str, port: int, delay: float = 0.0) -> Launched:
+def http_stand_in(servers: Servers, tmp_path: Path, name: str, port: int, delay: float = 0.0) -> Launched:
     script = tmp_path / "http_stand_in.py"
     script.write_text(HTTP_STAND_IN)
     command = [sys.executable, str(script), str(port), name, str(delay)]
-    return launch(name, command, os.environ, tmp_path / f"{name}.log", port, key="the-key", model=name)
+    return servers.launch(name, command, os.environ, tmp_path / f"{name}.log", port, key="the-key", model=name)
 
 
 def test_servers_load_together_and_one_that_dies_fails_the_start_at_once(tmp_path):
-    slow = http_stand_in(tmp_path, "slow", free_port(), delay=600)
+    stop = Stop()
+    servers = Servers(stop)
+    slow = http_stand_in(servers, tmp_path, "slow", free_port(), delay=600)
     die = "import sys, time; time.sleep(1); print('CUDA out of memory'); sys.exit(1)"
-    broken = launch("broken", [sys.executable, "-c", die], os.environ, tmp_path / "broken.log", port=free_port())
+    broken = servers.launch("broken", [sys.executable, "-c", die], os.environ, tmp_path / "broken.log", free_port())
     started = time.monotonic()
     try:
         with pytest.raises(ServerStartError) as failure:
-            wait_ready([slow, broken], timeout=300)
+            servers.wait_ready([slow, broken], timeout=300)
     finally:
-        stop_all()
+        stop.close()
     # reported when it died, not after the other one's time to load; in one line with the log's end
     assert time.monotonic() - started < 15
     message = str(failure.value)
@@ -212,46 +219,51 @@ def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(tmp_pat
     impostor = start_impostor()
     taken = impostor.server_port
     relaunched = []
+    stop = Stop()
+    servers = Servers(stop)
 
     def relaunch(i: int) -> Launched:
         relaunched.append(i)
-        return http_stand_in(tmp_path, "mine", free_port())
+        return http_stand_in(servers, tmp_path, "mine", free_port())
 
     try:
         with caplog.at_level(logging.WARNING, logger="personalens.engines.serving.processes"):
-            (ready,) = wait_ready([http_stand_in(tmp_path, "mine", taken, delay=1)], timeout=60, relaunch=relaunch)
+            mine = http_stand_in(servers, tmp_path, "mine", taken, delay=1)
+            (ready,) = servers.wait_ready([mine], timeout=60, relaunch=relaunch)
         assert relaunched == [0] and ready.port != taken and ready.answers() is None
         assert "/v1/models" in impostor.asked  # it was asked who it is, and not taken for this server
         assert f"port {taken} of mine's server was taken before vLLM bound it; starting it again" in caplog.text
     finally:
-        stop_all()
+        stop.close()
         impostor.shutdown()
         impostor.server_close()
 
 
-def test_a_server_that_exits_mid_run_stops_the_main_thread_with_its_exit_line(tmp_path):
-    (server,) = wait_ready([http_stand_in(tmp_path, "watched", free_port())], timeout=60)
+def test_a_server_that_exits_mid_run_requests_the_commands_stop_with_its_exit_line(tmp_path):
+    stop = Stop()
+    servers = Servers(stop)
+    (server,) = servers.wait_ready([http_stand_in(servers, tmp_path, "watched", free_port())], timeout=60)
     try:
         pid = int(server.log.read_text().split()[1])
         os.kill(pid, signal.SIGKILL)
         started = time.monotonic()
-        # the main thread is interrupted wherever it waits (here: asleep)
-        with pytest.raises(ServerExited) as exited:
-            time.sleep(30)
+        assert stop.wait(30)  # the command sees it wherever it waits on its stop
         assert time.monotonic() - started < 5
+        with pytest.raises(ServerExited) as exited:
+            stop.check()
         line = str(exited.value)
         assert line.startswith("the vLLM server of watched exited with status 137 (killed by SIGKILL) while the")
         assert f"log {server.log}, its last lines: pid {pid} | serving" in line and "\n" not in line
-        # a server engine's failing call to it reports the same line
-        assert exit_of(server.base_url) == line
     finally:
-        stop_all()
+        stop.close()
 
 
 def test_a_server_engine_waiting_on_a_server_that_exits_stops_at_once(tmp_path):
-    (server,) = wait_ready([http_stand_in(tmp_path, "streaming", free_port())], timeout=60)
+    stop = Stop()
+    servers = Servers(stop)
+    (server,) = servers.wait_ready([http_stand_in(servers, tmp_path, "streaming", free_port())], timeout=60)
     raw = {"name": "streaming", "engine": "server", "server": {"base_url": server.base_url, "model": "streaming"}}
-    engine = ServerEngine(ModelConfig.from_mapping(raw))
+    engine = ServerEngine(ModelConfig.from_mapping(raw), stop)
     pid = int(server.log.read_text().split()[1])
     killer = threading.Timer(1.0, os.kill, (pid, signal.SIGKILL))
     try:
@@ -263,7 +275,7 @@ def test_a_server_engine_waiting_on_a_server_that_exits_stops_at_once(tmp_path):
         assert time.monotonic() - started < 6
     finally:
         killer.cancel()
-        stop_all()
+        stop.close()
 
 
 def test_a_server_that_ends_by_itself_takes_its_children_with_it_at_once(tmp_path):
@@ -273,7 +285,10 @@ def test_a_server_that_ends_by_itself_takes_its_children_with_it_at_once(tmp_pat
     stand_in.write_text(STAND_IN)
     marker = f"{tmp_path.name}-orphans"
     env = dict(os.environ, PL_TEST_MARK=marker)
-    launched = launch("stand-in", [sys.executable, str(stand_in), "stubborn"], env, tmp_path / "s.log", 1, grace=60)
+    stop = Stop()
+    launched = Servers(stop).launch(
+        "stand-in", [sys.executable, str(stand_in), "stubborn"], env, tmp_path / "s.log", 1, 60
+    )
     try:
         wait_for(lambda: len(marked(marker)) == 3, timeout=30)  # the launcher, the server, its child
         (server,) = [p for p in marked(marker) if parent_pid(p) == launched.process.pid]
@@ -281,4 +296,4 @@ def test_a_server_that_ends_by_itself_takes_its_children_with_it_at_once(tmp_pat
         launched.process.wait(timeout=10)  # far less than its grace period: its child ignores SIGTERM
         assert launched.process.returncode == 128 + signal.SIGKILL and marked(marker) == []
     finally:
-        stop_all()
+        stop.close()

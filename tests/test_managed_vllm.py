@@ -37,7 +37,8 @@ from personalens.engines.replicated import copy_of
 from personalens.engines.serving import managed
 from personalens.engines.serving.engine import ServerEngine
 from personalens.engines.serving.managed import serve_args, start_servers
-from personalens.engines.serving.processes import MARKER_ENV, stop_all
+from personalens.engines.serving.processes import MARKER_ENV
+from personalens.engines.stop import Stop
 from personalens.engines.vllm.args import engine_args
 from personalens.store.schema import KEY_COLUMNS
 
@@ -220,8 +221,9 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
     first = iter([[impostor.server_port]])
     free_ports = managed._free_ports
     monkeypatch.setattr(managed, "_free_ports", lambda n: next(first, None) or free_ports(n))
+    stop = Stop()
     try:
-        [served] = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs)
+        [served] = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs, "", stop)
         key, url = served.server.api_key, served.server.base_url
         # it started again on another port: the first launch lost its port (vLLM says so), and the other
         # server was asked who it is and not taken for this one
@@ -251,7 +253,7 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
         [log] = logs.glob("vllm-server.*.log")
         assert key not in log.read_text(errors="replace")
     finally:
-        stop_all()
+        stop.close()
         impostor.shutdown()
         impostor.server_close()
     assert server_processes(logs) == []

@@ -15,6 +15,7 @@ from packaging.specifiers import SpecifierSet
 from personalens.engines.layout import Decision
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.serving.managed import serve_args, start_servers
+from personalens.engines.stop import Stop
 from personalens.engines.vllm import check as vllm_check
 from personalens.engines.vllm.api import ENGINE_ARGS, IN_PROCESS, MANAGED_SERVER, TESTED, Needed
 from personalens.engines.vllm.check import (
@@ -132,7 +133,7 @@ def test_an_engine_and_managed_servers_are_refused_before_anything_loads_or_star
         VllmEngine(TINY_MODEL)
     decision = Decision(TINY_MODEL, ("assistant",), "managed_server", TINY_MODEL)
     with pytest.raises(VllmVersionError, match=r"^vLLM 0\.11\.0"):
-        start_servers([decision], tmp_path)
+        start_servers([decision], tmp_path, "", Stop())
     assert not list(tmp_path.iterdir())  # no server was started (its log would be there)
 
 

@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from personalens.config.core import fingerprint, reproducible
 from personalens.config.fidelity import Fidelity
+from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 
 
@@ -85,11 +86,11 @@ def resolved(cfg: DictConfig, roles: tuple[str, ...], engines) -> dict:
     return {**out, "placement": layout.as_dict(), **({"batch_invariance": invariant} if invariant else {})}
 
 
-def engines(cfg: DictConfig, roles: tuple[str, ...]):
+def engines(cfg: DictConfig, roles: tuple[str, ...], stop: Stop | None = None):
     """The engines of `roles`, loaded together in this process on the first call; their layout is
     decided, logged and, when it cannot fit, refused now, before anything is saved or loaded. Under
     scheduling=continuous the user agent's and the assistant's models must run in this process (their
-    requests go in while the engine steps), which is checked then too."""
+    requests go in while the engine steps), which is checked then too. `stop` is the command's."""
     from personalens.engines.factory import EngineLoader
 
     return EngineLoader(
@@ -98,6 +99,7 @@ def engines(cfg: DictConfig, roles: tuple[str, ...]):
         shard=f"shard-{int(cfg.shard.index):03d}-of-{int(cfg.shard.count):03d}",
         in_process=in_process_roles(cfg, roles),
         reproducible=reproducible(cfg),
+        stop=stop,
     )
 
 
@@ -108,9 +110,9 @@ def in_process_roles(cfg: DictConfig, roles: tuple[str, ...]) -> frozenset[str]:
     return frozenset(r for r in ("user_agent", "assistant") if continuous and r in roles)
 
 
-def engine(cfg: DictConfig, role: str):
+def engine(cfg: DictConfig, role: str, stop: Stop | None = None):
     """One model's engine, for commands with a single role (`model@builder`)."""
     from personalens.engines.factory import build_engine
     from personalens.engines.models.config import ModelConfig
 
-    return build_engine(ModelConfig.from_mapping(cfg[role], where=f"model@{role}"))
+    return build_engine(ModelConfig.from_mapping(cfg[role], where=f"model@{role}"), stop)

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from personalens import config as C
 from personalens import console
 from personalens.config import run as R
+from personalens.engines.stop import Stop
 
 
 @dataclass(frozen=True)
@@ -24,14 +25,14 @@ class Built:
     stats_dir: Path | None = None  # where its statistics belong
 
 
-def build(cfg: DictConfig, engine: Callable | None = None) -> Built:
+def build(cfg: DictConfig, engine: Callable | None = None, stop: Stop | None = None) -> Built:
     """Build a PersonaLens-style dataset from a demographics table and a domain schema (docs/build.md);
     the CLI's `build` then describes the new data (validation's stats)."""
     from personalens.data import validate as check
     from personalens.datagen.pipeline import STAGE_TABLES
     from personalens.datagen.pipeline import build as run_build
 
-    plan, runner, templates = _build_setup(cfg, engine)
+    plan, runner, templates = _build_setup(cfg, engine, stop)
     result = run_build(plan, runner, templates)
     _write_consistency_table(result.verdicts, plan.out_dir / STAGE_TABLES / "consistency", cfg)
     print(result.line(runner), file=console.err())
@@ -44,7 +45,7 @@ def build(cfg: DictConfig, engine: Callable | None = None) -> Built:
     return Built(0, plan.out_dir, tuple(plan.domains), plan.out_dir / STAGE_TABLES / "stats")
 
 
-def consistency(cfg: DictConfig, engine: Callable | None = None) -> int:
+def consistency(cfg: DictConfig, engine: Callable | None = None, stop: Stop | None = None) -> int:
     """Check the profiles of data.root (data.users, sharded like generate) with model@builder (Figure 21)."""
     from personalens.data import list_user_indices, load_user, user_indices
     from personalens.datagen.consistency import Profile, check_job
@@ -76,7 +77,7 @@ def consistency(cfg: DictConfig, engine: Callable | None = None) -> int:
         user = load_user(root, index)
         kept = {d: a for d, a in user.affinities.items() if user.interests.get(d) == 1 and a}
         profiles.append(Profile(user.user_id, index, user.demographics, kept))
-    runner = _runner(cfg, out_dir, engine, digest)
+    runner = _runner(cfg, out_dir, engine, digest, stop)
     found = runner.run("consistency", [check_job(templates, p, limits, (p.user_id,)) for p in profiles], active=True)
     _write_consistency_table([found[(p.user_id,)] for p in profiles], out_dir / "consistency", cfg)
     print(runner.summary(), file=console.err())
@@ -96,7 +97,7 @@ def _write_consistency_table(verdicts, folder: Path, cfg: DictConfig) -> None:
     print(markdown([table]), file=console.out())  # not print(): descriptor 1 is the log file by now
 
 
-def _runner(cfg: DictConfig, root: Path, engine: Callable | None, digest: str):
+def _runner(cfg: DictConfig, root: Path, engine: Callable | None, digest: str, stop: Stop | None):
     from personalens.datagen.batch import Runner
     from personalens.engines.base import Sampling, sampling_from
 
@@ -107,7 +108,7 @@ def _runner(cfg: DictConfig, root: Path, engine: Callable | None, digest: str):
     return Runner(
         root=root,
         shard=(int(cfg.shard.index), int(cfg.shard.count)),
-        engine=engine or functools.cache(lambda: R.engine(cfg, "builder")),
+        engine=engine or functools.cache(lambda: R.engine(cfg, "builder", stop)),
         sampling=sampling,
         seed=int(cfg.datagen.seed),
         retries=int(cfg.datagen.retries),
@@ -118,7 +119,7 @@ def _runner(cfg: DictConfig, root: Path, engine: Callable | None, digest: str):
     )
 
 
-def _build_setup(cfg: DictConfig, engine: Callable | None):
+def _build_setup(cfg: DictConfig, engine: Callable | None, stop: Stop | None):
     """The build plan, its runner and templates from the config; refuses an output root built with
     another configuration."""
     import hashlib
@@ -178,4 +179,4 @@ def _build_setup(cfg: DictConfig, engine: Callable | None):
         max_regenerations=int(b.consistency.max_regenerations),
         limits=Limits(**C.plain(b.limits)),
     )
-    return plan, _runner(cfg, out_dir / STAGE_TABLES, engine, digest), templates
+    return plan, _runner(cfg, out_dir / STAGE_TABLES, engine, digest, stop), templates

@@ -22,6 +22,7 @@ from personalens.engines.layout import Decision, plan_layout
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.replicated import ReplicatedEngine
 from personalens.engines.serving.managed import start_servers
+from personalens.engines.stop import Stop
 from personalens.engines.vllm import invariance
 from personalens.errors import PersonalensError
 
@@ -38,14 +39,15 @@ def model_configs(models: Mapping[str, Mapping[str, Any]]) -> dict[str, ModelCon
     return {role: ModelConfig.from_mapping(raw, where=f"model@{role}") for role, raw in models.items()}
 
 
-def build_engine(config: ModelConfig) -> Engine:
+def build_engine(config: ModelConfig, stop: Stop | None = None) -> Engine:
+    """The engine of one model config, checking `stop` (the command's) while it waits for replies."""
     if config.engine == "server":
         from personalens.engines.serving.engine import ServerEngine
 
-        return ServerEngine(config)
+        return ServerEngine(config, stop)
     from personalens.engines.vllm.local import VllmEngine
 
-    return VllmEngine(config)
+    return VllmEngine(config, stop)
 
 
 class EngineLoader:
@@ -54,7 +56,9 @@ class EngineLoader:
     with `shard`; the models of the roles in `in_process` must run in this process. `gpus`, `build`
     and `serve` are the GPU reader, the engine maker and the server starter (tests replace them).
     `reproducible` runs every engine it starts batch-invariant (invariance.py), or refuses the platform
-    that cannot, when the loader is made."""
+    that cannot, when the loader is made. `stop` is the command's: every engine checks it, the managed
+    servers are stopped when it closes, and a stop requested while the engines load is raised once
+    they have."""
 
     def __init__(
         self,
@@ -64,9 +68,10 @@ class EngineLoader:
         shard: str = "",
         in_process: frozenset[str] = frozenset(),
         reproducible: bool = False,
+        stop: Stop | None = None,
         gpus: Callable[[], GpuSpec | None] = visible_gpu_spec,
-        build: Callable[[ModelConfig], Engine] = build_engine,
-        serve: Callable[[list[Decision], Path, str], list[ModelConfig]] = start_servers,
+        build: Callable[[ModelConfig], Engine] | None = None,
+        serve: Callable[[list[Decision], Path, str], list[ModelConfig]] | None = None,
     ):
         self.configs = model_configs(models)  # hub ids replaced by their snapshot folders
         spec = gpus()
@@ -75,7 +80,10 @@ class EngineLoader:
         log.info("\n".join(self.layout.lines()))
         if self.batch_invariance:
             log.info(f"reproducible: {self.batch_invariance}")
-        self._log_dir, self._shard, self._build, self._serve = Path(log_dir), shard, build, serve
+        self.stop = stop or Stop()
+        self._log_dir, self._shard = Path(log_dir), shard
+        self._build = build or (lambda config: build_engine(config, self.stop))
+        self._serve = serve or (lambda decisions, logs, shard: start_servers(decisions, logs, shard, self.stop))
         self._engines: dict[str, Engine] | None = None
 
     def __call__(self) -> dict[str, Engine]:
@@ -88,8 +96,10 @@ class EngineLoader:
             served = dict(zip(managed, self._serve(managed, self._log_dir, self._shard))) if managed else {}
             built = {}
             for d in decisions:
+                self.stop.check()
                 engines = [self._build(served.get(e, e.run_config)) for e in (d, *d.copies)]
-                built[d.config] = engines[0] if len(engines) == 1 else ReplicatedEngine(engines)
+                built[d.config] = engines[0] if len(engines) == 1 else ReplicatedEngine(engines, self.stop)
+            self.stop.check()  # asked while the last one loaded
             self._engines = {role: built[config] for role, config in self.configs.items()}
         return self._engines
 
@@ -112,6 +122,8 @@ def _batch_invariance(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None) 
     return invariance.describe(gpus, local)
 
 
-def build_engines(models: Mapping[str, Mapping[str, Any]], log_dir: Path = Path("logs")) -> dict[str, Engine]:
+def build_engines(
+    models: Mapping[str, Mapping[str, Any]], log_dir: Path = Path("logs"), stop: Stop | None = None
+) -> dict[str, Engine]:
     """One engine per role in `models`; roles with equal model configs get the same engine object."""
-    return EngineLoader(models, log_dir)()
+    return EngineLoader(models, log_dir, stop=stop)()

@@ -7,9 +7,9 @@ requests without one go round-robin, across calls. Each part runs in a thread of
 in-process vLLM call blocks its thread; a server engine runs its own event loop per call), and the
 parts' `on_finished` reports reach the caller from the calling thread only, as callers assume. A
 request a copy refuses stays one `rejected` generation; a copy's failure (a dead server: its
-ServerExited line) fails the call with that copy's error. A call that fails or is interrupted tells
-its other parts to stop (each at its next finished request, the rest of its batch aborted) and
-waits for them, so that no engine is still answering when the call has ended.
+ServerExited line) fails the call with that copy's error. A call that fails, is interrupted or sees
+the command's stop tells its other parts to stop (each at its next finished request, the rest of its
+batch aborted) and waits for them, so that no engine is still answering when the call has ended.
 
 All copies are one model config: prompt ids made with the first engine's `chat_tokenizer` and its
 `max_model_len` hold for every copy (server copies take the messages the requests also carry).
@@ -24,6 +24,7 @@ import threading
 from collections.abc import Sequence
 
 from personalens.engines.base import Engine, Generation, OnFinished, Request
+from personalens.engines.stop import POLL_S, Stop
 
 
 def copy_of(affinity: str, copies: int) -> int:
@@ -45,10 +46,11 @@ class _Stopped(Exception):
 
 
 class ReplicatedEngine:
-    def __init__(self, engines: Sequence[Engine]):
+    def __init__(self, engines: Sequence[Engine], stop: Stop | None = None):
         if not engines:
             raise ValueError("a replicated engine needs at least one engine")
         self.engines = tuple(engines)
+        self._stop = stop or Stop()
         self.name = engines[0].name
         self.chat_tokenizer = getattr(engines[0], "chat_tokenizer", None)
         self.max_model_len = getattr(engines[0], "max_model_len", None)
@@ -89,7 +91,11 @@ class ReplicatedEngine:
         pending = len(parts)
         try:
             while pending:
-                what, a, b = reports.get()
+                try:
+                    what, a, b = reports.get(timeout=POLL_S)
+                except queue.Empty:
+                    self._stop.check()
+                    continue
                 if what == "finished":
                     if on_finished is not None:
                         on_finished(a, b)

@@ -10,10 +10,11 @@ from omegaconf import DictConfig
 from personalens import config as C
 from personalens import console
 from personalens.config import run as R
+from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 
 
-def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
     from personalens.engines.base import sampling_from
     from personalens.judge.run import judge as score
     from personalens.store import append_summary, read_table, shard_dir
@@ -37,7 +38,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         **C.run_options(cfg),
     }
     digest = C.fingerprint(parts)
-    load = engines or R.engines(cfg, ("judge",))  # checks the model and its layout before the config is saved
+    load = engines or R.engines(cfg, ("judge",), stop)  # checks the model and its layout before the config is saved
     C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load), parts)
     print(f"judge: fidelity option {fidelity.name}", file=console.err())
     summary = score(

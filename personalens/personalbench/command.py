@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from personalens import config as C
 from personalens import console
 from personalens.engines.base import Embedder, sampling_from
+from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 from personalens.personalbench.extraction import Rules
 from personalens.personalbench.histories import Filters
@@ -131,7 +132,10 @@ def digests(cfg: DictConfig, prompts: Prompts, chosen: Settings) -> tuple[str, s
 
 
 def run(
-    cfg: DictConfig, engines: Callable[[], dict] | None = None, embedder: Callable[[], Embedder] | None = None
+    cfg: DictConfig,
+    engines: Callable[[], dict] | None = None,
+    embedder: Callable[[], Embedder] | None = None,
+    stop: Stop | None = None,
 ) -> int:
     """`engines` (the chat models by role) and `embedder` (the embedding baseline's model) default to
     the configured ones, each loaded when a stage first needs it."""
@@ -143,7 +147,7 @@ def run(
 
     models = {"assistant": cfg.assistant, "judge": cfg.judge}
     model_configs(models)  # bad model configs fail before anything is saved
-    engines = engines or EngineLoader(models, out_dir / "logs")  # so does a layout that cannot fit
+    engines = engines or EngineLoader(models, out_dir / "logs", stop=stop)  # so does a layout that cannot fit
     embedding = embedding_config(cfg)
     if embedding is not None:
         from personalens.engines.vllm.embedding import model_dir
@@ -220,7 +224,7 @@ def _require_run(out_dir: Path) -> None:
         )
 
 
-def personalbench(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+def personalbench(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
     """`personalens personalbench run|export|score` (docs/personalbench.md)."""
     action = str(cfg.personalbench.action)  # the CLI has checked it against its actions
-    return run(cfg, engines) if action == "run" else export(cfg) if action == "export" else score(cfg)
+    return run(cfg, engines, stop=stop) if action == "run" else export(cfg) if action == "export" else score(cfg)

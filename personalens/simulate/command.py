@@ -10,11 +10,12 @@ from omegaconf import DictConfig
 from personalens import config as C
 from personalens import console
 from personalens.config import run as R
+from personalens.engines.stop import Stop
 
 ROLES = ("user_agent", "assistant")
 
 
-def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
     from personalens.engines.base import sampling_from
     from personalens.simulate.dialogue import EndRules
     from personalens.simulate.generate import Protocol, Scheduling
@@ -49,7 +50,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         **C.run_options(cfg),
     }
     digest = C.fingerprint(parts)
-    load = engines or R.engines(cfg, ROLES)  # checks the models and their layout before the config is saved
+    load = engines or R.engines(cfg, ROLES, stop)  # checks the models and their layout before the config is saved
     C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts)
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
     print(f"generate: fidelity option {fidelity.name}, assistant prompt family {family}", file=console.err())

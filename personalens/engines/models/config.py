@@ -51,6 +51,11 @@ class ServerConfig:
     # the key of a server personalens started (managed.py): never read from a config, never printed
     api_key: str | None = field(default=None, repr=False)
 
+    @property
+    def managed(self) -> bool:
+        """A server personalens started (only those get a key from it)."""
+        return self.api_key is not None
+
 
 @dataclass(frozen=True)
 class ModelConfig:

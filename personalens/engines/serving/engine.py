@@ -7,7 +7,9 @@ A request the server refuses (HTTP 400 or 422: vLLM's answer to a prompt longer 
 context, or to a bad parameter) is answered as `rejected` and the others go on; a server that cannot
 be reached, or answers 401/403/404, fails the whole call, after the call's other requests have had
 their answers. A call to a server that personalens started and that has exited fails with that
-server's exit (server_processes.py) rather than with the connection errors it caused."""
+server's exit, which its watcher requests as the command's stop (processes.py), rather than with the
+connection errors it caused; a stop requested while requests stream disconnects them (the server
+aborts them) and is raised."""
 
 from __future__ import annotations
 
@@ -21,17 +23,24 @@ from personalens.engines.chat.messages import format_messages
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.serving.flow import PromptSizes, in_flight, kv_cache_tokens
 from personalens.engines.serving.http import Refused, ServerClient, ServerError
-from personalens.engines.serving.processes import ServerExited, exit_of
+from personalens.engines.serving.processes import GRACE_S
+from personalens.engines.stop import Stop
 
 log = logging.getLogger(__name__)
 
 
+# how long a failed call to a managed server waits for its watcher to report the server's exit (the
+# launcher stops what is left of it first)
+EXIT_WAIT_S = GRACE_S + 5
+
+
 class ServerEngine:
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, stop: Stop | None = None):
         if config.server is None:
             raise ModelConfigError(f"model {config.name!r}: engine server needs server.base_url")
         self.name = config.name
         self._server = config.server
+        self._stop = stop or Stop()
         # the server applies the chat template, which this side cannot read: only an explicit
         # `system_role: false` folds the system prompt
         self._system_role = config.system_role is not False
@@ -44,14 +53,14 @@ class ServerEngine:
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         if not requests:
             return []
+        self._stop.check()
         try:
-            # an event loop per call; on Ctrl-C or an error, the requests not yet sent are cancelled
-            # and those in flight disconnected (which the server aborts)
-            return asyncio.run(self._generate(requests, on_finished))
-        except ServerError as err:
-            exited = exit_of(self._server.base_url)
-            if exited is not None:
-                raise ServerExited(exited) from err
+            # an event loop per call; on Ctrl-C, a stop or an error, the requests not yet sent are
+            # cancelled and those in flight disconnected (which the server aborts)
+            return asyncio.run(self._stop.run(self._generate(requests, on_finished)))
+        except ServerError:
+            if self._server.managed and self._stop.wait(EXIT_WAIT_S):
+                self._stop.check()  # the server's exit, not the connection errors it caused
             raise
 
     async def _generate(self, requests: Sequence[Request], on_finished: OnFinished | None) -> list[Generation]:

@@ -30,7 +30,8 @@ from personalens.engines.layout import Decision
 from personalens.engines.models.config import ModelConfig, ServerConfig
 from personalens.engines.models.embedded import model_path
 from personalens.engines.serving.guard import RequireKey
-from personalens.engines.serving.processes import MARKER_ENV, Launched, launch, wait_ready
+from personalens.engines.serving.processes import MARKER_ENV, Launched, Servers
+from personalens.engines.stop import Stop
 from personalens.engines.vllm.api import SERVER_KEY_ENV, SERVER_MODULE
 from personalens.engines.vllm.args import cli_flags, engine_args
 from personalens.engines.vllm.check import check_server
@@ -76,18 +77,20 @@ def log_path(log_dir: Path, config: ModelConfig, shard: str, copy: int = 0) -> P
 
 
 def start_servers(
-    decisions: Sequence[Decision], log_dir: Path, shard: str = "", timeout: float = START_TIMEOUT_S
+    decisions: Sequence[Decision], log_dir: Path, shard: str, stop: Stop, timeout: float = START_TIMEOUT_S
 ) -> list[ModelConfig]:
     """A server for each managed decision (a model's copies are decisions too), started together and
     waited for together (a server that dies fails the start at once; one whose port was taken
     meanwhile starts again on another); returns, per decision, the `engine: server` config that
     reaches its server once all answer as themselves. `shard` names the command's shard in the
-    servers' log files."""
+    servers' log files; `stop` is the command's, which stops the servers when it closes and is
+    requested when one of them exits while it is needed."""
     models = [model_path(d.run_config) for d in decisions]
     dtypes = [local_dtype(d.run_config.dtype).dtype for d in decisions]
     # the installed vLLM takes them, before any starts
     check_server([a for d, m, t in zip(decisions, models, dtypes) for a in serve_args(d.run_config, m, 0, t)])
     keys = [secrets.token_urlsafe(32) for _ in decisions]
+    servers = Servers(stop)
 
     def start(i: int, port: int) -> Launched:
         d = decisions[i]
@@ -95,13 +98,13 @@ def start_servers(
         path = log_path(log_dir, config, shard, d.copy)
         env = server_env(config, d.device_ids, os.environ, path, keys[i])
         command = [sys.executable, "-m", SERVER_MODULE, *serve_args(config, models[i], port, dtypes[i])]
-        launched = launch(d.label, command, env, path, port, key=keys[i], model=config.name)
+        launched = servers.launch(d.label, command, env, path, port, key=keys[i], model=config.name)
         gpus = f"GPUs {','.join(d.device_ids)}" if d.device_ids else "no GPU"
         log.info(f"starting a vLLM server for {d.label} on 127.0.0.1:{port} ({gpus}), log {path}")
         return launched
 
     started = [start(i, port) for i, port in enumerate(_free_ports(len(decisions)))]
-    ready = wait_ready(started, timeout, relaunch=lambda i: start(i, _free_ports(1)[0]))
+    ready = servers.wait_ready(started, timeout, relaunch=lambda i: start(i, _free_ports(1)[0]))
     return [
         served_config(d.config, launched.base_url, model, key)
         for d, launched, model, key in zip(decisions, ready, models, keys)

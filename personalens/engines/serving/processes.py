@@ -1,18 +1,16 @@
-"""The processes of the vLLM servers personalens starts (managed.py): each behind the launcher
-(launcher.py), all waited for together until each answers as itself, watched while the command runs,
-and stopped when it ends: normally, on an exception, on Ctrl-C (SIGINT) and on SIGTERM (SLURM
-cancelling the job); the launcher also stops its server when personalens is killed outright (SIGKILL).
+"""The processes of the vLLM servers personalens starts (managed.py), held by the command's `Servers`:
+each behind the launcher (launcher.py), all waited for together until each answers as itself, watched
+while the command runs, and stopped when the command ends, however it ends (its `Stop` closes them);
+the launcher also stops its server when personalens is killed outright (SIGKILL).
 
 A server that exits while the command needs it stops the command at once, with one line: the model,
-the exit status, the last lines of its log and the log's path. Its watcher thread records that line
-and sends SIGTERM to the main thread, wherever it waits (a server engine's requests, an in-process
-engine's step); the SIGTERM handler installed here raises the line as `ServerExited`, which the
-command ends with (exit status 2), its part files closed, so that a resumed run finishes the work.
+the exit status, the last lines of its log and the log's path. Its watcher thread requests the
+command's stop with that line (`ServerExited`); the engine waiting on it raises it at its next check,
+and the command ends with it (exit status 2), its part files closed, so that a resumed run finishes.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import signal
@@ -26,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
@@ -63,9 +62,6 @@ class Launched:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
-
-    def wait_healthy(self, timeout: float) -> None:
-        wait_ready([self], timeout)
 
     def answers(self) -> str | None:
         """None when this server answers on its port as itself; else what is missing."""
@@ -107,31 +103,34 @@ def describe_status(status: int | None) -> str:
     return f"status {status}"
 
 
-_running: list[Launched] = []
-_exits: dict[str, str] = {}  # base_url -> the exit line of a server that exited while it was needed
-_pending: list[str] = []  # exit lines the SIGTERM handler has yet to raise
-_lock = threading.Lock()
-# the exit hooks, installed with the first server, and whether the SIGTERM handler is personalens'
-_hooks = {"installed": False, "sigterm": False}
+class Servers:
+    """The managed servers of one command: launched behind the launcher, waited for together, watched
+    while the command runs and stopped when it ends (`stop.close()`, which the command calls however
+    it ends). A server that exits while it is needed requests the command's `stop` with its exit line
+    (`ServerExited`), which every engine raises at its next check."""
 
+    def __init__(self, stop: Stop):
+        self.stop = stop
+        self._running: list[Launched] = []
+        self._lock = threading.Lock()  # the watcher threads' and this thread's view of `_running`
+        _no_proxy_for_this_machine()
+        stop.at_close(self.stop_all)
 
-def launch(
-    name: str,
-    command: Sequence[str],
-    env: Mapping[str, str],
-    log: Path,
-    port: int,
-    grace: float = GRACE_S,
-    *,
-    key: str | None = None,
-    model: str | None = None,
-) -> Launched:
-    """Starts `command` behind the launcher, its output appended to `log`, and registers it to be
-    stopped when this process ends."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    watchdog = [sys.executable, "-m", "personalens.engines.serving.launcher", "--parent", str(os.getpid())]
-    with _lock:
-        _install_stops()
+    def launch(
+        self,
+        name: str,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        log: Path,
+        port: int,
+        grace: float = GRACE_S,
+        *,
+        key: str | None = None,
+        model: str | None = None,
+    ) -> Launched:
+        """Starts `command` behind the launcher, its output appended to `log`."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        watchdog = [sys.executable, "-m", "personalens.engines.serving.launcher", "--parent", str(os.getpid())]
         with open(log, "a") as out:
             start = out.tell()
             # a session of its own: a Ctrl-C at the terminal reaches personalens, which stops it in order
@@ -143,129 +142,93 @@ def launch(
                 start_new_session=True,
             )
         launched = Launched(name, process, log, port, key=key, model=model, log_start=start)
-        _running.append(launched)
-    return launched
+        with self._lock:
+            self._running.append(launched)
+        return launched
 
-
-def wait_ready(
-    servers: Sequence[Launched], timeout: float, relaunch: Callable[[int], Launched] | None = None, tries: int = 3
-) -> list[Launched]:
-    """Waits for every server together until each answers as itself, then watches them. A server
-    that exits first fails the wait at once, unless it lost its port: then `relaunch(i)` starts the
-    i-th again (on another port), up to `tries` times. Returns the servers, relaunched ones replaced."""
-    servers, ready, lost = list(servers), [False] * len(servers), [0] * len(servers)
-    missing = [""] * len(servers)
-    t0 = time.monotonic()
-    while True:
-        for i, server in enumerate(servers):
-            if ready[i]:
-                continue
-            if server.process.poll() is not None:
-                if relaunch is not None and lost[i] < tries and server.lost_port():
-                    lost[i] += 1
-                    _forget(server)
-                    servers[i] = relaunch(i)
-                    log.warning(
-                        f"port {server.port} of {server.name}'s server was taken before vLLM bound it; "
-                        f"starting it again on port {servers[i].port}"
-                    )
+    def wait_ready(
+        self,
+        servers: Sequence[Launched],
+        timeout: float,
+        relaunch: Callable[[int], Launched] | None = None,
+        tries: int = 3,
+    ) -> list[Launched]:
+        """Waits for every server together until each answers as itself, then watches them. A server
+        that exits first fails the wait at once, unless it lost its port: then `relaunch(i)` starts
+        the i-th again (on another port), up to `tries` times. A stop requested meanwhile is raised.
+        Returns the servers, relaunched ones replaced."""
+        servers, ready, lost = list(servers), [False] * len(servers), [0] * len(servers)
+        missing = [""] * len(servers)
+        t0 = time.monotonic()
+        while True:
+            self.stop.check()
+            for i, server in enumerate(servers):
+                if ready[i]:
                     continue
-                raise ServerStartError(server.exit_line("before it was ready"))
-            missing[i] = server.answers() or ""
-            if not missing[i]:
-                ready[i] = True
-                log.info(f"vLLM server for {server.name} ready after {time.monotonic() - t0:.0f} s")
-        if all(ready):
-            break
-        if time.monotonic() - t0 > timeout:
-            i = ready.index(False)
-            why = f" ({missing[i]})" if missing[i].startswith("port") else ""
-            raise ServerStartError(
-                f"the vLLM server of {servers[i].name} was not ready after {timeout:.0f} s{why}; "
-                f"log {servers[i].log}, its last lines: {_tail(servers[i])}"
-            )
-        time.sleep(POLL_S)
-    for server in servers:
-        threading.Thread(target=_watch, args=(server,), name=f"watch {server.name}", daemon=True).start()
-    return servers
+                if server.process.poll() is not None:
+                    if relaunch is not None and lost[i] < tries and server.lost_port():
+                        lost[i] += 1
+                        self._forget(server)
+                        servers[i] = relaunch(i)
+                        log.warning(
+                            f"port {server.port} of {server.name}'s server was taken before vLLM bound it; "
+                            f"starting it again on port {servers[i].port}"
+                        )
+                        continue
+                    raise ServerStartError(server.exit_line("before it was ready"))
+                missing[i] = server.answers() or ""
+                if not missing[i]:
+                    ready[i] = True
+                    log.info(f"vLLM server for {server.name} ready after {time.monotonic() - t0:.0f} s")
+            if all(ready):
+                break
+            if time.monotonic() - t0 > timeout:
+                i = ready.index(False)
+                why = f" ({missing[i]})" if missing[i].startswith("port") else ""
+                raise ServerStartError(
+                    f"the vLLM server of {servers[i].name} was not ready after {timeout:.0f} s{why}; "
+                    f"log {servers[i].log}, its last lines: {_tail(servers[i])}"
+                )
+            self.stop.wait(POLL_S)
+        for server in servers:
+            threading.Thread(target=self._watch, args=(server,), name=f"watch {server.name}", daemon=True).start()
+        return servers
 
-
-def exit_of(base_url: str, wait: float = GRACE_S + 5) -> str | None:
-    """The exit line of the managed server at `base_url` if it has exited, or exits within `wait`
-    seconds (its launcher stops what is left of it first) when it no longer answers; None for a
-    server that answers and for any server personalens did not start."""
-    with _lock:
-        server = next((s for s in _running if s.base_url == base_url), None)
-    if server is not None and server.answers() is not None:
-        try:
-            server.process.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            return None
-        time.sleep(0.1)  # its watcher records the line
-    with _lock:
-        return _exits.get(base_url)
-
-
-def stop_all() -> None:
-    """Asks every launcher to stop its server's process group, then waits for them all (together,
-    not one grace period after another)."""
-    with _lock:
-        running, _running[:] = list(_running), []
+    def stop_all(self) -> None:
+        """Asks every launcher to stop its server's process group, then waits for them all (together,
+        not one grace period after another)."""
+        with self._lock:
+            running, self._running = self._running, []
+            for launched in running:
+                launched.stopping = True
         for launched in running:
-            launched.stopping = True
-    for launched in running:
-        if launched.process.poll() is None:
-            launched.process.send_signal(signal.SIGTERM)
-    for launched in running:
-        try:
-            launched.process.wait(timeout=GRACE_S + 15)
-        except subprocess.TimeoutExpired:
-            launched.process.kill()  # the launcher itself hung: its server may outlive it
-            launched.process.wait()
+            if launched.process.poll() is None:
+                launched.process.send_signal(signal.SIGTERM)
+        for launched in running:
+            try:
+                launched.process.wait(timeout=GRACE_S + 15)
+            except subprocess.TimeoutExpired:
+                launched.process.kill()  # the launcher itself hung: its server may outlive it
+                launched.process.wait()
+
+    def _watch(self, server: Launched) -> None:
+        server.process.wait()
+        with self._lock:
+            if server.stopping or server not in self._running:
+                return
+        self.stop.request(ServerExited(server.exit_line("while the command was using it")))
+
+    def _forget(self, server: Launched) -> None:
+        with self._lock:
+            if server in self._running:
+                self._running.remove(server)
 
 
-def _watch(server: Launched) -> None:
-    server.process.wait()
-    with _lock:
-        if server.stopping or server not in _running:
-            return
-        line = server.exit_line("while the command was using it")
-        _exits[server.base_url] = line
-        _pending.append(line)
-        interrupt = _hooks["sigterm"]
-    if interrupt:  # the handler raises the line, which the command ends with
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
-    else:  # a server engine's next failing call raises it (exit_of)
-        log.error(line)
-
-
-def _on_sigterm(signum, frame) -> None:
-    # unwinds like an exception, so part files are closed and atexit stops the servers
-    with _lock:
-        line = _pending.pop(0) if _pending else None
-    if line is not None:
-        raise ServerExited(line)
-    raise SystemExit(128 + signum)
-
-
-def _install_stops() -> None:
-    if _hooks["installed"]:
-        return
-    _hooks["installed"] = True
-    # cluster nodes often set http_proxy; the servers are on this machine, so no proxy must be used
+def _no_proxy_for_this_machine() -> None:
+    """Cluster nodes often set http_proxy; the servers are on this machine, so no proxy is used for them."""
     for name in ("no_proxy", "NO_PROXY"):
         kept = [h for h in os.environ.get(name, "").split(",") if h]
         os.environ[name] = ",".join([*kept, "127.0.0.1"] if "127.0.0.1" not in kept else kept)
-    atexit.register(stop_all)
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_sigterm)
-        _hooks["sigterm"] = True
-
-
-def _forget(server: Launched) -> None:
-    with _lock:
-        if server in _running:
-            _running.remove(server)
 
 
 def _log_since(path: Path, start: int) -> str:

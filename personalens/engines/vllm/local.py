@@ -1,4 +1,6 @@
-"""An engine over an in-process `vllm.LLM`: one batched chat call per generate().
+"""An engine over an in-process `vllm.LLM`: one batched chat call per generate(), its requests
+queued one by one and the engine stepped until all have finished; the command's stop is looked at
+before every step, and what is still queued when a call ends early is aborted.
 
 vLLM starts worker processes; a script that builds this engine needs an
 `if __name__ == "__main__":` guard.
@@ -18,6 +20,7 @@ from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.dtype import local_dtype
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.models.embedded import model_path
+from personalens.engines.stop import Stop
 from personalens.engines.vllm.args import engine_args
 from personalens.engines.vllm.check import check_in_process
 
@@ -25,12 +28,13 @@ log = logging.getLogger(__name__)
 
 
 class VllmEngine:
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, stop: Stop | None = None):
         check_in_process()  # the installed vLLM is one this code runs on, before a model loads
         model = model_path(config)
         if config.cpu_reserved_cores is not None:
             # read by vLLM's engine processes when they start; a value the user exported wins
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(config.cpu_reserved_cores))
+        self._stop = stop or Stop()
         started = time.monotonic()
         from vllm import LLM  # heavy; only engines that run in-process need it
         from vllm.platforms import current_platform
@@ -59,6 +63,7 @@ class VllmEngine:
         A request vLLM refuses (its prompt too long, say) is answered as `rejected`; the rest run."""
         if not requests:
             return []
+        self._stop.check()
         replies: list[Generation | None] = [None] * len(requests)
         queued = {}
         for i, request in enumerate(requests):
@@ -96,6 +101,7 @@ class VllmEngine:
 
     def finished(self) -> list[tuple[str, Generation]]:
         """One step of the engine: the queued requests that finished in it."""
+        self._stop.check()
         refused, self._refused = self._refused, []
         if refused:  # answered at once, so a caller never waits on an engine with nothing to do
             return refused
