@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 
 class UsageError(Exception):
-    """A command line that names no command's arguments (one line, exit 2)."""
+    """Positional arguments a command does not take (main prints the message as one line, exit 2)."""
 
 
 @dataclass(frozen=True)
