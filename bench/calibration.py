@@ -3,8 +3,9 @@
 `compare` and the plain percentile interval beside it.
 
 For each number of users: the share of A/A comparisons (two runs drawn alike, each with its own
-effect per user) whose 95% interval excludes 0 and, for the expanded interval, whose p < 0.05; and
-the share of comparisons with a true improvement of 0.3 on P whose interval covers 0.3.
+effect per user) whose t-test over users has p < 0.05 and whose 95% interval (expanded or plain)
+excludes 0; and, for comparisons with a true improvement of 0.3 on P, the share whose interval
+covers 0.3 and whose p < 0.05.
 
     python bench/calibration.py --draws 2000 --users 5 10 20 50
 """
@@ -21,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic runs' generator
 from synthetic_runs import aa_pair, better_pair  # noqa: E402
 
-from personalens.tables.stats import Bootstrap, interval, p_value  # noqa: E402
+from personalens.tables.stats import Bootstrap, clustered_mean, interval  # noqa: E402
 
 
 def main() -> None:
@@ -44,12 +45,13 @@ def main() -> None:
             rep = boot.replicates(b - a, users=owner.tolist())
             lo, hi = interval(rep)
             plo, phi = interval(rep, expanded=False)
-            counts[:3] += [p_value(rep) < 0.05, not lo <= 0 <= hi, not plo <= 0 <= phi]
+            p = clustered_mean(b - a, owner.tolist()).p()
+            counts[:3] += [p < 0.05, not lo <= 0 <= hi, not plo <= 0 <= phi]
             a, b, owner = better_pair(np.random.default_rng(200_000 + seed), users, 0.3)
             rep = boot.replicates(b - a, users=owner.tolist())
             lo, hi = interval(rep)
             plo, phi = interval(rep, expanded=False)
-            counts[3:] += [lo <= 0.3 <= hi, plo <= 0.3 <= phi, p_value(rep) < 0.05]
+            counts[3:] += [lo <= 0.3 <= hi, plo <= 0.3 <= phi, clustered_mean(b - a, owner.tolist()).p() < 0.05]
         shares = " | ".join(f"{100 * c / args.draws:.1f}%" for c in counts)
         print(f"| {users} | {shares} | {time.perf_counter() - started:.0f} |")
 

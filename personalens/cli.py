@@ -1,5 +1,6 @@
-"""`personalens <subcommand> [DATA_ROOT] [hydra overrides...]`: every subcommand is a Hydra app
-over the one config in conf/, so `key=value`, `group=option`, `--cfg job` and `-m` work as usual."""
+"""`personalens <subcommand> [RUN | DATA_ROOT] [hydra overrides...]`: every subcommand is a Hydra app
+over the one config in conf/, so `key=value`, `group=option`, `--cfg job` and `-m` work as usual. A
+command whose subject is a run takes its directory as RUN, one about data its DATA_ROOT."""
 
 from __future__ import annotations
 
@@ -16,6 +17,36 @@ from omegaconf import DictConfig
 from personalens.engines.stop import Stop, Stopped
 
 
+class UsageError(Exception):
+    """Positional arguments a command does not take (main prints the message as one line, exit 2)."""
+
+
+@dataclass(frozen=True)
+class Positional:
+    """The leading positional arguments of a command: `name` in usage and errors, the key one of them
+    sets, and the list key several fill (None: it takes one at most)."""
+
+    name: str
+    key: str
+    many: str | None = None
+
+    def overrides(self, command: str, args: list[str]) -> list[str]:
+        from personalens.config.core import quoted_value
+
+        if len(args) > 1 and self.many is None:
+            raise UsageError(
+                f"personalens {command}: error: takes one {self.name}, got {len(args)} positional arguments: "
+                f"{' '.join(args)}"
+            )
+        if len(args) == 1 and self.key != self.many:
+            return [f"{self.key}={quoted_value(args[0])}"]
+        return [f"{self.many}=[{','.join(quoted_value(a) for a in args)}]"] if args else []
+
+
+DATA_ROOT = Positional("DATA_ROOT", "data.root")
+RUN = Positional("RUN", "run.out_dir")
+
+
 @dataclass(frozen=True)
 class Subcommand:
     name: str
@@ -24,9 +55,7 @@ class Subcommand:
     # commands that load models: the folder whose logs/<command>.log takes the libraries' output
     logs_under: Callable[[DictConfig], str | None] | None = None
     actions: tuple[str, ...] = ()  # the next word picks one: `personalens agreement export`
-    # the list key that leading positional paths fill (`personalens compare RUN_A RUN_B`); else the
-    # first one is DATA_ROOT
-    positional_list: str | None = None
+    positional: Positional | None = DATA_ROOT  # what its leading positional paths are (None: it takes none)
 
     def function(self) -> Callable[[DictConfig], int]:
         module, function = self.target.split(":")
@@ -46,43 +75,53 @@ SUBCOMMANDS = (
                "personalens.validation.command:validate"),
     Subcommand("generate", "simulate user-agent / assistant dialogues in lockstep (Parquet under run.out_dir)",
                "personalens.simulate.command:generate", _run_dir),
-    Subcommand("judge", "score the dialogues of run.out_dir with the judge model",
-               "personalens.judge.command:judge", _run_dir),
-    Subcommand("merge", "check that every scenario of the selection is present exactly once across shards",
-               "personalens.merge.command:merge"),
-    Subcommand("report", "write the paper's tables and figures for one or more runs",
-               "personalens.report.command:report"),
+    Subcommand("judge", "score the dialogues of RUN (run.out_dir) with the judge model",
+               "personalens.judge.command:judge", _run_dir, positional=RUN),
+    Subcommand("merge", "check that every scenario of the selection is present exactly once across RUN's shards",
+               "personalens.merge.command:merge", positional=RUN),
+    Subcommand("report", "write the paper's tables and figures for one run (RUN) or several (RUN RUN ...)",
+               "personalens.report.command:report", positional=Positional("RUN", "run.out_dir", "report.runs")),
     Subcommand("compare", "paired differences between runs (and a run's prompt settings) with user-clustered intervals",
-               "personalens.compare.command:compare", positional_list="compare.runs"),
+               "personalens.compare.command:compare", positional=Positional("RUN", "compare.runs", "compare.runs")),
     Subcommand("run", "generate, judge and report in one process, then print the Table 3 layout",
                "personalens.cli:run", _run_dir),
     Subcommand("plan", "a dry run loading no model: selection, shards, each model's placement and memory, tokens, time",
                "personalens.plan.command:plan"),
     Subcommand("stats", "print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)",
                "personalens.validation.command:stats"),
-    Subcommand("diversity", "print and write Table 10's lexical diversity of a run's dialogues (or any dialogue Parquet)",
-               "personalens.validation.command:diversity"),
+    Subcommand("diversity", "print and write Table 10's lexical diversity of RUN's dialogues (or any dialogue Parquet)",
+               "personalens.validation.command:diversity", positional=RUN),
     Subcommand("build", "build a new PersonaLens-style dataset in the official layout (docs/build.md)",
-               "personalens.cli:build", lambda cfg: cfg.datagen.out_dir),
+               "personalens.cli:build", lambda cfg: cfg.datagen.out_dir, positional=None),
     Subcommand("consistency", "check the profiles of a data root for conflicts (Figure 21) and print the flagged share",
                "personalens.datagen.command:consistency", _run_dir),
-    Subcommand("agreement", "Table 5: annotation sheets and guide (export), kappas against the judge (score)",
-               "personalens.agreement.command:agreement", actions=("export", "score")),
+    Subcommand("agreement", "Table 5: annotation sheets and guide (export), kappas against the judge (score) of RUN",
+               "personalens.agreement.command:agreement", actions=("export", "score"), positional=RUN),
     Subcommand("personalbench", "PersonalBench on WildChat histories (docs/personalbench.md)",
                "personalens.personalbench.command:personalbench", _personalbench_run_dir,
-               actions=("run", "export", "score")),
+               actions=("run", "export", "score"), positional=Positional("RUN", "personalbench.out_dir")),
 )  # fmt: skip
 COMMANDS = {c.name: c for c in SUBCOMMANDS}
 
 
 def _usage() -> str:
-    names = [c.name + (" " + "|".join(c.actions) if c.actions else "") for c in SUBCOMMANDS]
+    names = [
+        " ".join(
+            [
+                c.name,
+                *(["|".join(c.actions)] if c.actions else []),
+                *([f"[{c.positional.name}{' ...' if c.positional.many else ''}]"] if c.positional else []),
+            ]
+        )
+        for c in SUBCOMMANDS
+    ]
     width = max(map(len, names)) + 2
     lines = [f"  {n.ljust(width)}{c.help}" for n, c in zip(names, SUBCOMMANDS)]
     return (
-        "usage: personalens SUBCOMMAND [DATA_ROOT] [key=value ...]\n\nsubcommands:\n" + "\n".join(lines) + "\n\n"
-        "DATA_ROOT, if given, is shorthand for data.root=DATA_ROOT (`personalens compare RUN_A RUN_B ...` takes\n"
-        "run directories instead); --strict for data.strict=true (quirks of\n"
+        "usage: personalens SUBCOMMAND [RUN | DATA_ROOT] [key=value ...]\n\nsubcommands:\n" + "\n".join(lines) + "\n\n"
+        "RUN, if given, is shorthand for run.out_dir=RUN (`report RUN RUN ...` for report.runs, `compare RUN_A\n"
+        "RUN_B ...` for compare.runs, `personalbench` for personalbench.out_dir); DATA_ROOT for data.root=DATA_ROOT.\n"
+        "A positional argument a command does not take is refused. --strict for data.strict=true (quirks of\n"
         "the release that its own code tolerates, warnings by default, become errors). Everything else is a\n"
         "Hydra override, e.g. `personalens generate data.users=sample50 model@assistant=llama31_8b\n"
         "assistant.path=/models/llama`. `personalens SUBCOMMAND --help` shows the config."
@@ -106,24 +145,25 @@ def run(cfg: DictConfig, stop: Stop | None = None) -> int:
 
 
 def _positional(arg: str) -> bool:
-    # a path that exists is positional even when it holds "=" (a key=value override otherwise)
-    return not arg.startswith("-") and ("=" not in arg or Path(arg).exists())
+    # a path that exists is positional even when it holds "=" (a key=value override otherwise); "~key"
+    # deletes a key in Hydra
+    return not arg.startswith(("-", "~")) and ("=" not in arg or Path(arg).exists())
 
 
-def _hydra_args(rest: list[str], positional_list: str | None = None) -> list[str]:
-    """Turn a leading positional DATA_ROOT into the override data.root=DATA_ROOT (or all leading
-    positional paths into `positional_list=[...]`), and --strict into data.strict=true."""
-    from personalens.config.core import quoted_value
-
+def _hydra_args(rest: list[str], command: str = "validate", positional: Positional | None = DATA_ROOT) -> list[str]:
+    """Turn the leading positional arguments into `positional`'s overrides, and --strict into
+    data.strict=true. A positional argument the command does not take, or one among the overrides
+    (not the value of a flag such as `--cfg job`), is refused with a UsageError."""
     strict = ["data.strict=true"] if "--strict" in rest else []
     rest = [arg for arg in rest if arg != "--strict"]
-    if positional_list:
-        k = next((i for i, arg in enumerate(rest) if not _positional(arg)), len(rest))
-        if k:
-            rest = [f"{positional_list}=[{','.join(quoted_value(a) for a in rest[:k])}]", *rest[k:]]
-    elif rest and _positional(rest[0]):
-        rest = [f"data.root={quoted_value(rest[0])}", *rest[1:]]
-    return [*rest, *strict]
+    k = next((i for i, arg in enumerate(rest) if not _positional(arg)), len(rest))
+    stray = [arg for i, arg in enumerate(rest[k:], k) if _positional(arg) and not rest[i - 1].startswith("-")]
+    if stray:
+        where = f"{positional.name} goes before the overrides" if positional else "it takes no positional argument"
+        raise UsageError(f"personalens {command}: error: {stray[0]!r} is not a key=value override, and {where}")
+    if k and positional is None:
+        raise UsageError(f"personalens {command}: error: takes no positional argument, got {' '.join(rest[:k])}")
+    return [*(positional.overrides(command, rest[:k]) if positional else []), *rest[k:], *strict]
 
 
 def build(cfg: DictConfig, engine: Callable | None = None, stop: Stop | None = None) -> int:
@@ -168,17 +208,22 @@ def main(argv: list[str] | None = None) -> None:
     from personalens.paths import project_path
 
     command = COMMANDS[argv[0]]
-    label, overrides = command.name, _hydra_args(argv[1:], command.positional_list)
+    label, rest, extra = command.name, argv[1:], []
     if command.actions:
         action = argv[1] if len(argv) > 1 else ""
         if action not in command.actions:
             print(
                 f"personalens {command.name}: error: say which action: {' or '.join(command.actions)}, "
-                f"e.g. `personalens {command.name} {command.actions[0]} run.out_dir=runs/x`",
+                f"e.g. `personalens {command.name} {command.actions[0]} runs/x`",
                 file=sys.stderr,
             )
             sys.exit(2)
-        label, overrides = f"{command.name} {action}", [*_hydra_args(argv[2:]), f"{command.name}.action={action}"]
+        label, rest, extra = f"{command.name} {action}", argv[2:], [f"{command.name}.action={action}"]
+    try:
+        overrides = [*_hydra_args(rest, label, command.positional), *extra]
+    except UsageError as err:
+        print(err, file=sys.stderr)
+        sys.exit(2)
     function = command.function()
     register_resolvers()
 

@@ -3,6 +3,7 @@ intervals and comparisons (tests/test_intervals.py, tests/test_compare_stats.py)
 run directory for bench/intervals.py:
 
     python tests/synthetic_runs.py runs/synthetic50 --users 50
+    python tests/synthetic_runs.py runs/raised50 --users 50 --raised   # P +0.45, all else the same
 
 Every user has 20-60 scenarios (the release has about 80 per user); a user's scores share a
 user-level effect, as dialogues built from one profile do. The written run's parameters: TC with a
@@ -68,9 +69,11 @@ def better_pair(
     return a, a + (rng.random(owner.size) < p[owner]), owner
 
 
-def write_run(out: Path, users: int, seed: int = 0) -> Path:
+def write_run(out: Path, users: int, seed: int = 0, raised: bool = False) -> Path:
     """A judged run directory (dialogues and judgments in the store's schemas) with the six
-    whole-dialogue judgments per scenario, 80% single-domain, scores clustered by user."""
+    whole-dialogue judgments per scenario, 80% single-domain, scores clustered by user. With
+    `raised`, P is one point higher (at most 4) on every other scenario of each user and all else
+    is the same as without: two runs of one seed then differ by about +0.45 on P alone."""
     from run_rows import dialogue_row, judgment_row
     from test_report import write_run as write_parts
 
@@ -78,6 +81,9 @@ def write_run(out: Path, users: int, seed: int = 0) -> Path:
     tc, owner = completion(rng, users)
     base = rng.normal(2.6, 0.4, size=users)
     p = personalization(rng, owner, base, np.zeros(users))
+    if raised:
+        first = np.searchsorted(owner, owner)  # each scenario's user's first scenario
+        p = np.where((np.arange(owner.size) - first) % 2 == 0, np.minimum(p + 1, 4), p)
     other = {
         (dim, speaker): np.clip(
             np.rint(rng.normal(4.0, 0.35, size=users)[owner] + rng.normal(0, 0.6, owner.size)), 1, 5
@@ -113,8 +119,9 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--raised", action="store_true", help="P one point higher on every other scenario of a user")
     args = parser.parse_args()
-    print(write_run(args.out, args.users, args.seed))
+    print(write_run(args.out, args.users, args.seed, args.raised))
 
 
 if __name__ == "__main__":

@@ -296,8 +296,8 @@ def test_cli_exports_scores_and_writes_table5(run, tmp_path, sample_root):
     proc = run_cli(
         "agreement",
         "export",
-        str(sample_root),
-        f"run.out_dir={run_dir}",
+        str(run_dir),
+        f"data.root={sample_root}",
         f"agreement.out_dir={out}",
         "agreement.dialogues=6",
         "seed=1",

@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from cli_helpers import run_cli
 from omegaconf import OmegaConf
-from scipy import stats as sps
 from test_fidelity import PromptRecorder, config
 from test_report import judge_all, make_dialogue, write_run
 
 from personalens import cli
 from personalens.compare import build_comparison
+from personalens.compare.power import PowerPlan
 from personalens.errors import PersonalensError
 from personalens.judge import command as judge_command
 from personalens.simulate import command as simulate_command
@@ -96,35 +96,29 @@ def test_golden_comparison_worked_out_by_hand(golden, tmp_path):
     # two users: a resample holds u1 twice, each once, or u2 twice; the expanded interval at two
     # units reaches both ends, u1's mean difference 1 and u2's 1.25
     assert (p.difference.lo, p.difference.hi) == (1.0, 1.25)
-    # every replicate is above 0: the share beyond it is 1 / (B + 1), p inverts the expanded interval
-    z = -sps.norm.ppf(1 / (B + 1))
-    p0 = 2 * sps.t.sf(z * math.sqrt(1 / 2), 1)
-    assert p.p == pytest.approx(p0)
+    # the t-test over users: user sums S = 2 and 2.5 over N = 2 scenarios each, residuals S - 1.125 N =
+    # -0.25 and 0.25, se^2 = 2 / 1 * 0.125 / 4^2, se = 0.125: t = 9 on 1 degree of freedom
+    p_hand = 1 - 2 * math.atan(9) / math.pi
+    assert p.p == pytest.approx(p_hand)
     # TC: differences +1, 0 (u1) and +1, 0 (u2): every resample's mean is 0.5, shown in percent
     tc = rows[("SD", "TCR (%)")]
     assert (tc.a.mean, tc.b.mean, tc.difference.mean) == (25.0, 75.0, 50.0)
     assert (tc.difference.lo, tc.difference.hi, tc.a.lo, tc.a.hi) == (50.0, 50.0, 0.0, 50.0)
-    assert tc.p == pytest.approx(p0)
-    # naturalness and coherence are the same in both runs: difference 0, every replicate ties, p = 1;
+    # both users' mean differences are 0.5: a standard error of 0, so p = 0
+    assert tc.p == 0.0
+    # naturalness and coherence are the same in both runs: difference 0, standard error 0, p = 1;
     # B's unparsed naturalness of task 2 leaves it out (with tasks 5 and 6)
     nat = rows[("SD", "Nat. (assistant)")]
     assert (nat.difference.mean, nat.difference.lo, nat.difference.hi, nat.p) == (0.0, 0.0, 0.0, 1.0)
     assert (nat.difference.n, nat.left_out) == (3, 3)
-    # Holm over the six SD metrics with a p-value (MD has no scenarios): p0 * 6, capped at 1
+    # Holm over the six SD metrics with a p-value (MD has no scenarios), sorted 0, p_hand, 1, 1, 1, 1:
+    # 6 * 0, 5 * p_hand, then 1
     assert all(math.isnan(r.p) and r.difference is None for r in c.rows if r.kind == "MD")
-    assert tc.p_holm == p.p_holm == pytest.approx(min(1.0, 6 * p0)) and nat.p_holm == 1.0
-    assert not any(r.significant(0.05) for r in c.rows)
-
-
-def test_holm_adjusts_sorted_p_values_as_statsmodels_does():
-    from personalens.compare.paired import MetricDifference, holm
-    from personalens.store.metrics import TCR
-
-    raw = [0.01, 0.04, 0.03, float("nan"), 0.2]
-    rows = holm([MetricDifference("SD", TCR, None, None, None, 0, p) for p in raw])
-    # by hand: sorted 0.01, 0.03, 0.04, 0.2 times 4, 3, 2, 1 -> 0.04, 0.09, 0.08 -> running max 0.09, 0.2
-    assert [r.p_holm for r in rows][:3] == pytest.approx([0.04, 0.09, 0.09])
-    assert math.isnan(rows[3].p_holm) and rows[4].p_holm == pytest.approx(0.2)
+    assert (c.tests, c.family) == (6, 6)
+    assert tc.p_holm == 0.0 and p.p_holm == pytest.approx(5 * p_hand) and nat.p_holm == 1.0
+    assert [r.name for r in c.rows if r.significant(0.05)] == ["TCR (%)"]
+    # the power table's variance: two users, P's n * se^2 = 2 * 0.125^2; TC's 0
+    assert p.per_user_variance == pytest.approx(2 * 0.125**2) and tc.per_user_variance == 0.0
 
 
 def test_outputs_hold_every_comparison(golden, tmp_path):
@@ -132,7 +126,7 @@ def test_outputs_hold_every_comparison(golden, tmp_path):
     out = tmp_path / "out"
     result = build_comparison([a, b], out, bootstrap=200)
     names = {p.name for p in result.files}
-    assert names == {"compare.md", "compare.csv", "compare.tex", "forest.png", "compare.html"}
+    assert names == {"compare.md", "compare.csv", "compare.tex", "power.csv", "power.tex", "forest.png", "compare.html"}
     assert (out / "forest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open(out / "compare.csv") as f:
         rows = list(csv.DictReader(f))
@@ -142,6 +136,10 @@ def test_outputs_hold_every_comparison(golden, tmp_path):
     assert p["run_a"] == "a (m1, base)" and p["run_b"] == "b (m1, vanilla)"
     md = (out / "compare.md").read_text()
     assert "vanilla" in md and "only 2 users" in md and "Holm" in md and "Compared despite" not in md
+    assert "compare.family=all): families of 6 tests, 6 tests in all" in md and "## Power" in md
+    with open(out / "power.csv") as f:
+        power = list(csv.DictReader(f))
+    assert len(power) == 12 and {r["users"] for r in power if r["kind"] == "SD"} == {"2"}
     assert "\\begin{tabular}" in (out / "compare.tex").read_text()
 
 
@@ -166,6 +164,18 @@ def test_each_setting_of_a_run_against_its_base(tmp_path):
     assert [(r.kind, r.metric.key) for r in with_d.rows] == [("SD", "TCR"), ("SD", "P"), ("MD", "TCR"), ("MD", "P")]
     assert with_d.rows[0].difference.mean == 100.0 and with_d.rows[1].difference.mean == pytest.approx(2 / 5)
     assert vanilla.rows[1].difference.mean == -1.0 and vanilla.title == "vanilla - base in ablation (m1)"
+    # compare.family: both settings' SD tests (MD has none) are one family by default, or each its own
+    assert [c.family for c in result.comparisons] == [4, 4]
+    assert "compare.family=all): families of 4 tests, 4 tests in all" in result.heading_lines()[0]
+    apart = build_comparison([run], tmp_path / "apart", bootstrap=300, family="comparison")
+    assert [c.family for c in apart.comparisons] == [2, 2] and "none across comparisons" in apart.heading_lines()[0]
+    alone = build_comparison([run], tmp_path / "alone", bootstrap=300, family="none")
+    assert [r.p_holm for r in alone.comparisons[0].rows[:2]] == [r.p for r in alone.comparisons[0].rows[:2]]
+    assert "each of the 4 tests is marked where its own p is below 0.05" in alone.heading_lines()[0]
+    with pytest.raises(PersonalensError, match="compare.family: 'settings' is none of all, comparison, none"):
+        build_comparison([run], tmp_path / "x", family="settings")
+    with pytest.raises(PersonalensError, match="unknown metric 'Q'; the metrics are Coh, Nat, P, TCR"):
+        build_comparison([run], tmp_path / "x", power=PowerPlan(0.8, (("Q", 0.2),)))
 
 
 def test_runs_of_several_settings_meet_on_the_settings_they_share(tmp_path):
@@ -253,7 +263,8 @@ def test_runs_made_by_the_commands_are_compared_by_their_saved_parts(tmp_path):
 
 
 def test_positional_runs_fill_compare_runs():
-    args = cli._hydra_args(["runs/a", "runs/b=c", "compare.alpha=0.1"], "compare.runs")
+    compare = cli.COMMANDS["compare"].positional
+    args = cli._hydra_args(["runs/a", "runs/b=c", "compare.alpha=0.1"], "compare", compare)
     assert args == ["compare.runs=['runs/a']", "runs/b=c", "compare.alpha=0.1"]  # b=c is no path here
     assert cli._hydra_args(["data/sample", "x=1"]) == ["data.root='data/sample'", "x=1"]
 
@@ -270,3 +281,29 @@ def test_compare_command_writes_the_page_and_refuses_with_one_line(golden, tmp_p
         and "error: the runs are not comparable: " in refused.stderr
         and "differ in fidelity option" in refused.stderr
     )
+
+
+def test_compare_marks_a_large_effect_at_20_users_and_plans_its_power(tmp_path):
+    """`personalens compare A B` on two 20-user runs whose P differs by about +0.45 and nothing else:
+    P is marked significant after Holm over 12 tests, and the power table gives the users needed for
+    the differences asked, as the power functions compute them from the printed per-user SD."""
+    from test_compare_stats import _raised_pair
+
+    from personalens.compare.power import users_needed
+
+    a, b = _raised_pair(tmp_path, 20)
+    out = tmp_path / "out"
+    done = run_cli("compare", str(a), str(b), f"compare.out_dir={out}", "compare.power.differences={P:0.2,TCR:5}")
+    significant = [
+        line.split("|")[1:4] for line in done.stdout.splitlines() if line.startswith("| ") and "| yes |" in line
+    ]
+    assert [[x.strip() for x in row] for row in significant] == [["SD", "P", "yes"], ["MD", "P", "yes"]]
+    assert "families of 12 tests, 12 tests in all" in (out / "compare.md").read_text()
+    with open(out / "power.csv") as f:
+        power = {(r["kind"], r["metric"]): r for r in csv.DictReader(f)}
+    p = power[("SD", "P")]
+    assert (p["users"], p["planned"]) == ("20", "0.2")
+    needed = users_needed(0.2, float(p["per_user_sd"]) ** 2, 0.05 / 12)
+    assert abs(int(p["users_needed"]) - needed) <= 1  # the CSV's SD is rounded
+    assert power[("SD", "Nat. (assistant)")]["users_needed"] == ""  # no difference asked for it
+    assert "| SD | P | 20 |" in done.stdout and "data.users=0-<N-1>" in done.stdout

@@ -39,6 +39,8 @@ def test_compare_html_is_one_self_contained_file(comparison):
     html = (comparison.out_dir / "compare.html").read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
     assert html.count('src="data:image/png;base64,') == 1
+    # the power section: one table per comparison, after the comparisons
+    assert html.count('<table class="power-table">') == 1 and html.index('id="power"') > html.index('id="comparisons"')
 
 
 def test_page_shows_the_comparison_and_marks_significant_differences(comparison, browser, tmp_path):  # noqa: F811

@@ -13,7 +13,7 @@ from synthetic_runs import completion
 from test_report import judge_all, make_dialogue, write_run
 
 from personalens.report import build_report
-from personalens.tables.stats import Bootstrap, Replicates, interval, p_value, replicates, scenario_means
+from personalens.tables.stats import Bootstrap, Replicates, clustered_mean, interval, replicates, scenario_means
 
 # ---- the resampling, by hand ---------------------------------------------------------------------
 
@@ -88,17 +88,32 @@ def test_expanded_percentile_takes_the_t_corrected_tail():
     assert interval(Replicates(0.0, draws, 100_000)) == pytest.approx((-0.95, 0.95), abs=1e-3)
 
 
-def test_p_value_inverts_the_expanded_interval():
-    draws = np.linspace(0.0, 2.0, 10_001)  # 0 sits exactly at the lower end
-    rep = Replicates(1.0, draws, 20)
-    share = 2 / (draws.size + 1)  # the tie at 0, plus one
-    z = -sps.norm.ppf(share)
-    assert p_value(rep) == pytest.approx(2 * sps.t.sf(z * math.sqrt(19 / 20), 19))
-    # the null at the level-alpha end of the interval gives p = alpha
-    lo, hi = interval(Replicates(1.0, np.random.default_rng(0).normal(1.0, 0.3, 200_000), 20), 0.9)
-    moved = Replicates(1.0 - lo, np.random.default_rng(0).normal(1.0, 0.3, 200_000) - lo, 20)
-    assert p_value(moved) == pytest.approx(0.1, abs=0.005)
-    assert p_value(Replicates(0.0, np.zeros(10), 3)) == 1.0  # every replicate ties the null
+def test_clustered_mean_and_its_t_test_by_hand():
+    # users a (1, 2, 3), b (4), c (0, 2): sums S 6, 4, 2 over N 3, 1, 2; mean 12 / 6 = 2; residuals
+    # S - 2 N = 0, 2, -2; se = sqrt(3 / 2 * 8) / 6 = sqrt(12) / 6; t = 2 / se = sqrt(12) on 2 df,
+    # whose two-sided p is 1 - t / sqrt(t^2 + 2)
+    test = clustered_mean([1.0, 2.0, 3.0, 4.0, 0.0, 2.0], ["a", "a", "a", "b", "c", "c"])
+    assert (test.mean, test.units) == (2.0, 3) and test.se == pytest.approx(math.sqrt(12) / 6)
+    assert test.p() == pytest.approx(1 - math.sqrt(12 / 14))
+    assert test.per_cluster_variance == pytest.approx(3 * 12 / 36)
+    # one cluster: every value its own unit (as the bootstrap does); one value: no test
+    alone = clustered_mean([1.0, 3.0], ["a", "a"])
+    assert (alone.units, alone.se, alone.p(2.0)) == (2, 1.0, 1.0)
+    assert math.isnan(clustered_mean([1.0]).p())
+    # no spread: p is 1 at the mean, 0 elsewhere
+    assert clustered_mean([0.5, 0.5], ["a", "b"]).p() == 0.0 and clustered_mean([0.0, 0.0], ["a", "b"]).p() == 1.0
+
+
+def test_the_t_test_agrees_with_the_expanded_interval():
+    """The null at the 90% expanded interval's end gets p of about 0.1: p < alpha where the interval
+    excludes the null, up to the bootstrap's skew and resampling noise."""
+    rng = np.random.default_rng(0)
+    users = np.repeat(np.arange(40), 30)
+    values = rng.normal(0.0, 1.0, 40)[users] + rng.normal(0.0, 1.0, users.size)
+    boot = Bootstrap(20_000, 0)
+    lo, hi = interval(boot.replicates(values, users=users.tolist()), 0.9)
+    test = clustered_mean(values, users.tolist())
+    assert test.p(lo) == pytest.approx(0.1, abs=0.01) and test.p(hi) == pytest.approx(0.1, abs=0.01)
 
 
 # ---- coverage, simulated -------------------------------------------------------------------------

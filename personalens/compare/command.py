@@ -12,6 +12,7 @@ from personalens import console
 
 def compare(cfg: DictConfig) -> int:
     from personalens.compare import build_comparison
+    from personalens.compare.power import PowerPlan
     from personalens.tables import render
 
     runs = [Path(r) for r in cfg.compare.runs]
@@ -23,10 +24,16 @@ def compare(cfg: DictConfig) -> int:
         seed=int(cfg.seed),
         allow=list(cfg.compare.allow),
         alpha=float(cfg.compare.alpha),
+        family=str(cfg.compare.family),
+        power=PowerPlan(
+            float(cfg.compare.power.target),
+            tuple((str(k), float(v)) for k, v in (cfg.compare.power.differences or {}).items()),
+        ),
     )
     for accepted in result.accepted:
         print(f"compare: compared despite a difference: {accepted.line()}", file=console.err())
     print(render.markdown(result.tables), file=console.out())
+    print("\n## Power\n\n" + render.markdown(result.power_tables), file=console.out())
     print(f"\ncomparison written to {out_dir}", file=console.err())
     return 0
 

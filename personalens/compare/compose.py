@@ -1,5 +1,6 @@
-"""`build_comparison`: load runs, check that they are comparable, compute every comparison, and write
-compare.md, compare.csv, compare.tex, the forest plot and compare.html into one folder."""
+"""`build_comparison`: load runs, check that they are comparable, compute every comparison, correct its
+p-values over the family asked for, and write compare.md, compare.csv, compare.tex, power.csv,
+power.tex, the forest plot and compare.html into one folder."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 from personalens.compare.comparable import CHECKS, mismatches, recorded, refusal
 from personalens.compare.figure import forest_plot
 from personalens.compare.page import write_page
-from personalens.compare.paired import Arm, Comparison, compare_arms
+from personalens.compare.paired import FAMILIES, Arm, Comparison, compare_arms, correct
+from personalens.compare.power import PowerPlan
 from personalens.compare.result import Accepted, ComparisonReport
 from personalens.errors import PersonalensError
 from personalens.prompts.setting import setting_sort_key
@@ -33,9 +35,14 @@ def build_comparison(
     seed: int = 0,
     allow: Sequence[str] = (),
     alpha: float = 0.05,
+    family: str = "all",
+    power: PowerPlan | None = None,
 ) -> ComparisonReport:
     """Every pair of `run_dirs` (B against A, A the earlier one) on Table 3's and Table 12's metrics,
-    and every prompt setting of a run against its `base` on Table 4's; written into `out_dir`."""
+    and every prompt setting of a run against its `base` on Table 4's, Holm-corrected over `family`
+    (paired.FAMILIES), with power tables for `power` (by default 80%, no planned differences);
+    written into `out_dir`."""
+    power = power or PowerPlan()
     unknown = [a for a in allow if a not in CHECKS]
     if unknown:
         raise PersonalensError(f"compare.allow: unknown check(s) {unknown}; the checks are {', '.join(CHECKS)}")
@@ -43,6 +50,9 @@ def build_comparison(
         raise PersonalensError(f"compare.bootstrap: number of resamples must be >= 1, got {bootstrap}")
     if not 0.0 < alpha < 1.0:
         raise PersonalensError(f"compare.alpha: must be between 0 and 1, got {alpha}")
+    if family not in FAMILIES:
+        raise PersonalensError(f"compare.family: {family!r} is none of {', '.join(FAMILIES)}")
+    _check_power(power)
     dirs = tuple(Path(d) for d in run_dirs)
     if not dirs:
         raise PersonalensError("compare: no runs given (personalens compare RUN_A RUN_B ...)")
@@ -76,11 +86,26 @@ def build_comparison(
         out_dir=Path(out_dir),
         bootstrap=boot,
         alpha=alpha,
-        comparisons=tuple(comparisons),
+        comparisons=correct(comparisons, family),
+        family=family,
+        power=power,
         accepted=tuple(Accepted(a, b, m) for a, b, found in checked for m in found),
         notes=tuple(notes),
     )
     return replace(result, files=write_comparison(result))
+
+
+def _check_power(power: PowerPlan) -> None:
+    keys = sorted({m.key for m in (*TABLE3, *TABLE12)})
+    if not 0.0 < power.target < 1.0:
+        raise PersonalensError(f"compare.power.target: must be between 0 and 1, got {power.target}")
+    for key, difference in power.differences:
+        if key not in keys:
+            raise PersonalensError(
+                f"compare.power.differences: unknown metric {key!r}; the metrics are {', '.join(keys)}"
+            )
+        if difference == 0:
+            raise PersonalensError(f"compare.power.differences: {key}: no number of users finds a difference of 0")
 
 
 def _arms(run_dir: Path) -> list[Arm]:
@@ -135,6 +160,7 @@ def write_comparison(result: ComparisonReport) -> tuple[Path, ...]:
     out = result.out_dir
     out.mkdir(parents=True, exist_ok=True)
     files = [*write_tables(result.tables, out, formats=("csv", "tex"))]
+    files += write_tables(result.power_tables, out, formats=("csv", "tex"))
     figure = forest_plot(result.comparisons, result.alpha, out / "forest.png")
     files += [figure, write_page(result, figure, out / "compare.html")]
     summary = out / "compare.md"
@@ -151,5 +177,7 @@ def comparison_markdown(result: ComparisonReport) -> str:
         *result.heading_lines(),
         "![Differences B - A with their intervals](forest.png)",
         render.markdown(result.tables),
+        "## Power",
+        render.markdown(result.power_tables),
     ]
     return "\n\n".join(p.rstrip() for p in parts) + "\n"

@@ -1,5 +1,5 @@
-"""compare.html: the comparison's heading, its forest plot (inline PNG) and one table per comparison
-with the significant differences marked, on the toolkit's self-contained page frame (tables/page.py)."""
+"""compare.html: the comparison's heading, its forest plot (inline PNG), one table per comparison
+with the significant differences marked and the power tables, on the toolkit's self-contained page frame (tables/page.py)."""
 
 from __future__ import annotations
 
@@ -27,4 +27,5 @@ def write_page(result: ComparisonReport, figure: Path, path: Path) -> Path:
         heading=result.heading_lines(),
         figure=figure_view(figure),
         tables=tables,
+        power=[table_view(t) for t in result.power_tables],
     )

@@ -3,11 +3,12 @@ the scenarios both hold: pure functions of judgment records, no I/O.
 
 Every arm meets the same scenarios, so a difference is computed scenario by scenario (each side's
 trials averaged first) and its interval resamples users, whose scenarios all come from one profile
-(tables/stats.py). p-values are Holm-corrected across the metrics of one comparison."""
+(tables/stats.py); its p-value is a t-test over the same users with their cluster-robust standard
+error. `correct` applies Holm's correction over a family of tests: one comparison's metrics, every
+test of an invocation, or each test alone (`FAMILIES`)."""
 
 from __future__ import annotations
 
-import gc
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -15,13 +16,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from statsmodels.stats.multitest import multipletests
 
+from personalens.compare.power import intra_user_correlation
 from personalens.store.metrics import Metric
 from personalens.store.results import KINDS, Judgment
-from personalens.tables.stats import Bootstrap, Estimate, p_value
+from personalens.tables.stats import Bootstrap, Estimate, clustered_mean, holm
 
 ScenarioKey = tuple[str, str]  # (user_id, task_id)
+
+# compare.family: the tests corrected together
+FAMILIES = {
+    "all": "every test of the invocation",
+    "comparison": "each comparison's metrics",
+    "none": "each test alone (no correction)",
+}
 
 
 @dataclass(frozen=True)
@@ -49,8 +57,10 @@ class Arm:
 @dataclass(frozen=True)
 class MetricDifference:
     """One metric of one task kind: each arm's mean over the paired scenarios, the difference B - A
-    with its interval, its p-value before and after Holm's correction, and the scenarios left out
-    because only one arm has a score for them (the other's judgment missing or unparsed)."""
+    with its interval, its p-value before and after Holm's correction, the scenarios left out
+    because only one arm has a score for them (the other's judgment missing or unparsed), and how
+    the scenario differences vary: the variance one user adds to their mean (the t-test's, on the
+    metric's scale) and the intra-user correlation, which a power calculation reads."""
 
     kind: str
     metric: Metric
@@ -61,6 +71,8 @@ class MetricDifference:
     p: float
     p_holm: float = math.nan
     left_out: int = 0
+    per_user_variance: float = math.nan
+    icc: float = math.nan
 
     @property
     def name(self) -> str:
@@ -81,12 +93,18 @@ class Comparison:
     rows: tuple[MetricDifference, ...]
     only_a: int  # scenarios judged in A only
     only_b: int
+    family: int = 0  # tests in the family its p-values were corrected in (`correct`)
 
     @property
     def title(self) -> str:
         if self.kind == "settings":
             return f"{self.b.setting} - {self.a.setting} in {self.a.run} ({self.a.assistant_model})"
         return f"{self.b.label} - {self.a.label}"
+
+    @property
+    def tests(self) -> int:
+        """Rows with a p-value."""
+        return sum(not math.isnan(r.p) for r in self.rows)
 
     @property
     def users(self) -> int:
@@ -122,6 +140,7 @@ def metric_difference(
     va = np.array([scores_a[s] for s in shared])
     vb = np.array([scores_b[s] for s in shared])
     rep = boot.replicates(vb - va, users=users)
+    test = clustered_mean(vb - va, users)
     difference = Estimate(rep.mean, *boot.interval(rep), len(shared)).scaled(metric.scale)
     return MetricDifference(
         kind,
@@ -130,36 +149,39 @@ def metric_difference(
         boot.estimate(vb, users=users).scaled(metric.scale),
         difference,
         len(set(users)),
-        p_value(rep),
+        test.p(),
         left_out=left_out,
+        per_user_variance=test.per_cluster_variance * metric.scale**2,
+        icc=intra_user_correlation(vb - va, users),
     )
 
 
-def holm(rows: Sequence[MetricDifference]) -> tuple[MetricDifference, ...]:
-    """The rows with Holm-adjusted p-values over those that have a p-value (statsmodels)."""
-    tested = [i for i, r in enumerate(rows) if not math.isnan(r.p)]
-    # statsmodels' Holm runs a full gc.collect(), whose cost grows with the run records alive (seconds
-    # for large runs, once per comparison): objects alive now are left out of that scan
-    gc.freeze()
-    try:
-        adjusted = multipletests([rows[i].p for i in tested], method="holm")[1] if tested else []
-    finally:
-        gc.unfreeze()
-    out = list(rows)
-    for i, p in zip(tested, adjusted):
-        out[i] = replace(rows[i], p_holm=float(p))
-    return tuple(out)
+def correct(comparisons: Sequence[Comparison], family: str) -> tuple[Comparison, ...]:
+    """`comparisons` with Holm-adjusted p-values over `family` (a key of FAMILIES), each comparison
+    holding the number of tests in its family; rows without a p-value are no test."""
+    tested = [[(c, i) for i, r in enumerate(comp.rows) if not math.isnan(r.p)] for c, comp in enumerate(comparisons)]
+    if family == "all":
+        groups = [[test for tests in tested for test in tests]]
+    elif family == "comparison":
+        groups = tested
+    else:
+        groups = [[test] for tests in tested for test in tests]
+    rows = [list(comp.rows) for comp in comparisons]
+    sizes = [0] * len(comparisons)
+    for members in groups:
+        for (c, i), p in zip(members, holm([rows[c][i].p for c, i in members])):
+            rows[c][i] = replace(rows[c][i], p_holm=float(p))
+            sizes[c] = len(members)
+    return tuple(replace(comp, rows=tuple(r), family=m) for comp, r, m in zip(comparisons, rows, sizes))
 
 
 def compare_arms(kind: str, a: Arm, b: Arm, metrics: Sequence[Metric], boot: Bootstrap) -> Comparison:
-    """Every metric of both task kinds, B against A, Holm-corrected together."""
+    """Every metric of both task kinds, B against A (p-values not yet corrected: `correct`)."""
     scores_a, scores_b = scenario_scores(a.judgments, metrics), scenario_scores(b.judgments, metrics)
-    rows = holm(
-        [
-            metric_difference(scores_a.get((k, m), {}), scores_b.get((k, m), {}), m, k, boot)
-            for k in KINDS
-            for m in metrics
-        ]
+    rows = tuple(
+        metric_difference(scores_a.get((k, m), {}), scores_b.get((k, m), {}), m, k, boot)
+        for k in KINDS
+        for m in metrics
     )
     scenarios_a, scenarios_b = a.scenarios, b.scenarios
     return Comparison(kind, a, b, rows, len(scenarios_a - scenarios_b), len(scenarios_b - scenarios_a))

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.compare.comparable import Mismatch
-from personalens.compare.paired import Comparison
-from personalens.compare.tables import comparison_table
+from personalens.compare.paired import FAMILIES, Comparison
+from personalens.compare.power import PowerPlan
+from personalens.compare.tables import comparison_table, power_table
 from personalens.tables.model import Table
 from personalens.tables.stats import Bootstrap
 
-# below this many users a percentile bootstrap cannot reach its coverage (docs/compare.md)
+# below this many users the expanded percentile interval falls short of its coverage (docs/compare.md)
 FEW_USERS = 10
 
 
@@ -35,6 +36,8 @@ class ComparisonReport:
     bootstrap: Bootstrap
     alpha: float
     comparisons: tuple[Comparison, ...]
+    family: str = "all"  # compare.family: which tests were corrected together (paired.FAMILIES)
+    power: PowerPlan = PowerPlan()
     accepted: tuple[Accepted, ...] = ()
     notes: tuple[str, ...] = ()  # run pairs not compared, and why
     files: tuple[Path, ...] = ()
@@ -42,6 +45,10 @@ class ComparisonReport:
     @property
     def tables(self) -> tuple[Table, ...]:
         return tuple(comparison_table(c, self.alpha) for c in self.comparisons)
+
+    @property
+    def power_tables(self) -> tuple[Table, ...]:
+        return tuple(power_table(c, self.alpha, self.power) for c in self.comparisons)
 
     def few_users(self) -> list[Comparison]:
         return [c for c in self.comparisons if c.users < FEW_USERS]
@@ -51,12 +58,27 @@ class ComparisonReport:
         users, the run pairs not compared."""
         lines = [
             f"Differences are B - A over the scenarios both sides scored, a scenario's trials averaged first; "
-            f"{self.bootstrap.describe()}. p-values are Holm-corrected across the metrics of one comparison "
-            f"(statsmodels); rows with a corrected p below {self.alpha:g} are marked.",
+            f"{self.bootstrap.describe()}. p-values are two-sided t-tests over the same users with their "
+            "cluster-robust standard error (no resampling floor). " + self.family_line(),
         ]
         lines += [
             f"{c.title}: only {c.users} users; with fewer than {FEW_USERS} the interval falls short of its "
-            "coverage and the p-values are not reliable (docs/compare.md)."
+            "coverage, so it and the p-value can disagree: mark by Holm's p (docs/compare.md)."
             for c in self.few_users()
         ]
         return lines + list(self.notes)
+
+    def family_line(self) -> str:
+        """Which tests were Holm-corrected together, and how many each family holds."""
+        tests = sum(c.tests for c in self.comparisons)
+        if self.family == "none":
+            return (
+                f"No correction (compare.family=none): each of the {tests} tests is marked where its own p is "
+                f"below {self.alpha:g}, so when nothing differs about {self.alpha * tests:.2g} of them are marked."
+            )
+        sizes = " or ".join(map(str, sorted({c.family for c in self.comparisons if c.tests})))
+        across = ", none across comparisons" if self.family == "comparison" and len(self.comparisons) > 1 else ""
+        return (
+            f"Holm's correction over {FAMILIES[self.family]} (compare.family={self.family}): families of {sizes} "
+            f"tests{across}, {tests} tests in all; rows with a corrected p below {self.alpha:g} are marked."
+        )

@@ -7,10 +7,14 @@ uncertainty. The trials of a scenario are averaged first. Intervals are percenti
 *expanded* for the number of resampled units n (Hesterberg 2015, "What teachers should know about
 the bootstrap", The American Statistician 69(4)): the percentiles are taken at the tail share
 Phi(-sqrt(n/(n-1)) * t_{n-1, 1-alpha/2}) instead of alpha/2, which undoes the plain percentile
-interval's narrowness with few units (a handful of users) and tends to it as n grows. A p-value is
-the level at which the expanded interval just reaches the null value, so `p < alpha` exactly when
-the 1-alpha interval excludes it (up to the resolution of the resamples). docs/outputs.md and
-docs/compare.md give the method and its measured error rates.
+interval's narrowness with few units (a handful of users) and tends to it as n grows.
+
+A p-value is analytic, from the same unit: a t-test of the mean over n users with the cluster-robust
+(linearized) standard error and n-1 degrees of freedom (`ClusteredMean`). The expanded interval is
+about mean +- t_{n-1} times that standard error, so the two agree up to the bootstrap's skew and
+resampling noise; unlike a p-value counted from resamples this one has no floor, so a difference
+of many standard errors gets a p small enough for any multiple-testing correction (`holm`).
+docs/outputs.md and docs/compare.md give the methods and their measured error rates.
 """
 
 from __future__ import annotations
@@ -102,21 +106,68 @@ def interval(rep: Replicates, level: float = 0.95, *, expanded: bool = True) -> 
     return float(min(lo, rep.mean)), float(max(hi, rep.mean))
 
 
-def p_value(rep: Replicates, null: float = 0.0) -> float:
-    """Two-sided p-value of `null`: the level 1-p at which the expanded interval's nearer end reaches
-    `null`. The share of replicates on the far side of `null` (ties count on both sides; one is added
-    to it and to the resamples, so p is never 0) is turned into the normal quantile z it cuts off, and
-    p = 2 * P(T_{n-1} > z * sqrt((n-1)/n)), inverting `_critical`."""
-    draws = rep.draws
-    beyond = min(int(np.sum(draws <= null)), int(np.sum(draws >= null)))
-    share = (1 + beyond) / (draws.size + 1)
-    if share >= 0.5:
-        return 1.0
-    z = -float(sps.norm.ppf(share))
-    if rep.units < 2:
-        return min(1.0, 2 * float(sps.norm.sf(z)))
-    n = rep.units
-    return min(1.0, 2 * float(sps.t.sf(z * math.sqrt((n - 1) / n), n - 1)))
+@dataclass(frozen=True)
+class ClusteredMean:
+    """The mean of values pooled over their clusters (their sum over their count), its
+    cluster-robust standard error and the number of clusters n behind it (the t-test's n - 1
+    degrees of freedom). `per_cluster_variance` is n * se^2, the variance that one cluster adds:
+    the standard error at another number of clusters like these follows from it (compare/power.py)."""
+
+    mean: float
+    se: float
+    units: int
+
+    @property
+    def per_cluster_variance(self) -> float:
+        return self.units * self.se**2
+
+    def p(self, null: float = 0.0) -> float:
+        """Two-sided p of `null` from t = (mean - null) / se on n - 1 degrees of freedom; nan with
+        fewer than 2 units. A standard error of 0 (every unit the same mean) gives 1 at the null and
+        0 elsewhere."""
+        if self.units < 2:
+            return math.nan
+        if self.se == 0.0:
+            return 1.0 if self.mean == null else 0.0
+        return float(2 * sps.t.sf(abs(self.mean - null) / self.se, self.units - 1))
+
+
+def clustered_mean(values: Sequence[float] | np.ndarray, clusters: Sequence[Hashable] | None = None) -> ClusteredMean:
+    """The mean of `values` with its cluster-robust standard error over `clusters` (a label per
+    value); without clusters, or when all values share one, every value is its own unit (as
+    `Bootstrap.replicates` resamples them).
+
+    The mean is the ratio sum(S_u) / sum(N_u) of the clusters' sums S_u and sizes N_u; its
+    linearized variance is n / (n - 1) * sum((S_u - mean * N_u)^2) / sum(N_u)^2 (the sandwich
+    estimator with the small-sample factor n / (n - 1)), which the bootstrap over clusters
+    approximates with 1 in place of that factor."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or v.size == 0:
+        raise ValueError(f"a mean needs a non-empty 1-d sequence, got shape {v.shape}")
+    if clusters is not None and len(clusters) != v.size:
+        raise ValueError(f"{len(clusters)} cluster labels for {v.size} values")
+    codes, k = codes_of(clusters) if clusters is not None else (None, 1)
+    if k > 1:
+        sums, sizes = np.bincount(codes, v, minlength=k), np.bincount(codes, minlength=k).astype(np.float64)
+    else:
+        sums, sizes = v, np.ones_like(v)
+    n, total = sums.size, float(sizes.sum())
+    mean = float(sums.sum() / total)
+    if n < 2:
+        return ClusteredMean(mean, math.nan, n)
+    residuals = sums - mean * sizes
+    return ClusteredMean(mean, math.sqrt(n / (n - 1) * float(residuals @ residuals)) / total, n)
+
+
+def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values, in the input's order: the i-th smallest of m p-values
+    (from i = 0) times m - i, made non-decreasing in that order and capped at 1. Rejecting where the
+    adjusted p is below alpha keeps the chance of any false rejection among the m at most alpha."""
+    p = np.asarray(p_values, dtype=np.float64)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate((p.size - np.arange(p.size)) * p[order]))
+    return adjusted
 
 
 def scenario_means(

@@ -1,0 +1,67 @@
+"""The command line's positional arguments (personalens/cli.py): a command whose subject is a run
+takes its directory as RUN, one about data its DATA_ROOT, and a positional argument a command does
+not take is refused with one line and exit 2, not ignored."""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import run_cli
+from synthetic_runs import write_run
+
+from personalens import cli
+
+
+def _args(command: str, *rest: str) -> list[str]:
+    return cli._hydra_args(list(rest), command, cli.COMMANDS[command].positional)
+
+
+@pytest.mark.parametrize(
+    ("command", "rest", "expected"),
+    [
+        ("report", ["runs/x"], ["run.out_dir='runs/x'"]),
+        ("report", ["runs/x", "runs/y", "report.out_dir=t3"], ["report.runs=['runs/x','runs/y']", "report.out_dir=t3"]),
+        ("judge", ["runs/x", "shard.index=1"], ["run.out_dir='runs/x'", "shard.index=1"]),
+        ("merge", ["runs/x"], ["run.out_dir='runs/x'"]),
+        ("diversity", ["runs/x"], ["run.out_dir='runs/x'"]),
+        ("agreement", ["runs/x"], ["run.out_dir='runs/x'"]),
+        ("personalbench", ["runs/pb"], ["personalbench.out_dir='runs/pb'"]),
+        ("compare", ["runs/a", "runs/b"], ["compare.runs=['runs/a','runs/b']"]),
+        ("validate", ["data/sample", "--strict"], ["data.root='data/sample'", "data.strict=true"]),
+        ("generate", ["data/sample"], ["data.root='data/sample'"]),
+        ("validate", ["--cfg", "job", "~data.kinds"], ["--cfg", "job", "~data.kinds"]),  # a flag's value, a deletion
+    ],
+)
+def test_positional_arguments_set_the_command_s_subject(command, rest, expected):
+    assert _args(command, *rest) == expected
+
+
+@pytest.mark.parametrize(
+    ("command", "rest", "says"),
+    [
+        ("judge", ["runs/x", "runs/y"], "takes one RUN, got 2 positional arguments: runs/x runs/y"),
+        ("validate", ["data/a", "data/b"], "takes one DATA_ROOT, got 2 positional arguments"),
+        ("build", ["somewhere"], "takes no positional argument, got somewhere"),
+        ("report", ["runs/x", "report.bootstrap=10", "runs/y"], "'runs/y' is not a key=value override, and RUN goes"),
+    ],
+)
+def test_positional_arguments_a_command_does_not_take_are_refused(command, rest, says):
+    with pytest.raises(cli.UsageError, match=says):
+        _args(command, *rest)
+
+
+def test_report_of_a_positional_run_reports_that_run(tmp_path):
+    """`personalens report RUN` writes RUN/report from RUN's judgments (not runs/default's)."""
+    run = write_run(tmp_path / "x", users=4)
+    done = run_cli("report", str(run), "report.bootstrap=20", "report.html_dialogues=5")
+    assert f"report written to {run}/report" in done.stderr
+    assert (run / "report" / "table3.md").read_text().count("synthetic") >= 1
+
+
+def test_the_command_line_refuses_an_argument_with_one_line(tmp_path):
+    refused = run_cli("judge", str(tmp_path), str(tmp_path / "y"), check=False)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        f"personalens judge: error: takes one RUN, got 2 positional arguments: {tmp_path} {tmp_path / 'y'}"
+    ]
+    refused = run_cli("agreement", "export", "runs/x", "runs/y", check=False)
+    assert refused.returncode == 2 and "personalens agreement export: error: takes one RUN" in refused.stderr
