@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from personalens.engines.architecture import Architecture
-from personalens.engines.placement import ModelNeed, Rules, layouts, replicas
+from personalens.engines.placement.architecture import Architecture
+from personalens.engines.placement.layout import layouts, with_copies
+from personalens.engines.placement.sizing import ModelNeed, Rules
 from personalens.plan.budget import Fixed, Turns, Workload
 from personalens.plan.engine_model import GpuModel, Turn, simulate
 from personalens.plan.throughput import GPUS, compare, dialogues, engine_of, sampled
@@ -67,12 +68,11 @@ def test_a_model_serving_two_roles_is_one_engine_with_one_cache():
 def test_a_layouts_engines_follow_its_models_gpus_and_kv():
     arch = Architecture.from_config(json.loads((ARCHITECTURES / "llama31_70b.json").read_text()))
     need = ModelNeed("70b", ("judge",), arch, arch.parameters() * 2, 2, tp=4, max_model_len=16_384)
-    [candidate] = layouts([need], 4, Rules(gpu_bytes=80 * 10**9))[:1]
-    [placed] = candidate.placements
+    [placed] = layouts([need], 4, Rules(gpu_bytes=80 * 10**9)).placements
     engine = engine_of(need, placed, GPUS["h100"])
     assert engine.bandwidth == pytest.approx(4 * 3.35e12 * 0.75) and engine.flops == pytest.approx(4 * 989e12 * 0.5)
     assert engine.kv_bytes_per_token == arch.kv_bytes_per_token(2) == 4 * placed.kv_per_token_per_gpu
-    assert engine.kv_tokens == placed.kv_cache_memory_bytes // placed.kv_per_token_per_gpu
+    assert engine.kv_tokens == placed.kv_tokens == placed.kv_cache_memory_bytes // placed.kv_per_token_per_gpu
     # a 70B judge on 8 GPUs: the run's second copy on GPUs 4-7 is modelled, faster than the judge alone
     fixed = Fixed(600, 800, 500, {"task_completion/": 700})
     workload = Workload(
@@ -86,8 +86,7 @@ def test_a_layouts_engines_follow_its_models_gpus_and_kv():
     _, judged = dialogues(sampled({"SD": 64}, workload, 64), workload, {"judge": 16_000})
     rules = Rules(gpu_bytes=80 * 10**9)
     eight = layouts([need], 8, rules)
-    copies = replicas([need], eight[0].placements, 8, rules)
-    with_copy, alone = compare([need], eight, copies, GPUS["h100"], [judged])["layouts"]
+    with_copy, alone = compare(with_copies(eight, 8), GPUS["h100"], [judged])["layouts"]
     assert (with_copy["name"], with_copy["chosen"], with_copy["copies"]) == (
         "in process + 1 copy of 70b on GPU 4,5,6,7",
         True,
@@ -96,14 +95,10 @@ def test_a_layouts_engines_follow_its_models_gpus_and_kv():
     assert (alone["name"], alone["chosen"]) == ("in process without the copies", False)
     assert with_copy["kv_tokens"] == alone["kv_tokens"]  # the copy holds what the model holds alone
     assert with_copy["tokens_per_s"] > 1.5 * alone["tokens_per_s"]
+    assert with_copy["best"] and with_copy["busy_share"]["70b"] > 0.99  # a judge alone: its engines never wait
     # without copies (replicas: 1) the layout alone is modelled
-    [only] = compare(
-        [need],
-        eight,
-        replicas([dataclasses.replace(need, replicas=1)], eight[0].placements, 8, rules),
-        GPUS["h100"],
-        [judged],
-    )["layouts"]
+    held = layouts([dataclasses.replace(need, replicas=1)], 8, rules)
+    [only] = compare(with_copies(held, 8), GPUS["h100"], [judged])["layouts"]
     assert (only["name"], only["chosen"], only["tokens_per_s"]) == ("in process", True, alone["tokens_per_s"])
 
 

@@ -28,7 +28,7 @@ from personalens.engines.chat import (
 )
 from personalens.engines.config import ModelConfig, ModelConfigError
 from personalens.engines.factory import build_engines, model_configs
-from personalens.engines.layout import plan_layout
+from personalens.engines.placement.layout import plan_layout
 from personalens.errors import PersonalensError
 
 MODEL_CONF = Path(__file__).resolve().parents[1] / "conf" / "model"

@@ -33,8 +33,8 @@ from personalens.engines import managed
 from personalens.engines.base import conversation
 from personalens.engines.config import ModelConfig
 from personalens.engines.embedded import embedded_model_dir
-from personalens.engines.layout import Decision
 from personalens.engines.managed import serve_args, start_servers
+from personalens.engines.placement.layout import Placement
 from personalens.engines.replicated import copy_of
 from personalens.engines.server import ServerEngine
 from personalens.engines.server_processes import MARKER_ENV, stop_all
@@ -221,7 +221,7 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
     free_ports = managed._free_ports
     monkeypatch.setattr(managed, "_free_ports", lambda n: next(first, None) or free_ports(n))
     try:
-        [served] = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs)
+        [served] = start_servers([Placement(config, ("assistant",), "managed_server", config)], logs)
         key, url = served.server.api_key, served.server.base_url
         # it started again on another port: the first launch lost its port (vLLM says so), and the other
         # server was asked who it is and not taken for this one

@@ -30,10 +30,10 @@ from engine_fixtures import (
     tagged_grammar,
 )
 
-from personalens.engines.architecture import Architecture
 from personalens.engines.base import Request
 from personalens.engines.config import ModelConfig
 from personalens.engines.launcher import stop_group
+from personalens.engines.placement.architecture import Architecture
 from personalens.engines.server import ServerEngine, chat_body
 from personalens.engines.server_flow import kv_cache_tokens
 from personalens.engines.server_http import ServerError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from engine_fixtures import chat
 
-from personalens.engines.architecture import Architecture
+from personalens.engines.placement.architecture import Architecture
 from personalens.engines.server_flow import PromptSizes, in_flight, kv_cache_tokens
 
 FIXTURES = Path(__file__).parent / "fixtures" / "architectures"

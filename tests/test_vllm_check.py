@@ -14,8 +14,8 @@ from packaging.specifiers import SpecifierSet
 
 from personalens.engines import vllm_check
 from personalens.engines.config import ModelConfig
-from personalens.engines.layout import Decision
 from personalens.engines.managed import serve_args, start_servers
+from personalens.engines.placement.layout import Placement
 from personalens.engines.vllm_api import ENGINE_ARGS, IN_PROCESS, MANAGED_SERVER, TESTED, Needed
 from personalens.engines.vllm_check import (
     VllmVersionError,
@@ -130,7 +130,7 @@ def test_an_engine_and_managed_servers_are_refused_before_anything_loads_or_star
 
     with pytest.raises(VllmVersionError, match=r"^vLLM 0\.11\.0 \(distribution vllm\) is outside"):
         VllmEngine(TINY_MODEL)
-    decision = Decision(TINY_MODEL, ("assistant",), "managed_server", TINY_MODEL)
+    decision = Placement(TINY_MODEL, ("assistant",), "managed_server", TINY_MODEL)
     with pytest.raises(VllmVersionError, match=r"^vLLM 0\.11\.0"):
         start_servers([decision], tmp_path)
     assert not list(tmp_path.iterdir())  # no server was started (its log would be there)

@@ -20,11 +20,11 @@ from personalens.engines.hub import (
 from personalens.errors import PersonalensError
 
 ENGINE_KINDS = ("vllm", "server")
-# where an engine: vllm model runs (engines/layout.py): planned from its size, in this process, or
+# where an engine: vllm model runs (engines/placement/layout.py): planned from its size, in this process, or
 # in a vLLM server that personalens starts and stops (engines/managed.py)
 PLACEMENTS = ("auto", "in_process", "managed_server")
 # engines of one model (engines/replicated.py): auto gives the GPUs a layout leaves free to copies of a
-# model (engines/placement.py, `replicas`), and means 1 without GPUs; N asks for exactly N
+# model (engines/placement/layout.py, `replicas`, shared out by work), and means 1 without GPUs; N asks for exactly N
 REPLICAS_AUTO = "auto"
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's names
 _MISSING = "???"  # Hydra's mandatory-value marker
@@ -73,7 +73,7 @@ class ModelConfig:
     seed: int = 0
     max_num_seqs: int = 256
     # tokens of one engine step (prefill chunks and decodes); None: vLLM's default. It bounds the
-    # activations a pinned KV cache must leave room for (engines/placement.py)
+    # activations a pinned KV cache must leave room for (engines/placement/sizing.py)
     max_num_batched_tokens: int | None = None
     # tokens per KV-cache block, the granularity of prefix-cache hits; None: vLLM's default
     # (16 on GPUs, 128 on CPUs)
