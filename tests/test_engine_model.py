@@ -116,3 +116,31 @@ def test_sampled_dialogues_keep_the_kinds_and_turn_counts_and_end_at_max_model_l
         ("assistant", 630, 0, 200),
     ]
     assert [[(t.role, t.prompt)] for [t] in judged] == [[("judge", 700 + 2 * 130)]]
+
+
+def test_dialogues_in_flight_as_the_kv_cache_holds_keep_histories_cached():
+    """The complete release's shape on 8 x 80 GB: a Qwen2.5-72B user agent (tp 4, 431,756 tokens of KV
+    cache) and an 8B assistant with three copies, 8 rounds of 200/300-token replies, 256 dialogues.
+    All in flight, the 72B's cache cannot keep their histories and most prompt tokens are computed
+    again; as many in flight as it keeps (the rest waiting their turn), most are served from cache,
+    and the layout is modelled faster."""
+    rules = Rules(gpu_bytes=80 * 10**9)
+
+    def need(name: str, roles: tuple[str, ...], tp: int) -> ModelNeed:
+        arch = Architecture.from_config(json.loads((ARCHITECTURES / f"{name}.json").read_text()))
+        return ModelNeed(name, roles, arch, arch.parameters() * 2, 2, tp=tp, max_model_len=65_536)
+
+    layout = with_copies(
+        layouts([need("qwen25_72b", ("user_agent",), 4), need("llama31_8b", ("assistant",), 1)], 8, rules), 8
+    )
+    fixed = Fixed(700, 900, 500, {"task_completion/": 700})
+    workload = Workload(
+        {"MD": fixed}, {"MD": Turns({16: 1.0}, {"user": 200, "assistant": 300}, 250, "test")}, 100, [], False, "t"
+    )
+    turns, _ = dialogues(sampled({"MD": 256}, workload, 256), workload, {})
+    result = compare(layout, GPUS["h100"], [turns])
+    held, every = result["layouts"][:2]
+    assert held["in_flight"] == result["in_flight"] < 256 and "in_flight" not in every
+    assert every["prefilled_share"] > 0.4 > 0.25 > held["prefilled_share"]
+    assert held["chosen"] and not every["chosen"] and held["tokens_per_s"] > every["tokens_per_s"]
+    assert held["busy_share"]["qwen25_72b"] > held["busy_share"]["llama31_8b"]
