@@ -476,3 +476,34 @@ def test_a_gpu_assistant_beside_the_default_user_agent_and_judge_plans_on_one_80
     assert default.kv_cache_memory_bytes == 2 * GIB and default.run_config.gpu_memory_utilization <= 0.15
     total = default.run_config.gpu_memory_utilization + eight.run_config.gpu_memory_utilization
     assert 0.85 < total <= 0.9  # the 8B's KV cache takes the rest of its own share
+
+
+def test_max_model_len_auto_takes_the_largest_that_fits(tmp_path):
+    """The README's cluster example with Qwen2.5-72B's published sizes: a 72B user agent and judge (tp
+    4) with an 8B assistant do not fit 4 x 80 GB at max_model_len 65,536; the refusal names the
+    largest that does, and `auto` plans there (the 8B, alone at its own context, is left as it is)."""
+    qwen = {
+        **conf(tmp_path, "llama31_70b"),
+        "name": "Qwen2.5-72B-Instruct",
+        "path": str(model_dir(tmp_path, "qwen25_72b")),
+    }
+    models = {"assistant": conf(tmp_path, "llama31_8b"), "user_agent": qwen, "judge": dict(qwen)}
+    with pytest.raises(PersonalensError, match=r"Ways out: .*max_model_len ([\d,]+) \(the largest that fits\)") as err:
+        loader(models, tmp_path, NODE_4X80, Recorder())
+    fitting = int(re.search(r"max_model_len ([\d,]+) \(the largest", str(err.value))[1].replace(",", ""))
+    assert 16_384 <= fitting < 65_536
+    auto = {**models, "user_agent": {**qwen, "max_model_len": "auto"}, "judge": {**qwen, "max_model_len": "auto"}}
+    eight, seventy_two = loader(auto, tmp_path, NODE_4X80, Recorder()).layout.placements
+    assert seventy_two.run_config.max_model_len % 256 == 0 and seventy_two.run_config.max_model_len < 65_536
+    assert (
+        seventy_two.max_len_seqs >= 1
+        and "max_model_len " + str(seventy_two.run_config.max_model_len) in seventy_two.line()
+    )
+    assert eight.run_config.max_model_len == 65_536 and seventy_two.config.max_model_len == "auto"
+    # without GPUs auto is vLLM's default (the model's context); a bad value is refused
+    [unplanned] = loader(
+        {"judge": {"name": "a", "max_model_len": "auto"}}, tmp_path, None, Recorder()
+    ).layout.placements
+    assert (unplanned.config.max_model_len, unplanned.run_config.max_model_len) == ("auto", None)
+    with pytest.raises(ModelConfigError, match=r"m\.max_model_len: expected a number of tokens or auto"):
+        ModelConfig.from_mapping({"name": "m", "max_model_len": "long"}, where="m")

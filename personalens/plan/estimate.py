@@ -94,7 +94,7 @@ def estimate(
             "user_agent_total": round(sum(first) / len(first) * sum(dialogues.values())),
             "mean": sum(first) / len(first),
             "max": max(first),
-            "max_model_len": models["user_agent"].max_model_len,
+            "max_model_len": _tokens(models["user_agent"].max_model_len),
         },
         "fixed_parts": {kind: {**vars(f), "judge": dict(f.judge)} for kind, f in fixed.items()},
         "at_cap": _totals(at_cap, dialogues),
@@ -102,9 +102,10 @@ def estimate(
         "longest_prompts_at_cap": {k: longest_prompts(fixed[k], caps[k]) for k in fixed},
         "max_model_len": {
             "dialogue": min(
-                (m.max_model_len for r, m in models.items() if r != "judge" and m.max_model_len), default=None
+                (_tokens(m.max_model_len) for r, m in models.items() if r != "judge" and _tokens(m.max_model_len)),
+                default=None,
             ),
-            "judge": models["judge"].max_model_len,
+            "judge": _tokens(models["judge"].max_model_len),
         },
     }
     assumptions.append(
@@ -126,6 +127,11 @@ def estimate(
         "assumptions": assumptions,
     }
     return estimated, workload, measured
+
+
+def _tokens(max_model_len: int | str | None) -> int | None:
+    """A configured max_model_len in tokens; None where unset or `auto` (the layout decides it)."""
+    return max_model_len if isinstance(max_model_len, int) else None
 
 
 def _one(fixed: Fixed, turns: Turns, judge_reply: float, judging: Judging) -> PerDialogue:

@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from personalens.engines.config import ModelConfig
+from personalens.engines.config import MAX_MODEL_LEN_AUTO, ModelConfig
 from personalens.engines.placement.gpus import GIB, GpuSpec
 from personalens.engines.placement.sizing import ModelNeed, Rules, budgets, model_need
 from personalens.errors import PersonalensError
@@ -204,6 +204,8 @@ class Layout:
 def _placed(m: ModelNeed, mode: str, gpus: tuple[int, ...], budget: int, rules: Rules) -> Placement:
     config = m.config if m.config is not None else ModelConfig(m.key)
     run = dataclasses.replace(config, kv_cache_memory_bytes=budget)
+    if config.max_model_len == MAX_MODEL_LEN_AUTO:
+        run = dataclasses.replace(run, max_model_len=m.max_model_len)
     weights = math.ceil(m.weights / m.tp)
     if mode == "in_process":
         # vLLM checks at start-up that this share of the GPU is free: each engine's own part, so the
@@ -295,17 +297,26 @@ def plan_placement(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> li
     return list(chosen.placements)
 
 
-def largest_max_model_len(models: Sequence[ModelNeed], n_gpus: int, rules: Rules) -> int | None:
-    """The largest max_model_len (in MAX_MODEL_LEN_STEP tokens, every model's capped at it) at which
-    these models fit, when they do not at their own; None when they fit, or fit at no length."""
-    longest = max((m.max_model_len or 0 for m in models), default=0)
+def capped(models: Sequence[ModelNeed], cap: int, only: frozenset[str] | None = None) -> list[ModelNeed]:
+    """The models with max_model_len at most `cap` (only those keyed in `only`, when given)."""
+    return [
+        dataclasses.replace(m, max_model_len=min(m.max_model_len or cap, cap)) if only is None or m.key in only else m
+        for m in models
+    ]
+
+
+def largest_max_model_len(
+    models: Sequence[ModelNeed], n_gpus: int, rules: Rules, only: frozenset[str] | None = None
+) -> int | None:
+    """The largest max_model_len (in MAX_MODEL_LEN_STEP tokens, every model's capped at it, or only
+    those keyed in `only`) at which these models fit, when they do not at their own; None when they
+    fit, or fit at no length."""
+    longest = max((m.max_model_len or 0 for m in models if only is None or m.key in only), default=0)
     if layouts(models, n_gpus, rules).fits or longest < MAX_MODEL_LEN_STEP:
         return None
 
     def fits(steps: int) -> bool:
-        cap = steps * MAX_MODEL_LEN_STEP
-        capped = [dataclasses.replace(m, max_model_len=min(m.max_model_len or cap, cap)) for m in models]
-        return layouts(capped, n_gpus, rules).fits
+        return layouts(capped(models, steps * MAX_MODEL_LEN_STEP, only), n_gpus, rules).fits
 
     lo, hi = 0, longest // MAX_MODEL_LEN_STEP  # fits(lo) assumed, fits(hi) known false
     if not fits(1):
@@ -352,7 +363,9 @@ def _alone(m: ModelNeed, rules: Rules) -> Placement:
 
 
 def _copy(alone: Placement, gpus: Sequence[int], k: int) -> Placement:
-    run = dataclasses.replace(alone.config, kv_cache_memory_bytes=alone.kv_cache_memory_bytes)
+    run = dataclasses.replace(
+        alone.config, kv_cache_memory_bytes=alone.kv_cache_memory_bytes, max_model_len=alone.run_config.max_model_len
+    )
     return dataclasses.replace(alone, mode="managed_server", run_config=run, gpus=tuple(gpus), copy=k)
 
 
@@ -430,6 +443,10 @@ def plan_layout(
         return Layout("not planned", tuple(unplanned[c] for c in roles), "no GPU")
     needs = _needs(local, roles, in_process)
     rules = Rules(gpu_bytes=gpus.memory_bytes)
+    auto = frozenset(n.key for n in needs if n.config.max_model_len == MAX_MODEL_LEN_AUTO)
+    fitting = largest_max_model_len(needs, gpus.count, rules, auto) if auto else None
+    if fitting is not None:  # max_model_len: auto takes the largest that fits
+        needs = capped(needs, fitting, auto)
     chosen = layouts(needs, gpus.count, rules) if needs else Layout("none", (), "", rules=rules)
     if not chosen.fits:
         held = (
@@ -501,13 +518,15 @@ def _unplanned(local: Sequence[ModelConfig], roles: Mapping[ModelConfig, list[st
     in_process = [c for c in local if c.placement != "managed_server"]
     decided = {}
     for c in local:
+        # max_model_len: auto is vLLM's own default here, the model's context
+        run = dataclasses.replace(c, max_model_len=None) if c.max_model_len == MAX_MODEL_LEN_AUTO else c
         if c in in_process:
-            decided[c] = Placement(c, tuple(roles[c]), "in_process", c.with_memory_share(1 / len(in_process)))
+            decided[c] = Placement(c, tuple(roles[c]), "in_process", run.with_memory_share(1 / len(in_process)))
         else:
             copies = tuple(
-                Placement(c, tuple(roles[c]), "managed_server", c, copy=k) for k in range(1, c.explicit_replicas or 1)
+                Placement(c, tuple(roles[c]), "managed_server", run, copy=k) for k in range(1, c.explicit_replicas or 1)
             )
-            decided[c] = Placement(c, tuple(roles[c]), "managed_server", c, copies=copies)
+            decided[c] = Placement(c, tuple(roles[c]), "managed_server", run, copies=copies)
     return decided
 
 

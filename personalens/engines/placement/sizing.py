@@ -197,8 +197,8 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
                 f"uses GPUs {list(leading)}: drop gpus, or use placement managed_server"
             )
         placement = "managed_server"
-    # vLLM's own default when max_model_len is unset: the model's context length
-    max_model_len = config.max_model_len or arch.context
+    # vLLM's own default when max_model_len is unset: the model's context length; auto starts there
+    max_model_len = config.max_model_len if isinstance(config.max_model_len, int) else arch.context
     return ModelNeed(
         key=key,
         roles=roles,
