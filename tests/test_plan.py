@@ -222,3 +222,41 @@ def test_the_share_of_dialogues_ending_on_context_at_a_shorter_max_model_len():
     assert measured.ended_at(3_700, room) == pytest.approx(2 / 3)  # both long ones end
     assert measured.ended_at(3_850, room) == pytest.approx(1 / 3)  # the assistant's 3,000 + 800 still fits
     assert Calibration("run", [], 0, None, None).ended_at(4_096, room) is None
+
+
+def test_plan_names_the_largest_max_model_len_that_fits_and_the_dialogues_it_would_end(
+    tmp_path, paper_models, sample_root
+):
+    """A Qwen2.5-72B user agent (its published config.json) with the 8B assistant on 4 x 80 GB at
+    max_model_len 65,536 is refused; plan names the largest length that fits and, from a calibration
+    run, the share of its dialogues that would end on context there (one of its two prompts is too
+    long at that length, with the 800 tokens the paper protocol keeps for a reply)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    qwen = tmp_path / "qwen25_72b"
+    qwen.mkdir()
+    shutil.copy(ARCHITECTURES / "qwen25_72b.json", qwen / "config.json")
+    models = [o.replace(o.split("=", 1)[1], str(qwen)) if o.startswith("user_agent.path=") else o for o in paper_models]
+    run = tmp_path / "calib"
+    (run / "dialogues").mkdir(parents=True)
+    scenarios = load_scenarios(sample_root, "0", "SD")[:2]
+
+    def turns(*prompts: int) -> list[dict]:
+        roles = ["user", "assistant"] * len(prompts)
+        return [{"role": r, "prompt_tokens": p, "completion_tokens": 100} for r, p in zip(roles, prompts)]
+
+    rows = [
+        {"user_id": s.key[0], "user_index": s.user.index, "task_id": s.key[1], "kind": "SD", "turns": t, "ended": e}
+        for s, t, e in zip(scenarios, [turns(900, 1_500), turns(900, 62_000)], ["terminate", "max_rounds"])
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), run / "dialogues" / "part-0.parquet")
+    out = tmp_path / "plan.json"
+    args = ["plan.gpus=4", "plan.gpu_memory_gib=80", "plan.jobs=[generate]", f"plan.calibrate={run}"]
+    proc = run_cli("plan", *models, *args, f"plan.out={out}", check=False, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    refused = json.loads(out.read_text())["placement"]["jobs"]["generate"]
+    fitting = refused["max_model_len_fits"]
+    assert 16_384 <= fitting < 65_536 and f"max_model_len {fitting:,} (the largest that fits)" in refused["refused"]
+    assert 62_000 > fitting - 800 and refused["context_ended_at_fit"] == 0.5
+    assert f"the largest max_model_len that fits: {fitting:,}; at it 50% of the calibration run's" in proc.stdout
