@@ -18,10 +18,11 @@ from omegaconf import OmegaConf
 
 from personalens.config.core import model_identity
 from personalens.engines.factory import EngineLoader
-from personalens.engines.gpus import parse_nvidia_smi, simulated
-from personalens.engines.layout import model_need, plan_layout
 from personalens.engines.models.config import ModelConfig, ModelConfigError
-from personalens.engines.placement import GIB
+from personalens.engines.models.embedded import EmbeddedModelError, embedded_model_dir
+from personalens.engines.placement.gpus import GIB, parse_nvidia_smi, simulated
+from personalens.engines.placement.layout import plan_layout
+from personalens.engines.placement.sizing import model_need
 from personalens.engines.replicated import ReplicatedEngine
 from personalens.engines.serving.managed import log_path, serve_args, server_env
 from personalens.engines.vllm.args import cli_flags, engine_args
@@ -87,13 +88,13 @@ def loader(models: dict, tmp_path: Path, gpus, recorder: Recorder, **kw) -> Engi
 def test_8b_assistant_with_70b_user_agent_and_judge_on_4x80gb_run_in_process_with_explicit_kv(tmp_path):
     recorder = Recorder()
     load = loader(paper_models(tmp_path), tmp_path, NODE_4X80, recorder)
-    assistant, seventy = load.layout.decisions
+    assistant, seventy = load.layout.placements
     assert (assistant.roles, seventy.roles) == (("assistant",), ("user_agent", "judge"))
-    assert {d.mode for d in load.layout.decisions} == {"in_process"}
+    assert {d.mode for d in load.layout.placements} == {"in_process"}
     for d in (assistant, seventy):
         # the engine gets the planner's per-GPU KV bytes, and a memory share that covers only what it holds
-        assert d.run_config.kv_cache_memory_bytes == d.placement.kv_cache_memory_bytes > 0
-        p = d.placement
+        assert d.run_config.kv_cache_memory_bytes == d.kv_cache_memory_bytes > 0
+        p = d
         held = p.weights_per_gpu + 2 * GIB + p.activation_per_gpu + p.kv_cache_memory_bytes
         assert d.run_config.gpu_memory_utilization == pytest.approx(held / NODE_4X80.memory_bytes)
         assert p.max_len_seqs >= 1
@@ -129,25 +130,27 @@ def test_models_too_large_to_share_get_gpus_of_their_own(tmp_path):
         "\n".join(f"{i}, GPU-{i}, 81559, 9.0" for i in range(8)), {"CUDA_VISIBLE_DEVICES": "7,6,5,4,3,2,1,0"}
     )
     load = loader(models, tmp_path, gpus, recorder, shard="shard-002-of-008")
-    mixtral, seventy = load.layout.decisions
+    mixtral, seventy = load.layout.placements
     # the widest model on the first GPUs, in this process; the other a server on the next ones
-    assert [(d.mode, d.device_ids, d.placement.gpus) for d in (mixtral, seventy)] == [
+    assert [(d.mode, d.device_ids, d.gpus) for d in (mixtral, seventy)] == [
         ("managed_server", ("3", "2"), (4, 5)),
         ("in_process", (), (0, 1, 2, 3)),
     ]
-    assert mixtral.run_config.kv_cache_memory_bytes == mixtral.placement.kv_cache_memory_bytes
-    assert load.layout.why() == "each model on GPUs of its own (in process: they do not fit together on the first GPUs)"
+    assert mixtral.run_config.kv_cache_memory_bytes == mixtral.kv_cache_memory_bytes
+    assert (
+        load.layout.reason() == "each model on GPUs of its own (in process: they do not fit together on the first GPUs)"
+    )
     # GPUs 6 and 7 hold a copy of Mixtral (the 70B needs four)
-    assert [(c.device_ids, c.placement.gpus) for c in mixtral.copies] == [(("1", "0"), (6, 7))]
+    assert [(c.device_ids, c.gpus) for c in mixtral.copies] == [(("1", "0"), (6, 7))]
     engines = load()
     assert recorder.served == [mixtral, *mixtral.copies] and recorder.shard == "shard-002-of-008"
     assert [c.engine for c in recorder.built] == ["server", "server", "vllm"]
     assert engines["assistant"].name == mixtral.config.name and len(engines["assistant"].engines) == 2
 
 
-def test_free_gpus_hold_copies_of_the_model_the_rule_picks_and_replicas_n_asks_for_exactly_n(tmp_path):
+def test_free_gpus_hold_copies_by_work_and_replicas_n_asks_for_exactly_n(tmp_path):
     """8 x 80 GB: the 70B user agent in process on GPUs 0-3, the 8B assistant a server on GPU 4. `auto`
-    gives GPUs 5-7 to copies of the 8B (the only one a copy of fits there), each a server with the KV
+    gives GPUs 5-7 to copies of the 8B (the only model a copy of fits there), each a server with the KV
     cache it has alone on a GPU; one engine of the assistant then spreads the dialogues over all four."""
     recorder = Recorder()
     gpus = parse_nvidia_smi(
@@ -155,21 +158,21 @@ def test_free_gpus_hold_copies_of_the_model_the_rule_picks_and_replicas_n_asks_f
     )
     dialogue = {"assistant": conf(tmp_path, "llama31_8b"), "user_agent": conf(tmp_path, "llama31_70b")}
     load = loader(dialogue, tmp_path, gpus, recorder)
-    assistant, seventy = load.layout.decisions
-    assert [(c.copy, c.mode, c.placement.gpus, c.device_ids) for c in assistant.copies] == [
+    assistant, seventy = load.layout.placements
+    assert [(c.copy, c.mode, c.gpus, c.device_ids) for c in assistant.copies] == [
         (1, "managed_server", (5,), ("2",)),
         (2, "managed_server", (6,), ("1",)),
         (3, "managed_server", (7,), ("0",)),
     ]
-    assert seventy.copies == () and assistant.placement.gpus == (4,)
+    assert seventy.copies == () and assistant.gpus == (4,)
     for c in assistant.copies:  # alone on a GPU of its own, as the 8B itself on GPU 4
-        assert (
-            c.run_config == assistant.run_config
-            and c.placement.kv_cache_memory_bytes == assistant.placement.kv_cache_memory_bytes
-        )
+        assert c.run_config == assistant.run_config and c.kv_cache_memory_bytes == assistant.kv_cache_memory_bytes
     lines = load.layout.lines()
     assert lines[1].endswith("memory share 0.900 + 3 copies in managed vLLM servers on GPU 5,6,7"), lines[1]
-    assert lines[-1] == "  copies: replicas auto gives the free GPUs to Llama-3.1-8B-Instruct"
+    assert lines[-1] == (
+        "  copies: replicas auto shares the free GPUs out by work (3 copies of Llama-3.1-8B-Instruct: each next copy "
+        "to the model whose engines take the longest per dialogue, as generated tokens x weights per GPU)"
+    )
     saved = load.layout.as_dict()
     assert [c["cuda_visible_devices"] for c in saved["models"][0]["copies"]] == ["2", "1", "0"]
     engines = load()
@@ -184,13 +187,13 @@ def test_free_gpus_hold_copies_of_the_model_the_rule_picks_and_replicas_n_asks_f
 
     # replicas: 1 keeps the layout of before; replicas: 3, two copies, on the first free GPUs
     one = loader({**dialogue, "assistant": {**dialogue["assistant"], "replicas": 1}}, tmp_path, gpus, Recorder())
-    assert [d.copies for d in one.layout.decisions] == [(), ()] and len(one.layout.lines()) == 3
+    assert [d.copies for d in one.layout.placements] == [(), ()] and len(one.layout.lines()) == 3
     three = loader({**dialogue, "assistant": {**dialogue["assistant"], "replicas": 3}}, tmp_path, gpus, Recorder())
-    assert [c.placement.gpus for c in three.layout.decisions[0].copies] == [(5,), (6,)]
-    assert three.layout.replicas.why == "replicas 3 for Llama-3.1-8B-Instruct"
+    assert [c.gpus for c in three.layout.placements[0].copies] == [(5,), (6,)]
+    assert three.layout.copies_why == "replicas 3 for Llama-3.1-8B-Instruct"
     # a judge alone: in process on GPUs 0-3, a copy on 4-7
-    [judge] = loader({"judge": conf(tmp_path, "llama31_70b")}, tmp_path, gpus, Recorder()).layout.decisions
-    assert (judge.mode, [c.placement.gpus for c in judge.copies]) == ("in_process", [(4, 5, 6, 7)])
+    [judge] = loader({"judge": conf(tmp_path, "llama31_70b")}, tmp_path, gpus, Recorder()).layout.placements
+    assert (judge.mode, [c.gpus for c in judge.copies]) == ("in_process", [(4, 5, 6, 7)])
     assert judge.line().endswith(" + 1 copy in a managed vLLM server on GPU 4,5,6,7")
 
 
@@ -223,9 +226,9 @@ def test_without_gpus_replicas_are_managed_servers_or_refused(tmp_path):
     ):
         loader({"assistant": {**small, "replicas": 2}}, tmp_path, None, recorder)
     auto = loader({"assistant": small}, tmp_path, None, recorder)  # auto: one engine
-    assert auto.layout.decisions[0].copies == ()
+    assert auto.layout.placements[0].copies == ()
     load = loader({"assistant": {**small, "replicas": 2, "placement": "managed_server"}}, tmp_path, None, recorder)
-    [d] = load.layout.decisions
+    [d] = load.layout.placements
     assert [(c.copy, c.mode, c.label) for c in d.copies] == [(1, "managed_server", "a (copy 1)")]
     assert d.line() == "  a (assistant): managed vLLM server, KV cache 0.50 GiB + 1 copy in a managed vLLM server"
     engines = load()
@@ -245,14 +248,14 @@ def test_without_gpus_replicas_are_managed_servers_or_refused(tmp_path):
             in_process=frozenset(ROLES_DIALOGUE),
         )
     held = loader(paper_models(tmp_path), tmp_path, simulated(8, 80), recorder, in_process=frozenset(ROLES_DIALOGUE))
-    assert all(d.copies == () for d in held.layout.decisions)
+    assert all(d.copies == () for d in held.layout.placements)
 
 
 def test_free_gpus_are_used_and_the_choice_is_said(tmp_path):
     recorder = Recorder()
     load = loader(paper_models(tmp_path), tmp_path, simulated(8, 80), recorder)
-    assistant, seventy = load.layout.decisions
-    assert [(d.mode, d.placement.gpus) for d in (assistant, seventy)] == [
+    assistant, seventy = load.layout.placements
+    assert [(d.mode, d.gpus) for d in (assistant, seventy)] == [
         ("managed_server", (4,)),
         ("in_process", (0, 1, 2, 3)),
     ]
@@ -262,7 +265,7 @@ def test_free_gpus_are_used_and_the_choice_is_said(tmp_path):
     )
     # scheduling=continuous keeps the dialogue models in this process: they share the first GPUs
     held = loader(paper_models(tmp_path), tmp_path, simulated(8, 80), recorder, in_process=frozenset(ROLES_DIALOGUE))
-    assert {d.mode for d in held.layout.decisions} == {"in_process"}
+    assert {d.mode for d in held.layout.placements} == {"in_process"}
 
 
 def test_without_gpus_in_process_models_keep_todays_behaviour_and_forced_servers_are_honoured(tmp_path):
@@ -270,9 +273,9 @@ def test_without_gpus_in_process_models_keep_todays_behaviour_and_forced_servers
     small = {"name": "a", "gpu_memory_utilization": 0.8, "kv_cache_memory_bytes": 2**29}
     served = {**small, "name": "b", "seed": 1, "placement": "managed_server", "cpu_reserved_cores": 0}
     load = loader({"user_agent": small, "assistant": dict(small), "judge": served}, tmp_path, None, recorder)
-    a, b = load.layout.decisions
+    a, b = load.layout.placements
     assert (a.mode, a.roles, a.run_config.gpu_memory_utilization) == ("in_process", ("user_agent", "assistant"), 0.8)
-    assert (b.mode, b.run_config, b.placement, b.device_ids) == ("managed_server", b.config, None, ())
+    assert (b.mode, b.run_config, b.planned, b.device_ids) == ("managed_server", b.config, False, ())
     assert load.layout.lines()[0].startswith("placement not planned (no GPU")
     assert load.layout.as_dict()["models"][1] == {
         "model": "b",
@@ -375,7 +378,7 @@ def test_continuous_scheduling_with_a_model_served_elsewhere_is_refused_before_a
     assert recorder.built == [] and recorder.served == []
     # the judge may be served elsewhere: only the dialogue roles run in this process
     judged = loader({"assistant": local, "judge": server}, tmp_path, None, recorder, in_process=dialogue)
-    assert [d.mode for d in judged.layout.decisions] == ["in_process", "server"]
+    assert [d.mode for d in judged.layout.placements] == ["in_process", "server"]
 
 
 def test_nvidia_smi_rows_are_read_for_the_visible_gpus():
@@ -455,3 +458,52 @@ def test_what_the_config_alone_rules_out_is_refused_in_one_line_before_anything_
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert len([line for line in proc.stderr.splitlines() if "error" in line.lower()]) == 1, proc.stderr
         assert not (out / "generate.yaml").exists() and not (out / "dialogues").exists()
+
+
+def test_a_gpu_assistant_beside_the_default_user_agent_and_judge_plans_on_one_80gb_gpu(tmp_path):
+    """`model@assistant=llama31_8b` beside the embedded default (its CPU memory share 0.15, a fixed 2
+    GiB KV cache): both on GPU 0, the default within its own share, the 8B up to its own 0.9."""
+    try:
+        embedded_model_dir()
+    except EmbeddedModelError as err:
+        pytest.skip(str(err))
+    small = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "model" / "smollm2.yaml"))
+    models = {"user_agent": small, "assistant": conf(tmp_path, "llama31_8b"), "judge": dict(small)}
+    load = loader(models, tmp_path, simulated(1, 80), Recorder())
+    default, eight = load.layout.placements
+    assert (default.roles, default.mode, default.gpus) == (("user_agent", "judge"), "in_process", (0,))
+    assert (eight.mode, eight.gpus) == ("in_process", (0,)) and eight.max_len_seqs >= 1
+    assert default.kv_cache_memory_bytes == 2 * GIB and default.run_config.gpu_memory_utilization <= 0.15
+    total = default.run_config.gpu_memory_utilization + eight.run_config.gpu_memory_utilization
+    assert 0.85 < total <= 0.9  # the 8B's KV cache takes the rest of its own share
+
+
+def test_max_model_len_auto_takes_the_largest_that_fits(tmp_path):
+    """The README's cluster example with Qwen2.5-72B's published sizes: a 72B user agent and judge (tp
+    4) with an 8B assistant do not fit 4 x 80 GB at max_model_len 65,536; the refusal names the
+    largest that does, and `auto` plans there (the 8B, alone at its own context, is left as it is)."""
+    qwen = {
+        **conf(tmp_path, "llama31_70b"),
+        "name": "Qwen2.5-72B-Instruct",
+        "path": str(model_dir(tmp_path, "qwen25_72b")),
+    }
+    models = {"assistant": conf(tmp_path, "llama31_8b"), "user_agent": qwen, "judge": dict(qwen)}
+    with pytest.raises(PersonalensError, match=r"Ways out: .*max_model_len ([\d,]+) \(the largest that fits\)") as err:
+        loader(models, tmp_path, NODE_4X80, Recorder())
+    fitting = int(re.search(r"max_model_len ([\d,]+) \(the largest", str(err.value))[1].replace(",", ""))
+    assert 16_384 <= fitting < 65_536
+    auto = {**models, "user_agent": {**qwen, "max_model_len": "auto"}, "judge": {**qwen, "max_model_len": "auto"}}
+    eight, seventy_two = loader(auto, tmp_path, NODE_4X80, Recorder()).layout.placements
+    assert seventy_two.run_config.max_model_len % 256 == 0 and seventy_two.run_config.max_model_len < 65_536
+    assert (
+        seventy_two.max_len_seqs >= 1
+        and "max_model_len " + str(seventy_two.run_config.max_model_len) in seventy_two.line()
+    )
+    assert eight.run_config.max_model_len == 65_536 and seventy_two.config.max_model_len == "auto"
+    # without GPUs auto is vLLM's default (the model's context); a bad value is refused
+    [unplanned] = loader(
+        {"judge": {"name": "a", "max_model_len": "auto"}}, tmp_path, None, Recorder()
+    ).layout.placements
+    assert (unplanned.config.max_model_len, unplanned.run_config.max_model_len) == ("auto", None)
+    with pytest.raises(ModelConfigError, match=r"m\.max_model_len: expected a number of tokens or auto"):
+        ModelConfig.from_mapping({"name": "m", "max_model_len": "long"}, where="m")

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from personalens.engines.architecture import Architecture
-from personalens.engines.placement import ModelNeed, Rules, layouts, replicas
+from personalens.engines.placement.architecture import Architecture
+from personalens.engines.placement.layout import layouts, with_copies
+from personalens.engines.placement.sizing import ModelNeed, Rules
 from personalens.plan.budget import Fixed, Turns, Workload
 from personalens.plan.engine_model import GpuModel, Turn, simulate
 from personalens.plan.throughput import GPUS, compare, dialogues, engine_of, sampled
@@ -67,12 +68,11 @@ def test_a_model_serving_two_roles_is_one_engine_with_one_cache():
 def test_a_layouts_engines_follow_its_models_gpus_and_kv():
     arch = Architecture.from_config(json.loads((ARCHITECTURES / "llama31_70b.json").read_text()))
     need = ModelNeed("70b", ("judge",), arch, arch.parameters() * 2, 2, tp=4, max_model_len=16_384)
-    [candidate] = layouts([need], 4, Rules(gpu_bytes=80 * 10**9))[:1]
-    [placed] = candidate.placements
+    [placed] = layouts([need], 4, Rules(gpu_bytes=80 * 10**9)).placements
     engine = engine_of(need, placed, GPUS["h100"])
     assert engine.bandwidth == pytest.approx(4 * 3.35e12 * 0.75) and engine.flops == pytest.approx(4 * 989e12 * 0.5)
     assert engine.kv_bytes_per_token == arch.kv_bytes_per_token(2) == 4 * placed.kv_per_token_per_gpu
-    assert engine.kv_tokens == placed.kv_cache_memory_bytes // placed.kv_per_token_per_gpu
+    assert engine.kv_tokens == placed.kv_tokens == placed.kv_cache_memory_bytes // placed.kv_per_token_per_gpu
     # a 70B judge on 8 GPUs: the run's second copy on GPUs 4-7 is modelled, faster than the judge alone
     fixed = Fixed(600, 800, 500, {"task_completion/": 700})
     workload = Workload(
@@ -86,8 +86,7 @@ def test_a_layouts_engines_follow_its_models_gpus_and_kv():
     _, judged = dialogues(sampled({"SD": 64}, workload, 64), workload, {"judge": 16_000})
     rules = Rules(gpu_bytes=80 * 10**9)
     eight = layouts([need], 8, rules)
-    copies = replicas([need], eight[0].placements, 8, rules)
-    with_copy, alone = compare([need], eight, copies, GPUS["h100"], [judged])["layouts"]
+    with_copy, alone = compare(with_copies(eight, 8), GPUS["h100"], [judged])["layouts"]
     assert (with_copy["name"], with_copy["chosen"], with_copy["copies"]) == (
         "in process + 1 copy of 70b on GPU 4,5,6,7",
         True,
@@ -96,14 +95,10 @@ def test_a_layouts_engines_follow_its_models_gpus_and_kv():
     assert (alone["name"], alone["chosen"]) == ("in process without the copies", False)
     assert with_copy["kv_tokens"] == alone["kv_tokens"]  # the copy holds what the model holds alone
     assert with_copy["tokens_per_s"] > 1.5 * alone["tokens_per_s"]
+    assert with_copy["best"] and with_copy["busy_share"]["70b"] > 0.99  # a judge alone: its engines never wait
     # without copies (replicas: 1) the layout alone is modelled
-    [only] = compare(
-        [need],
-        eight,
-        replicas([dataclasses.replace(need, replicas=1)], eight[0].placements, 8, rules),
-        GPUS["h100"],
-        [judged],
-    )["layouts"]
+    held = layouts([dataclasses.replace(need, replicas=1)], 8, rules)
+    [only] = compare(with_copies(held, 8), GPUS["h100"], [judged])["layouts"]
     assert (only["name"], only["chosen"], only["tokens_per_s"]) == ("in process", True, alone["tokens_per_s"])
 
 
@@ -121,3 +116,31 @@ def test_sampled_dialogues_keep_the_kinds_and_turn_counts_and_end_at_max_model_l
         ("assistant", 630, 0, 200),
     ]
     assert [[(t.role, t.prompt)] for [t] in judged] == [[("judge", 700 + 2 * 130)]]
+
+
+def test_dialogues_in_flight_as_the_kv_cache_holds_keep_histories_cached():
+    """The complete release's shape on 8 x 80 GB: a Qwen2.5-72B user agent (tp 4, 431,756 tokens of KV
+    cache) and an 8B assistant with three copies, 8 rounds of 200/300-token replies, 256 dialogues.
+    All in flight, the 72B's cache cannot keep their histories and most prompt tokens are computed
+    again; as many in flight as it keeps (the rest waiting their turn), most are served from cache,
+    and the layout is modelled faster."""
+    rules = Rules(gpu_bytes=80 * 10**9)
+
+    def need(name: str, roles: tuple[str, ...], tp: int) -> ModelNeed:
+        arch = Architecture.from_config(json.loads((ARCHITECTURES / f"{name}.json").read_text()))
+        return ModelNeed(name, roles, arch, arch.parameters() * 2, 2, tp=tp, max_model_len=65_536)
+
+    layout = with_copies(
+        layouts([need("qwen25_72b", ("user_agent",), 4), need("llama31_8b", ("assistant",), 1)], 8, rules), 8
+    )
+    fixed = Fixed(700, 900, 500, {"task_completion/": 700})
+    workload = Workload(
+        {"MD": fixed}, {"MD": Turns({16: 1.0}, {"user": 200, "assistant": 300}, 250, "test")}, 100, [], False, "t"
+    )
+    turns, _ = dialogues(sampled({"MD": 256}, workload, 256), workload, {})
+    result = compare(layout, GPUS["h100"], [turns])
+    held, every = result["layouts"][:2]
+    assert held["in_flight"] == result["in_flight"] < 256 and "in_flight" not in every
+    assert every["prefilled_share"] > 0.4 > 0.25 > held["prefilled_share"]
+    assert held["chosen"] and not every["chosen"] and held["tokens_per_s"] > every["tokens_per_s"]
+    assert held["busy_share"]["qwen25_72b"] > held["busy_share"]["llama31_8b"]

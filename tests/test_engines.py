@@ -27,8 +27,8 @@ from personalens.engines.chat.messages import (
     template_supports_system_role,
 )
 from personalens.engines.factory import build_engines, model_configs
-from personalens.engines.layout import plan_layout
 from personalens.engines.models.config import ModelConfig, ModelConfigError
+from personalens.engines.placement.layout import plan_layout
 from personalens.errors import PersonalensError
 
 MODEL_CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
@@ -188,7 +188,7 @@ def _run_configs(models: dict) -> dict[str, ModelConfig]:
     """Without GPUs: the config each role's engine is built from."""
     configs = model_configs(models)
     layout = plan_layout(configs, gpus=None)
-    return {role: layout.decision(config).run_config for role, config in configs.items()}
+    return {role: layout.placement(config).run_config for role, config in configs.items()}
 
 
 def test_equal_configs_share_one_engine_with_all_its_memory():

@@ -30,9 +30,9 @@ from hub_cache import add_snapshot
 from omegaconf import OmegaConf
 
 from personalens.engines.base import conversation
-from personalens.engines.layout import Decision
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.models.embedded import embedded_model_dir
+from personalens.engines.placement.layout import Placement
 from personalens.engines.replicated import copy_of
 from personalens.engines.serving import managed
 from personalens.engines.serving.engine import ServerEngine
@@ -223,7 +223,7 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
     monkeypatch.setattr(managed, "_free_ports", lambda n: next(first, None) or free_ports(n))
     stop = Stop()
     try:
-        [served] = start_servers([Decision(config, ("assistant",), "managed_server", config)], logs, "", stop)
+        [served] = start_servers([Placement(config, ("assistant",), "managed_server", config)], logs, "", stop)
         key, url = served.server.api_key, served.server.base_url
         # it started again on another port: the first launch lost its port (vLLM says so), and the other
         # server was asked who it is and not taken for this one

@@ -7,18 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from personalens.engines.architecture import Architecture
-from personalens.engines.placement import (
-    GIB,
-    ModelNeed,
-    Rules,
-    auto_pick,
-    batched_tokens,
+from personalens.engines.placement.architecture import Architecture
+from personalens.engines.placement.gpus import GIB, visible_gpus
+from personalens.engines.placement.inflight import dialogues_in_flight, in_flight
+from personalens.engines.placement.layout import (
+    engine_time,
+    largest_max_model_len,
     layouts,
     plan_placement,
-    visible_gpus,
-    weights_bytes,
+    with_copies,
 )
+from personalens.engines.placement.sizing import ModelNeed, Rules, batched_tokens, weights_bytes
 from personalens.errors import PersonalensError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "architectures"
@@ -166,7 +165,8 @@ def test_visible_gpus_prefers_cuda_then_slurm_then_the_device_count():
 
 def test_8b_assistant_with_70b_user_and_judge_on_four_gpus_share_them_in_process():
     models = [need("llama31_8b", ("assistant",)), need("llama31_70b", ("user", "judge"), tp=4, max_model_len=16_384)]
-    chosen, own = layouts(models, 4, RULES)
+    chosen = layouts(models, 4, RULES)
+    [own] = chosen.others
     assert chosen.name == "in process" and own.placements is None and "they need 5 GPUs, the job has 4" in own.why
     placed = {p.key: p for p in chosen.placements}
     assert {p.mode for p in placed.values()} == {"in_process"}
@@ -183,7 +183,8 @@ def test_with_free_gpus_each_model_gets_gpus_of_its_own():
     """On 8 GPUs the same models fit either way: the 70B takes the first four in this process, the 8B a
     server on the fifth, each with a whole GPU's memory instead of sharing GPU 0."""
     models = [need("llama31_8b", ("assistant",)), need("llama31_70b", ("user", "judge"), tp=4, max_model_len=16_384)]
-    chosen, other = layouts(models, 8, RULES)
+    chosen = layouts(models, 8, RULES)
+    [other] = chosen.others
     assert (chosen.name, other.name) == ("own GPUs", "in process") and other.placements is not None
     placed = {p.key: p for p in chosen.placements}
     assert (placed["llama31_70b"].mode, placed["llama31_70b"].gpus) == ("in_process", (0, 1, 2, 3))
@@ -317,12 +318,84 @@ def test_70b_user_agent_and_judge_with_8b_assistant_by_node_size(n_gpus, fits):
     assert all(p.max_len_seqs >= 1 for p in placed)
 
 
-def test_the_free_gpus_go_to_the_model_serving_most_dialogue_roles_then_most_roles_then_fewest_gpus():
-    judge_small = need("llama31_8b", ("judge",))
-    assistant_wide = need("mixtral8x7b", ("assistant",), tp=2)
-    assert auto_pick([judge_small, assistant_wide]) is assistant_wide  # a dialogue role first
-    user_and_judge = need("llama31_70b", ("user_agent", "judge"), tp=4)
-    assert auto_pick([assistant_wide, user_and_judge]) is user_and_judge  # then the most roles
-    assistant_small = need("mistral7b_v02", ("assistant",))
-    assert auto_pick([assistant_wide, assistant_small]) is assistant_small  # then the fewest GPUs per copy
-    assert auto_pick([assistant_small, need("llama31_8b", ("user_agent",))]) is assistant_small  # then the first
+def test_each_models_memory_share_is_its_own():
+    """A small model with a CPU-sized share (0.15, as the embedded default) beside an 8B at 0.9 on one
+    80 GB GPU: the 8B fills the GPU to its own share, the small model holds no more than its own."""
+    small = need("mistral7b_v02", ("user", "judge"), utilization=0.15, kv_cache_bytes=GIB, max_model_len=8192)
+    small = dataclasses.replace(small, weights=GIB)  # a 135M-class model's weights and a fixed KV cache
+    eight = need("llama31_8b", ("assistant",), max_model_len=65_536)
+    placed = {p.key: p for p in plan_placement([small, eight], 1, RULES)}
+    assert placed["mistral7b_v02"].held_per_gpu(RULES) <= 0.15 * GPU_80GB
+    assert used_per_gpu(placed.values(), 0) <= 0.9 * GPU_80GB < used_per_gpu(placed.values(), 0) + GIB
+    # the small share caps only its own model: alone, the 8B gets the same GPU up to 0.9 either way
+    [alone] = plan_placement([eight], 1, RULES)
+    assert placed["llama31_8b"].kv_cache_memory_bytes > 0.8 * (alone.kv_cache_memory_bytes - small.fixed_per_gpu(RULES))
+    # a model that needs more than its own share is refused, whatever the GPU has free
+    with pytest.raises(PersonalensError, match=r"llama31_8b \(assistant\).*memory share 0.15 \(11.2 GiB\)"):
+        plan_placement([dataclasses.replace(eight, utilization=0.15)], 1, RULES)
+
+
+def test_free_gpus_go_to_copies_by_work():
+    """Two 8B-class models on 8 GPUs: one each, then the six free GPUs shared out in proportion to the
+    work (generated tokens per dialogue x weights per GPU), not all to one model."""
+    user, assistant = need("llama31_8b", ("user_agent",)), need("mistral7b_v02", ("assistant",))
+    chosen = layouts([user, assistant], 8, RULES)
+    copies = {p.key: [c.gpus for c in p.copies] for p in with_copies(chosen, 8, {}).placements}
+    assert {k: len(v) for k, v in copies.items()} == {"llama31_8b": 3, "mistral7b_v02": 3}  # 4 + 4 engines
+    assert sorted(g for v in copies.values() for (g,) in v) == [2, 3, 4, 5, 6, 7]
+    # three times the assistant's tokens (its 300-token replies against the user agent's 100): 2 + 6 engines
+    by_work = with_copies(chosen, 8, {"user_agent": 100, "assistant": 300})
+    assert {p.key: len(p.copies) for p in by_work.placements} == {"llama31_8b": 1, "mistral7b_v02": 5}
+    assert "by work (1 copy of llama31_8b, 5 copies of mistral7b_v02" in by_work.copies_why
+    # a 70B (tp 4) with an 8B on 8 GPUs: the 70B's work is larger, but no copy of it fits the three left
+    seventy = need("llama31_70b", ("user_agent",), tp=4)
+    wide = with_copies(layouts([seventy, assistant], 8, RULES), 8, {})
+    assert {p.key: [c.gpus for c in p.copies] for p in wide.placements} == {
+        "llama31_70b": [],
+        "mistral7b_v02": [(5,), (6,), (7,)],
+    }
+    assert engine_time(seventy, {}) > 2 * engine_time(assistant, {})  # 35 against 14.5 GB read per GPU a step
+    # replicas 1 keeps a model to one engine: the free GPUs go to the other
+    held = layouts([dataclasses.replace(user, replicas=1), assistant], 8, RULES)
+    assert {p.key: len(p.copies) for p in with_copies(held, 8, {}).placements} == {"llama31_8b": 0, "mistral7b_v02": 6}
+
+
+def test_the_largest_max_model_len_that_fits_is_found():
+    """The README's cluster example with Qwen2.5-72B's published sizes: a 72B user agent and judge (tp
+    4) with an 8B assistant at max_model_len 65,536 do not fit 4 x 80 GB, at 16,384 they do."""
+    models = [
+        need("llama31_8b", ("assistant",), max_model_len=65_536),
+        need("qwen25_72b", ("user_agent", "judge"), tp=4, max_model_len=65_536),
+    ]
+    assert not layouts(models, 4, RULES).fits
+    fitting = largest_max_model_len(models, 4, RULES)
+    assert 16_384 <= fitting < 65_536 and fitting % 256 == 0
+
+    def at(length: int) -> bool:
+        return layouts([dataclasses.replace(m, max_model_len=length) for m in models], 4, RULES).fits
+
+    assert at(fitting) and not at(fitting + 256)
+    with pytest.raises(PersonalensError, match=rf"max_model_len {fitting:,} \(the largest that fits\)"):
+        plan_placement(models, 4, RULES)
+    assert largest_max_model_len(models, 8, RULES) is None  # they fit as they are
+    assert largest_max_model_len([need("llama31_70b", ("user",), tp=4, max_model_len=8192)], 1, RULES) is None
+
+
+def test_dialogues_in_flight_keep_their_histories_in_the_kv_cache():
+    """Qwen2.5-72B at tp 4 on 80 GB GPUs holds 431,756 tokens beside its weights; a dialogue of 8 rounds
+    of 200/300-token replies keeps its last user-agent prompt and reply there, about 4,600 tokens."""
+    assert dialogues_in_flight(431_756, 4_600, 256) == 93
+    assert dialogues_in_flight(431_756, 1_000, 256) == 256  # never above max_num_seqs
+    assert dialogues_in_flight(3_000, 4_600, 256) == 1  # at least one
+    user = need("qwen25_72b", ("user_agent", "judge"), tp=4, max_model_len=32_768)
+    assistant = need("llama31_8b", ("assistant",), max_model_len=32_768)
+    layout = with_copies(layouts([user, assistant], 8, RULES), 8, {})
+    placed = {p.key: p for p in layout.placements}
+    kv = placed["qwen25_72b"].kv_tokens
+    # the 72B's one engine bounds the layout; the 8B's four engines hold four times its own limit
+    limit = in_flight(layout.placements, {"user_agent": 4_600, "assistant": 4_900, "judge": 10**9})
+    assert (
+        limit
+        == dialogues_in_flight(kv, 4_600, 256)
+        < 4 * dialogues_in_flight(placed["llama31_8b"].kv_tokens, 4_900, 256)
+    )

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from engine_fixtures import TINY_MODEL
 
-from personalens.engines.architecture import DTYPE_BYTES, Architecture
 from personalens.engines.models.embedded import embedded_model_dir
+from personalens.engines.placement.architecture import DTYPE_BYTES, Architecture
 
 pytestmark = pytest.mark.vllm
 

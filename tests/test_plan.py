@@ -121,10 +121,8 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
     assert generate["why"] == "every model in this process, sharing GPUs (own GPUs: they need 5 GPUs, the job has 4)"
     modelled = generate["throughput"]
     assert (modelled["dialogues"], modelled["of"], modelled["basis"]) == (34, 34, "at the protocol's cap")
-    assert [(row["name"], row["chosen"], row["fits"]) for row in modelled["layouts"]] == [
-        ("in process", True, True),
-        ("own GPUs", False, False),
-    ]
+    assert [(row["name"], row["chosen"], row["fits"]) for row in modelled["layouts"]][-1] == ("own GPUs", False, False)
+    assert modelled["layouts"][0]["chosen"] and modelled["layouts"][0]["name"].startswith("in process")
     assert modelled["layouts"][0]["tokens_per_s"] > 0 and "copies" not in modelled["layouts"][0]
     dialogues = sum(plan["selection"]["dialogues"].values())
     assert plan["selection"]["users"] == 6 and dialogues == 34
@@ -151,7 +149,7 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
     assert generate["why"].startswith("each model on GPUs of its own: chosen, as it fits")
     modelled = generate["throughput"]
     assert modelled["dialogues"] == 16 and modelled["of"] == 34
-    copies, own, shared = modelled["layouts"]
+    held, every, own, shared = modelled["layouts"]
     assert (own["name"], own["chosen"], shared["name"], shared["fits"]) == (
         "own GPUs without the copies",
         False,
@@ -161,12 +159,25 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
     for key in own["kv_tokens"]:
         assert own["kv_tokens"][key] > 4 * shared["kv_tokens"][key]
     assert own["tokens_per_s"] > shared["tokens_per_s"] and own["prefilled_share"] < shared["prefilled_share"]
-    assert (copies["chosen"], copies["copies"]) == (True, {"Llama-3.1-8B-Instruct": [[5], [6], [7]]})
-    assert copies["tokens_per_s"] > own["tokens_per_s"]
+    # the copies: the dialogues in flight are as many as the 70B's KV cache keeps the histories of (its
+    # 447,633 tokens over a capped dialogue's longest user-agent prompt and reply), the rest wait their turn
+    assert held["in_flight"] == modelled["in_flight"] < 16 and held["chosen"] != every["chosen"]
+    chosen = held if held["chosen"] else every  # the faster of the two
+    assert chosen["tokens_per_s"] == max(held["tokens_per_s"], every["tokens_per_s"])
+    assert held["name"].endswith(f", {held['in_flight']} dialogues in flight")
+    assert held["prefilled_share"] < every["prefilled_share"] < own["prefilled_share"]
+    for row in (held, every):
+        assert row["copies"] == {"Llama-3.1-8B-Instruct": [[5], [6], [7]]}
+        assert row["tokens_per_s"] > own["tokens_per_s"]
+        assert set(row["busy_share"]) == {"Llama-3.1-70B-Instruct", "Llama-3.1-8B-Instruct"}
+        assert row["cached_share"] == pytest.approx(1 - row["prefilled_share"])
+    assert sum(bool(row.get("best")) for row in modelled["layouts"]) == 1
     assert [c["cuda_visible_devices"] for c in generate["models"][1]["copies"]] == ["5", "6", "7"]
     assert (
-        "own GPUs + 3 copies of Llama-3.1-8B-Instruct on GPU 5,6,7 (chosen: replicas auto gives the free GPUs to "
-        "Llama-3.1-8B-Instruct): " in proc.stdout
+        f"own GPUs + 3 copies of Llama-3.1-8B-Instruct on GPU 5,6,7, {held['in_flight']} dialogues in flight"
+        in proc.stdout
+        and "(chosen: replicas auto shares the free GPUs out by work (3 copies of Llama-3.1-8B-Instruct: "
+        in proc.stdout
     ), proc.stdout
     assert "+ 3 copies in managed vLLM servers on GPU 5,6,7" in proc.stdout and "not available" not in proc.stdout
 
@@ -194,3 +205,58 @@ def test_plan_on_the_quickstart_config_takes_seconds_and_imports_neither_vllm_no
     assert "placement: not planned: no GPU here and none given" in proc.stdout
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["tokens"]["first_prompts"]["user_agent_total"] > 0 and "unknown" in plan["time"]
+
+
+def test_the_share_of_dialogues_ending_on_context_at_a_shorter_max_model_len():
+    """From a calibration run's prompts: a dialogue ends on context where a turn's prompt leaves less
+    than its role's room for the reply."""
+    from personalens.plan.calibration import Calibration
+
+    def dialogue(*prompts: int) -> dict:
+        roles = ["user", "assistant"] * len(prompts)
+        return {"kind": "SD", "turns": [{"role": r, "prompt_tokens": p} for r, p in zip(roles, prompts)]}
+
+    measured = Calibration("run", [dialogue(500, 900), dialogue(500, 3_000), dialogue(3_700, 100)], 0, None, None)
+    room = {"user_agent": 200, "assistant": 800}
+    assert measured.ended_at(4_096, room) == 0.0  # 3,000 + 800 and 3,700 + 200 fit
+    assert measured.ended_at(3_700, room) == pytest.approx(2 / 3)  # both long ones end
+    assert measured.ended_at(3_850, room) == pytest.approx(1 / 3)  # the assistant's 3,000 + 800 still fits
+    assert Calibration("run", [], 0, None, None).ended_at(4_096, room) is None
+
+
+def test_plan_names_the_largest_max_model_len_that_fits_and_the_dialogues_it_would_end(
+    tmp_path, paper_models, sample_root
+):
+    """A Qwen2.5-72B user agent (its published config.json) with the 8B assistant on 4 x 80 GB at
+    max_model_len 65,536 is refused; plan names the largest length that fits and, from a calibration
+    run, the share of its dialogues that would end on context there (one of its two prompts is too
+    long at that length, with the 800 tokens the paper protocol keeps for a reply)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    qwen = tmp_path / "qwen25_72b"
+    qwen.mkdir()
+    shutil.copy(ARCHITECTURES / "qwen25_72b.json", qwen / "config.json")
+    models = [o.replace(o.split("=", 1)[1], str(qwen)) if o.startswith("user_agent.path=") else o for o in paper_models]
+    run = tmp_path / "calib"
+    (run / "dialogues").mkdir(parents=True)
+    scenarios = load_scenarios(sample_root, "0", "SD")[:2]
+
+    def turns(*prompts: int) -> list[dict]:
+        roles = ["user", "assistant"] * len(prompts)
+        return [{"role": r, "prompt_tokens": p, "completion_tokens": 100} for r, p in zip(roles, prompts)]
+
+    rows = [
+        {"user_id": s.key[0], "user_index": s.user.index, "task_id": s.key[1], "kind": "SD", "turns": t, "ended": e}
+        for s, t, e in zip(scenarios, [turns(900, 1_500), turns(900, 62_000)], ["terminate", "max_rounds"])
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), run / "dialogues" / "part-0.parquet")
+    out = tmp_path / "plan.json"
+    args = ["plan.gpus=4", "plan.gpu_memory_gib=80", "plan.jobs=[generate]", f"plan.calibrate={run}"]
+    proc = run_cli("plan", *models, *args, f"plan.out={out}", check=False, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    refused = json.loads(out.read_text())["placement"]["jobs"]["generate"]
+    fitting = refused["max_model_len_fits"]
+    assert 16_384 <= fitting < 65_536 and f"max_model_len {fitting:,} (the largest that fits)" in refused["refused"]
+    assert 62_000 > fitting - 800 and refused["context_ended_at_fit"] == 0.5
+    assert f"the largest max_model_len that fits: {fitting:,}; at it 50% of the calibration run's" in proc.stdout

@@ -15,7 +15,7 @@ from test_fidelity import PromptRecorder, config
 
 from personalens.config.run import resolved
 from personalens.engines.factory import EngineLoader
-from personalens.engines.gpus import GpuSpec, parse_nvidia_smi, simulated
+from personalens.engines.placement.gpus import GpuSpec, parse_nvidia_smi, simulated
 from personalens.engines.serving.managed import server_env
 from personalens.engines.vllm import invariance
 from personalens.errors import PersonalensError
@@ -95,11 +95,13 @@ def test_batch_invariant_engines_and_servers_get_the_environment_when_they_start
         (in_process, [("engine", "vllm"), ("engine", "vllm")]),
         (
             managed,
-            # the 8B on the first GPU in this process, the forced one a server on the next, copies of the
-            # 8B servers on the two GPUs left: every server gets the environment, as the engine does
+            # the 8B on the first GPU in this process, the forced one a server on the next, a copy of
+            # each (shared out by work) servers on the two GPUs left: every server gets the environment,
+            # as the engine does
             [
                 ("server", "Mistral-7B-Instruct-v0.2"),
-                *[("server", "Llama-3.1-8B-Instruct")] * 2,
+                ("server", "Llama-3.1-8B-Instruct"),
+                ("server", "Mistral-7B-Instruct-v0.2"),
                 ("engine", "vllm"),
                 *[("engine", "server")] * 3,
             ],

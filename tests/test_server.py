@@ -30,9 +30,9 @@ from engine_fixtures import (
     tagged_grammar,
 )
 
-from personalens.engines.architecture import Architecture
 from personalens.engines.base import Request
 from personalens.engines.models.config import ModelConfig
+from personalens.engines.placement.architecture import Architecture
 from personalens.engines.serving.engine import ServerEngine, chat_body
 from personalens.engines.serving.flow import kv_cache_tokens
 from personalens.engines.serving.http import ServerError
@@ -323,6 +323,16 @@ def test_served_requests_in_flight_follow_the_servers_kv_cache(served, caplog):
     said = re.search(rf"holds {kv_tokens:,} tokens: (\d+) of 16 requests in flight", caplog.text)
     assert said, caplog.text
     assert 1 <= int(said[1]) < 16 and max(held) <= int(said[1]), (said[0], max(held))
+    # the replies took a token or two of their budget: the next call of the kind counts that, not the
+    # budget, and sends all 16 at once, their expected tokens still within the server's KV cache
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="personalens.engines.serving.engine"):
+        again = engine.generate(requests)
+    assert [g.text in ("yes", "no") for g in again] == [True] * 16
+    grown = re.search(
+        rf"holds {kv_tokens:,} tokens: 16 of 16 requests in flight \(about (\d+) tokens each", caplog.text
+    )
+    assert grown and 16 * int(grown[1]) < kv_tokens, caplog.text
 
 
 @pytest.mark.vllm

@@ -9,8 +9,15 @@ from pathlib import Path
 
 from engine_fixtures import chat
 
-from personalens.engines.architecture import Architecture
-from personalens.engines.serving.flow import PromptSizes, in_flight, kv_cache_tokens
+from personalens.engines.placement.architecture import Architecture
+from personalens.engines.serving.flow import (
+    PromptSizes,
+    ReplySizes,
+    in_flight,
+    kv_cache_tokens,
+    needs,
+    shared_prefix_chars,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "architectures"
 GIB = 1024**3
@@ -67,3 +74,45 @@ def test_prompt_sizes_start_conservative_then_follow_the_servers_counts():
     sizes.add(request, 60)
     sizes.add(chat("y" * 100), 40)  # 100 tokens for 400 characters
     assert sizes.estimate(chat("z" * 800)) == 200
+
+
+def test_replies_count_at_what_their_kind_has_taken_so_far():
+    """A judge-like workload: 4,000-token budgets, replies of a few hundred. Before any reply each
+    request counts its whole budget; once replies are in, their mean (never above the budget), per
+    kind of request, so a dialogue role's replies do not change the judge's count."""
+    replies = ReplySizes()
+    judge = chat("x", grammar="root ::= x", max_tokens=4_000)
+    assistant = chat("y", max_tokens=800)
+    assert (replies.expect(judge), replies.expect(assistant)) == (4_000, 800)
+    replies.add(judge, 250)
+    replies.add(chat("z", grammar="root ::= z", max_tokens=4_000), 350)
+    assert (replies.expect(judge), replies.expect(assistant)) == (300, 800)
+    replies.add(assistant, 5_000)  # as a server reports it; counted at most at the budget
+    assert replies.expect(assistant) == 800
+
+
+def test_a_shared_prefix_counts_once_and_the_cap_grows_with_learned_replies():
+    """256 judge prompts that share 6,000 characters of instructions and differ in a 600-character
+    dialogue, on a 70B's 393,216 KV tokens (tp 4, 30 GiB per GPU), at 3 characters a token: counted
+    with every prompt whole and every reply at 4,000 tokens 63 fit; with the instructions once, 93;
+    with the replies at their learned 300 tokens, 786 (so the limit, max_num_seqs, holds), and the
+    tokens they hold stay within the cache."""
+    instructions = "Rate the dialogue below. " * 240
+    requests = [
+        chat(instructions + f"dialogue {i}: " + "w" * 588, grammar="root ::= x", max_tokens=4_000) for i in range(256)
+    ]
+    assert shared_prefix_chars(requests) == len(instructions) + len("dialogue ")
+    assert shared_prefix_chars(requests[:1]) == 0
+    prompts, replies = PromptSizes(chars=3, tokens=1), ReplySizes()  # 3 characters a token
+    kv_tokens = 393_216
+    today = in_flight(kv_tokens, [prompts.estimate(r) + 4_000 for r in requests], limit=256)
+    shared, each = needs(requests, prompts, replies)
+    assert shared == 2_003 and each[0] == 2_200 - 2_003 + 4_000
+    first = in_flight(kv_tokens, each, limit=256, shared=shared)
+    for r in requests[:8]:
+        replies.add(r, 300)
+    shared, each = needs(requests, prompts, replies)
+    learned = in_flight(kv_tokens, each, limit=4_096, shared=shared)
+    assert (today, first, learned) == (63, 93, 786)
+    assert shared + sum(each) * learned / len(each) <= kv_tokens < shared + sum(each) * (learned + 1) / len(each)
+    assert in_flight(kv_tokens, each, limit=256, shared=shared) == 256

@@ -12,8 +12,8 @@ from engine_fixtures import TINY_MODEL
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from personalens.engines.layout import Decision
 from personalens.engines.models.config import ModelConfig
+from personalens.engines.placement.layout import Placement
 from personalens.engines.serving.managed import serve_args, start_servers
 from personalens.engines.stop import Stop
 from personalens.engines.vllm import check as vllm_check
@@ -131,7 +131,7 @@ def test_an_engine_and_managed_servers_are_refused_before_anything_loads_or_star
 
     with pytest.raises(VllmVersionError, match=r"^vLLM 0\.11\.0 \(distribution vllm\) is outside"):
         VllmEngine(TINY_MODEL)
-    decision = Decision(TINY_MODEL, ("assistant",), "managed_server", TINY_MODEL)
+    decision = Placement(TINY_MODEL, ("assistant",), "managed_server", TINY_MODEL)
     with pytest.raises(VllmVersionError, match=r"^vLLM 0\.11\.0"):
         start_servers([decision], tmp_path, "", Stop())
     assert not list(tmp_path.iterdir())  # no server was started (its log would be there)

@@ -100,7 +100,20 @@ def engines(cfg: DictConfig, roles: tuple[str, ...], stop: Stop | None = None):
         in_process=in_process_roles(cfg, roles),
         reproducible=reproducible(cfg),
         stop=stop,
+        work=work(cfg, roles),
     )
+
+
+def work(cfg: DictConfig, roles: tuple[str, ...]) -> dict[str, float]:
+    """Per role the tokens it generates per dialogue at the protocol's cap (the mean of the two kinds'
+    round caps, one reply of max_tokens a round; the judge one reply per dimension), by which the
+    GPUs a layout leaves free are shared out among copies of its models."""
+    p = cfg.protocol
+    rounds = (int(p.max_rounds_sd) + int(p.max_rounds_md)) / 2
+    out = {role: rounds * int(p[role].max_tokens) for role in ("user_agent", "assistant") if role in roles}
+    if "judge" in roles:
+        out["judge"] = len(cfg.judging.dimensions) * int(p.judge.max_tokens)
+    return out
 
 
 def in_process_roles(cfg: DictConfig, roles: tuple[str, ...]) -> frozenset[str]:

@@ -1,7 +1,7 @@
 """Engines for the roles a command needs (user_agent, assistant, judge), built from model configs.
 
 Roles with equal configs share one engine. Where each distinct model runs is decided first, when the
-loader is made (layout.py): the decision is logged, and a layout that cannot fit is refused there,
+loader is made (placement/layout.py): the decision is logged, and a layout that cannot fit is refused there,
 before anything is saved or loaded. When the engines are needed, the managed vLLM servers (the
 models' copies among them) start together (managed.py), then the in-process engines load; a model
 with copies is one engine over them all (replicated.py).
@@ -17,9 +17,9 @@ from typing import Any
 
 from personalens.engines.base import Engine
 from personalens.engines.dtype import vllm_is_cpu_build
-from personalens.engines.gpus import GpuSpec, visible_gpu_spec
-from personalens.engines.layout import Decision, plan_layout
 from personalens.engines.models.config import ModelConfig, ModelConfigError
+from personalens.engines.placement.gpus import GpuSpec, visible_gpu_spec
+from personalens.engines.placement.layout import Placement, plan_layout
 from personalens.engines.replicated import ReplicatedEngine
 from personalens.engines.serving.managed import start_servers
 from personalens.engines.stop import Stop
@@ -53,7 +53,8 @@ def build_engine(config: ModelConfig, stop: Stop | None = None) -> Engine:
 class EngineLoader:
     """The engines of some roles: their layout decided (or refused) and logged when the loader is made,
     the engines made on the first call and kept. `log_dir` takes the managed servers' logs, named
-    with `shard`; the models of the roles in `in_process` must run in this process. `gpus`, `build`
+    with `shard`; the models of the roles in `in_process` must run in this process; `work` (per role
+    the tokens it generates per dialogue) shares the GPUs the layout leaves free out among copies. `gpus`, `build`
     and `serve` are the GPU reader, the engine maker and the server starter (tests replace them).
     `reproducible` runs every engine it starts batch-invariant (invariance.py), or refuses the platform
     that cannot, when the loader is made. `stop` is the command's: every engine checks it, the managed
@@ -71,12 +72,13 @@ class EngineLoader:
         stop: Stop | None = None,
         gpus: Callable[[], GpuSpec | None] = visible_gpu_spec,
         build: Callable[[ModelConfig], Engine] | None = None,
-        serve: Callable[[list[Decision], Path, str], list[ModelConfig]] | None = None,
+        serve: Callable[[list[Placement], Path, str], list[ModelConfig]] | None = None,
+        work: Mapping[str, float] | None = None,
     ):
         self.configs = model_configs(models)  # hub ids replaced by their snapshot folders
         spec = gpus()
         self.batch_invariance = _batch_invariance(self.configs, spec) if reproducible else None
-        self.layout = plan_layout(self.configs, spec, in_process)
+        self.layout = plan_layout(self.configs, spec, in_process, work)
         log.info("\n".join(self.layout.lines()))
         if self.batch_invariance:
             log.info(f"reproducible: {self.batch_invariance}")
@@ -91,14 +93,14 @@ class EngineLoader:
             if self.batch_invariance is not None:
                 # read by vLLM when an engine starts; inherited by its processes and the managed servers
                 os.environ.update(invariance.ENV)
-            decisions = self.layout.decisions
-            managed = [d for d in decisions if d.mode == "managed_server"] + [c for d in decisions for c in d.copies]
+            placed = self.layout.placements
+            managed = [p for p in placed if p.mode == "managed_server"] + [c for p in placed for c in p.copies]
             served = dict(zip(managed, self._serve(managed, self._log_dir, self._shard))) if managed else {}
             built = {}
-            for d in decisions:
+            for p in placed:
                 self.stop.check()
-                engines = [self._build(served.get(e, e.run_config)) for e in (d, *d.copies)]
-                built[d.config] = engines[0] if len(engines) == 1 else ReplicatedEngine(engines, self.stop)
+                engines = [self._build(served.get(e, e.run_config)) for e in (p, *p.copies)]
+                built[p.config] = engines[0] if len(engines) == 1 else ReplicatedEngine(engines, self.stop)
             self.stop.check()  # asked while the last one loaded
             self._engines = {role: built[config] for role, config in self.configs.items()}
         return self._engines

@@ -1,4 +1,4 @@
-"""One engine over several engines of one model (its own and its copies, `replicas`: layout.py):
+"""One engine over several engines of one model (its own and its copies, `replicas`: placement/layout.py):
 a generate() splits the batch among them and runs the parts side by side.
 
 A request with an `affinity` (what identifies its conversation) goes to the copy a stable hash of

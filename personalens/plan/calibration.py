@@ -104,6 +104,17 @@ class Calibration:
             out[kind] = {"measured": ended, "of": len(known), "expected": round(ended / len(known) * n), "planned": n}
         return out
 
+    def ended_at(self, max_model_len: int, room: Mapping[str, int]) -> float | None:
+        """The share of this run's dialogues that would end on context at `max_model_len`: a turn's
+        prompt leaves less than its role's `room` for the reply (None: no dialogue)."""
+        if not self.dialogues:
+            return None
+        roles = {"user": "user_agent", "assistant": "assistant"}
+        ended = sum(
+            any(t["prompt_tokens"] > max_model_len - room[roles[t["role"]]] for t in d["turns"]) for d in self.dialogues
+        )
+        return ended / len(self.dialogues)
+
     def judge_reply(self) -> float | None:
         if self.judge is None or not self.judge.items:
             return None

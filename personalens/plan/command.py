@@ -1,6 +1,6 @@
 """`personalens plan`: a dry run of this config that loads no model (nor vLLM, nor torch): the selection
-and its shards, where each model would run and the memory it gets (engines/layout.py, the planner
-the commands use), the token budget from the real templates and tokenizers, and the time per shard
+and its shards, where each model would run and the memory it gets (engines/placement/layout.py, the
+layout the commands take), the token budget from the real templates and tokenizers, and the time per shard
 from a measured or given throughput. Printed, and written to plan.json."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from personalens.plan.options import JOBS, PlanOptions
 
 def plan(cfg: DictConfig) -> int:
     from personalens.engines.factory import ROLES, model_configs
-    from personalens.engines.gpus import simulated, visible_gpu_spec
+    from personalens.engines.placement.gpus import simulated, visible_gpu_spec
     from personalens.plan.estimate import estimate
     from personalens.plan.text import lines
 
@@ -29,11 +29,11 @@ def plan(cfg: DictConfig) -> int:
     models = model_configs({role: cfg[role] for role in ROLES})
     gpus = simulated(options.gpus, options.gpu_memory_gib) if options.gpus else visible_gpu_spec()
     chosen = selection(cfg, scenarios)
-    estimated, workload = estimate(cfg, options, scenarios, models)
+    estimated, workload, measured = estimate(cfg, options, scenarios, models)
     result = {
         "command": "personalens plan",
         "selection": chosen,
-        "placement": placement(cfg, models, options, gpus, workload, chosen["largest_shard"]),
+        "placement": placement(cfg, models, options, gpus, workload, chosen["largest_shard"], measured),
         "reproducible": reproducibility(cfg, gpus, given=bool(options.gpus)),
         **estimated,
     }
@@ -62,10 +62,14 @@ def selection(cfg: DictConfig, scenarios: list) -> dict:
     }
 
 
-def placement(cfg: DictConfig, models: dict, options: PlanOptions, gpus, workload, largest: dict) -> dict:
+def placement(
+    cfg: DictConfig, models: dict, options: PlanOptions, gpus, workload, largest: dict, calibration=None
+) -> dict:
     """Each job's layout on `gpus` (given, else this machine's) and the modelled throughput of the
-    layouts it could take; a layout that cannot fit is shown refused."""
-    from personalens.engines.layout import plan_layout
+    layouts it could take; a layout that cannot fit is shown refused, with the largest max_model_len
+    at which it would fit and, from a calibration run, the share of its dialogues that would end on
+    context there."""
+    from personalens.engines.placement.layout import fitting_max_model_len, plan_layout
 
     if gpus is None:
         return {
@@ -76,10 +80,17 @@ def placement(cfg: DictConfig, models: dict, options: PlanOptions, gpus, workloa
     jobs = {}
     for job in options.jobs:
         roles = JOBS[job]
+        configs = {role: models[role] for role in roles}
+        in_process = R.in_process_roles(cfg, roles)
         try:
-            layout = plan_layout({role: models[role] for role in roles}, gpus, R.in_process_roles(cfg, roles))
+            layout = plan_layout(configs, gpus, in_process, R.work(cfg, roles))
         except PersonalensError as err:
             jobs[job] = {"refused": str(err)}
+            fitting = fitting_max_model_len(configs, gpus, in_process)
+            if fitting is not None:
+                jobs[job]["max_model_len_fits"] = fitting
+                if calibration is not None:
+                    jobs[job]["context_ended_at_fit"] = calibration.ended_at(fitting, _room(cfg))
             continue
         jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
         if workload is not None:
@@ -115,21 +126,24 @@ def throughput(job: str, layout, models: dict, workload, largest: dict, options:
     if served:
         return {"not_modelled": f"{', '.join(served)} served elsewhere (engine: server)"}
     limit = {role: n.max_model_len for n in layout.needs for role in n.roles}
-    room = cfg.protocol.get("context_room")
-    longest = {
-        turn: None
-        if limit.get(role) is None
-        else limit[role] - int(cfg.protocol[role].max_tokens if room is None or role == "judge" else room)
-        for turn, role in TURN_ROLES.items()
-    }
+    room = _room(cfg)
+    longest = {turn: None if limit.get(role) is None else limit[role] - room[role] for turn, role in TURN_ROLES.items()}
     shapes = sampled(largest, workload, options.model_dialogues)
     turns, judged = dialogues(shapes, workload, longest)
     work = {"generate": [turns], "judge": [judged], "run": [turns, judged]}[job]
     gpu = GPUS[options.gpu_type]
+    compared = compare(layout, gpu, work)
+    of = sum(largest.values())
+    for row in compared["layouts"]:
+        if "seconds" in row:  # the sample's time scaled to the largest shard's dialogues
+            row["largest_shard_s"] = row["seconds"] * of / len(shapes)
+    return {"gpu": gpu.name, "dialogues": len(shapes), "of": of, "basis": workload.source, **compared}
+
+
+def _room(cfg: DictConfig) -> dict[str, int]:
+    """Per role the tokens a prompt leaves for the reply inside max_model_len (simulate's rule)."""
+    room = cfg.protocol.get("context_room")
     return {
-        "gpu": gpu.name,
-        "dialogues": len(shapes),
-        "of": sum(largest.values()),
-        "basis": workload.source,
-        **compare(layout.needs, layout.candidates, layout.replicas, gpu, work),
+        role: int(cfg.protocol[role].max_tokens if room is None or role == "judge" else room)
+        for role in ("user_agent", "assistant", "judge")
     }

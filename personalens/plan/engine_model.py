@@ -12,7 +12,8 @@ room; a hit saves the part of the new prompt that repeats it.
 
 Schedulers, on the same requests (same prompts, replies, order):
   lockstep    every active dialogue's next request submitted together; the next step's requests
-              only when all of this step's have finished (`personalens generate` by default)
+              only when all of this step's have finished (`personalens generate` by default); with
+              a window W, at most W dialogues active, the others waiting their turn
   continuous  each dialogue's next request submitted as soon as its previous one finished
   window W    continuous, with at most W dialogues in flight (new ones start as others end)
 
@@ -49,6 +50,7 @@ class GpuModel:
     max_num_seqs: int = 256  # conf/model/llama31_8b.yaml
     max_batched_tokens: int = 8192  # assumed: vLLM's chunked-prefill token budget per step
     bytes_per_param: int = 2  # the weights' dtype, read once a step
+    name: str = ""  # the model it stands for, in Result.busy
 
     def step_seconds(self, decodes: int, prefill: int, context: int) -> float:
         """One engine step: `decodes` running requests one token each, `prefill` prompt tokens,
@@ -118,6 +120,11 @@ class Result:
     prompt: int = 0
     computed: int = 0  # prompt tokens prefilled (not served from the cache)
     calls: list[tuple[float, float, list[float]]] = field(default_factory=list)  # lockstep: start, end, finishes
+    busy: dict[str, float] = field(default_factory=dict)  # per GpuModel name: seconds its engines computed, summed
+
+    def busy_share(self, engines: Mapping[str, int]) -> dict[str, float]:
+        """Per model name, the share of the time its `engines[name]` engines computed."""
+        return {n: self.busy.get(n, 0.0) / (k * self.seconds) if self.seconds else 0.0 for n, k in engines.items()}
 
     @property
     def tokens_per_s(self) -> float:
@@ -248,7 +255,8 @@ def simulate(
         return engine
 
     if scheduling == "lockstep":
-        active = [d for d in range(len(dialogues)) if dialogues[d]]
+        waiting = deque(d for d in range(len(dialogues)) if dialogues[d])
+        active = [waiting.popleft() for _ in range(min(window or len(waiting), len(waiting)))]
         now = 0.0
         while active:
             working = {id(e): e for e in (submit(d) for d in active)}.values()
@@ -257,12 +265,15 @@ def simulate(
                 engine.now = now
                 while engine.busy:
                     finishes += [r.finished for r in engine.step()]
+                result.busy[engine.gpu.name] = result.busy.get(engine.gpu.name, 0.0) + engine.now - now
             end = max(e.now for e in working)
             result.calls.append((now, end, finishes))
             now = end
             for d in active:
                 position[d] += 1
             active = [d for d in active if position[d] < len(dialogues[d])]
+            while waiting and len(active) < (window or len(dialogues)):  # ended dialogues make room
+                active.append(waiting.popleft())
         result.seconds = now
     else:
         if len(engines) > 1:

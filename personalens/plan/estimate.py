@@ -37,9 +37,9 @@ class Judging:
 
 def estimate(
     cfg: DictConfig, options: PlanOptions, scenarios: Sequence, models: Mapping
-) -> tuple[dict, Workload | None]:
-    """tokens, calibration, time and assumptions of the plan; and the dialogues' shape the engines
-    see (None when the tokens could not be counted)."""
+) -> tuple[dict, Workload | None, Calibration | None]:
+    """tokens, calibration, time and assumptions of the plan; the dialogues' shape the engines see
+    (None when the tokens could not be counted); and the calibration run read (None: none given)."""
     tokenizers, missing = load_tokenizers(models)
     assumptions = [
         "dialogues follow this config (fidelity, prompt setting, templates, protocol); turn t's prompt = its "
@@ -48,11 +48,15 @@ def estimate(
     ]
     if missing:
         why = "; ".join(f"{role}: {reason}" for role, reason in missing.items())
-        return {
-            "tokens": {"not_counted": why},
-            "time": {"unknown": "no token budget"},
-            "assumptions": assumptions,
-        }, None
+        return (
+            {
+                "tokens": {"not_counted": why},
+                "time": {"unknown": "no token budget"},
+                "assumptions": assumptions,
+            },
+            None,
+            None,
+        )
     fidelity = R.fidelity(cfg)
     templates, _ = R.templates(cfg, fidelity)
     setting, family = R.setting(cfg), R.prompt_family(cfg)
@@ -90,7 +94,7 @@ def estimate(
             "user_agent_total": round(sum(first) / len(first) * sum(dialogues.values())),
             "mean": sum(first) / len(first),
             "max": max(first),
-            "max_model_len": models["user_agent"].max_model_len,
+            "max_model_len": _tokens(models["user_agent"].max_model_len),
         },
         "fixed_parts": {kind: {**vars(f), "judge": dict(f.judge)} for kind, f in fixed.items()},
         "at_cap": _totals(at_cap, dialogues),
@@ -98,16 +102,17 @@ def estimate(
         "longest_prompts_at_cap": {k: longest_prompts(fixed[k], caps[k]) for k in fixed},
         "max_model_len": {
             "dialogue": min(
-                (m.max_model_len for r, m in models.items() if r != "judge" and m.max_model_len), default=None
+                (_tokens(m.max_model_len) for r, m in models.items() if r != "judge" and _tokens(m.max_model_len)),
+                default=None,
             ),
-            "judge": models["judge"].max_model_len,
+            "judge": _tokens(models["judge"].max_model_len),
         },
     }
     assumptions.append(
         "at the cap: every dialogue runs to the protocol's round cap, every reply to its max_tokens, each earlier "
         "turn adds the mean of the two max_tokens (chat markup not counted)"
     )
-    per_kind, calibration = at_cap, None
+    per_kind, calibration, measured = at_cap, None, None
     workload = Workload(fixed, caps, judging.max_tokens, judging.prompts, judging.turn_level, "at the protocol's cap")
     if options.calibrate is not None:
         measured = read_calibration(options.calibrate)
@@ -121,7 +126,12 @@ def estimate(
         "time": _time(cfg, options, scenarios, per_kind, calibration, assumptions),
         "assumptions": assumptions,
     }
-    return estimated, workload
+    return estimated, workload, measured
+
+
+def _tokens(max_model_len: int | str | None) -> int | None:
+    """A configured max_model_len in tokens; None where unset or `auto` (the layout decides it)."""
+    return max_model_len if isinstance(max_model_len, int) else None
 
 
 def _one(fixed: Fixed, turns: Turns, judge_reply: float, judging: Judging) -> PerDialogue:

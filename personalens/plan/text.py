@@ -46,6 +46,16 @@ def _placement(p: Mapping) -> list[str]:
     for job, layout in p["jobs"].items():
         if "refused" in layout:
             out.append(f"  {job}: REFUSED: {layout['refused']}")
+            if "max_model_len_fits" in layout:
+                ended = layout.get("context_ended_at_fit")
+                out.append(
+                    f"    the largest max_model_len that fits: {layout['max_model_len_fits']:,}"
+                    + (
+                        ""
+                        if ended is None
+                        else f"; at it {ended:.0%} of the calibration run's dialogues would end on context"
+                    )
+                )
         else:
             out += [f"  {job}: {layout['why']}", *(f"  {line}" for line in layout["lines"][1:])]
             out += _throughput(layout.get("throughput"))
@@ -73,8 +83,14 @@ def _throughput(t: Mapping | None) -> list[str]:
     ]
     for row in t["layouts"]:
         chosen = (f" (chosen: {row['why']})" if "copies" in row else " (chosen)") if row["chosen"] else ""
+        best = " [modelled best]" if row.get("best") else ""
         out.append(
-            f"      {row['name']}{chosen}: " + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})")
+            f"      {row['name']}{chosen}{best}: " + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})")
+        )
+    if "in_flight" in t:
+        out.append(
+            f"    dialogues in flight whose histories the dialogue models' KV caches keep: {t['in_flight']:,} "
+            "(engines/placement/inflight.py)"
         )
     return out
 
@@ -83,9 +99,11 @@ def _modelled(row: Mapping) -> str:
     if "tokens_per_s" not in row:
         return "nothing to model: every request of this shape exceeds its model's max_model_len"
     kv = ", ".join(f"{key} {tokens:,}" for key, tokens in row["kv_tokens"].items())
+    busy = ", ".join(f"{key} {share:.0%}" for key, share in row["busy_share"].items())
+    shard = f", the largest shard {duration(row['largest_shard_s'])}" if "largest_shard_s" in row else ""
     return (
-        f"{row['tokens_per_s']:,.0f} generated tokens/s ({row['seconds']:,.0f} s), "
-        f"{row['prefilled_share']:.0%} of prompt tokens prefilled; KV cache tokens: {kv}"
+        f"{row['tokens_per_s']:,.0f} generated tokens/s ({row['seconds']:,.0f} s{shard}), prompt tokens "
+        f"{row['prefilled_share']:.0%} prefilled / {row['cached_share']:.0%} cached; busy: {busy}; KV cache tokens: {kv}"
     )
 
 

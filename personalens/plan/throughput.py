@@ -1,14 +1,17 @@
-"""The modelled throughput of a job's layouts (engines/placement.py): the job's dialogues, shaped as
+"""The modelled throughput of a job's layouts (engines/placement/layout.py): the job's dialogues, shaped as
 `plan` estimates them (at the protocol's cap, or calibrated by a finished run), replayed under
 lockstep through the engine model (engine_model.py), each model's engine sized from its
 architecture, its GPUs' published figures and the KV cache the layout gives it. Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from personalens.engines.placement import Candidate, ModelNeed, Placement, Replicas
+from personalens.engines.placement.inflight import in_flight
+from personalens.engines.placement.layout import Layout, Placement
+from personalens.engines.placement.sizing import ModelNeed
 from personalens.plan.budget import Workload, judge_prompts, turn_prompts
 from personalens.plan.engine_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel, Turn, simulate
 
@@ -44,10 +47,11 @@ def engine_of(need: ModelNeed, placed: Placement, gpu: GpuFigures) -> GpuModel:
         kv_bytes_per_token=placed.kv_per_token_per_gpu * need.tp,
         bandwidth=gpu.bandwidth * BANDWIDTH_EFFICIENCY * need.tp,
         flops=gpu.flops * FLOPS_EFFICIENCY * need.tp,
-        kv_tokens=placed.kv_cache_memory_bytes // placed.kv_per_token_per_gpu,
+        kv_tokens=placed.kv_tokens,
         max_num_seqs=need.max_num_seqs,
         max_batched_tokens=need.batched_tokens,
         bytes_per_param=need.dtype_bytes,
+        name=need.key,
     )
 
 
@@ -94,77 +98,115 @@ def dialogues(
     return turns_out, judge_out
 
 
+def longest_sequences(work: Sequence[Sequence[Turn]]) -> dict[str, float]:
+    """Per model role, the tokens one dialogue keeps in that role's cache at its longest (its last
+    prompt and reply), the mean over `work`'s dialogues."""
+    out = {}
+    for turn_role, role in TURN_ROLES.items():
+        last = [max((t.prompt + t.reply for t in d if t.role == turn_role), default=0) for d in work]
+        if any(last):
+            out[role] = sum(last) / len(last)
+    return out
+
+
 @dataclass(frozen=True)
 class Modelled:
     seconds: float
     generated: int
     prompt: int
     computed: int
+    busy: Mapping[str, float]  # per model key: the share of the time its engines computed
 
     @property
     def tokens_per_s(self) -> float:
         return self.generated / self.seconds if self.seconds else 0.0
 
 
-def modelled(engines: Mapping[str, Sequence[GpuModel]], work: Sequence[Sequence[Sequence[Turn]]]) -> Modelled | None:
-    """One job's phases (its dialogues, then its judgments) one after the other, under lockstep."""
-    results = [simulate(phase, engines, "lockstep") for phase in work if phase]
+def modelled(
+    engines: Mapping[str, Sequence[GpuModel]], work: Sequence[Sequence[Sequence[Turn]]], window: int | None = None
+) -> Modelled | None:
+    """One job's phases (its dialogues, then its judgments) one after the other, under lockstep, at
+    most `window` dialogues in flight (None: all)."""
+    # the limit is on dialogues in flight: a later phase (the judgments) runs every request at once
+    results = [
+        simulate(phase, engines, "lockstep", window if i == 0 else None) for i, phase in enumerate(work) if phase
+    ]
     if not results:
         return None
-    return Modelled(*(sum(getattr(r, f) for r in results) for f in ("seconds", "generated", "prompt", "computed")))
+    count = {}
+    for made in {id(g): g for models in engines.values() for g in models}.values():
+        count[made.name] = count.get(made.name, 0) + 1
+    seconds = sum(r.seconds for r in results)
+    busy = {name: sum(r.busy.get(name, 0.0) for r in results) / (k * seconds) for name, k in count.items()}
+    return Modelled(seconds, *(sum(getattr(r, f) for r in results) for f in ("generated", "prompt", "computed")), busy)
 
 
-def compare(
-    needs: Sequence[ModelNeed],
-    candidates: Sequence[Candidate],
-    copies: Replicas,
-    gpu: GpuFigures,
-    work: Sequence[Sequence[Sequence[Turn]]],
-) -> dict:
-    """Each candidate layout's modelled throughput; with copies on the GPUs the chosen layout leaves
-    free (`copies`, the run's), the chosen layout with them (what the run uses) and without."""
-    by_key = {n.key: n for n in needs}
-    if len(needs) == 1:
-        candidates = candidates[:1]  # one model: the same GPUs either way
+def compare(layout: Layout, gpu: GpuFigures, work: Sequence[Sequence[Sequence[Turn]]]) -> dict:
+    """The modelled throughput of the chosen layout with its copies on the GPUs it leaves free, at
+    most as many dialogues in flight as the dialogue models' KV caches keep cached (`in_flight`) and
+    with every dialogue in flight (the faster of the two chosen), then without the copies, and the
+    other layout; the best by generated tokens per second is marked."""
+    by_key = {n.key: n for n in layout.needs}
+    planned = tuple(p for p in layout.placements if p.planned)
+    limit = in_flight(planned, longest_sequences(work[0])) if work and work[0] else None
+    variants = []
+    with_copies = any(p.copies for p in planned)
+    made = ", ".join(
+        f"{len(p.copies)} cop{'y' if len(p.copies) == 1 else 'ies'} of {p.key} on GPU "
+        + ",".join(str(g) for c in p.copies for g in c.gpus)
+        for p in planned
+        if p.copies
+    )
+    name = f"{layout.name} + {made}" if with_copies else layout.name
+    why = layout.copies_why or layout.why
+    if limit is not None and limit < max(1, len(work[0])):
+        variants.append((f"{name}, {limit} dialogue{'' if limit == 1 else 's'} in flight", True, why, planned, limit))
+        variants.append((f"{name}, every dialogue in flight", True, why, planned, None))
+    else:
+        variants.append((name, True, why, planned, None))
+    if with_copies:
+        bare = tuple(dataclasses.replace(p, copies=()) for p in planned)
+        variants.append((f"{layout.name} without the copies", False, layout.why, bare, None))
     rows = []
-    for i, candidate in enumerate(candidates):
-        row = {"name": candidate.name, "chosen": i == 0, "why": candidate.why, "fits": candidate.placements is not None}
-        if candidate.placements is not None:
-            row |= _numbers(modelled(_engines(by_key, candidate.placements, gpu, {}), work), candidate.placements)
-        rows.append(row)
-    if copies.copies:
-        chosen = candidates[0].placements
-        made = ", ".join(
-            f"{len(placed)} cop{'y' if len(placed) == 1 else 'ies'} of {key} on GPU "
-            + ",".join(str(g) for p in placed for g in p.gpus)
-            for key, placed in copies.copies
+    for name, chosen, why, placements, window in variants:
+        rows.append(
+            {
+                "name": name,
+                "chosen": chosen,
+                "why": why,
+                "fits": True,
+                **({"in_flight": window} if window else {}),
+                **(
+                    {"copies": {p.key: [list(c.gpus) for c in p.copies] for p in placements if p.copies}}
+                    if any(p.copies for p in placements)
+                    else {}
+                ),
+                **_numbers(modelled(_engines(by_key, placements, gpu), work, window), placements),
+            }
         )
-        with_copies = {
-            "name": f"{candidates[0].name} + {made}",
-            "chosen": True,
-            "why": copies.why,
-            "fits": True,
-            "copies": {key: [list(p.gpus) for p in placed] for key, placed in copies.copies},
-            **_numbers(modelled(_engines(by_key, chosen, gpu, dict(copies.copies)), work), chosen),
-        }
-        rows = [
-            with_copies,
-            {**rows[0], "name": f"{candidates[0].name} without the copies", "chosen": False},
-            *rows[1:],
-        ]
-    return {"layouts": rows}
+    if len(layout.needs) > 1:  # one model: the same GPUs either way
+        for other in layout.others:
+            row = {"name": other.name, "chosen": False, "why": other.why, "fits": other.fits}
+            if other.fits:
+                row |= _numbers(modelled(_engines(by_key, other.placements, gpu), work), other.placements)
+            rows.append(row)
+    both = [r for r in rows if r["chosen"]]
+    if len(both) == 2:
+        # a cache too small for a useful batch: histories computed again may cost less than a small batch
+        min(both, key=lambda r: r.get("tokens_per_s", 0.0))["chosen"] = False
+    timed = [r for r in rows if "tokens_per_s" in r]
+    if timed:
+        max(timed, key=lambda r: r["tokens_per_s"])["best"] = True
+    return {"layouts": rows, **({"in_flight": limit} if limit is not None else {})}
 
 
 def _engines(
-    needs: Mapping[str, ModelNeed],
-    placements: Sequence[Placement],
-    gpu: GpuFigures,
-    copies: Mapping[str, Sequence[Placement]],
+    needs: Mapping[str, ModelNeed], placements: Sequence[Placement], gpu: GpuFigures
 ) -> dict[str, list[GpuModel]]:
     engines = {}
     for p in placements:
         # each copy an engine of its own, taking its share of the dialogues
-        made = [engine_of(needs[p.key], placed, gpu) for placed in (p, *copies.get(p.key, ()))]
+        made = [engine_of(needs[p.key], placed, gpu) for placed in (p, *p.copies)]
         for turn_role, role in TURN_ROLES.items():
             if role in p.roles:
                 engines[turn_role] = made
@@ -172,12 +214,15 @@ def _engines(
 
 
 def _numbers(result: Modelled | None, placements: Sequence[Placement]) -> dict:
-    kv = {p.key: p.kv_cache_memory_bytes // p.kv_per_token_per_gpu for p in placements}
+    kv = {p.key: p.kv_tokens for p in placements}
     if result is None:
         return {"kv_tokens": kv}
+    prefilled = result.computed / result.prompt if result.prompt else 0.0
     return {
         "kv_tokens": kv,
         "tokens_per_s": result.tokens_per_s,
         "seconds": result.seconds,
-        "prefilled_share": result.computed / result.prompt if result.prompt else 0.0,
+        "prefilled_share": prefilled,
+        "cached_share": 1 - prefilled if result.prompt else 0.0,
+        "busy_share": dict(result.busy),
     }

@@ -20,12 +20,13 @@ from personalens.engines.models.hub import (
 from personalens.errors import PersonalensError
 
 ENGINE_KINDS = ("vllm", "server")
-# where an engine: vllm model runs (engines/layout.py): planned from its size, in this process, or
+# where an engine: vllm model runs (engines/placement/layout.py): planned from its size, in this process, or
 # in a vLLM server that personalens starts and stops (engines/serving/managed.py)
 PLACEMENTS = ("auto", "in_process", "managed_server")
 # engines of one model (engines/replicated.py): auto gives the GPUs a layout leaves free to copies of a
-# model (engines/placement.py, `replicas`), and means 1 without GPUs; N asks for exactly N
+# model (engines/placement/layout.py, `replicas`, shared out by work), and means 1 without GPUs; N asks for exactly N
 REPLICAS_AUTO = "auto"
+MAX_MODEL_LEN_AUTO = "auto"
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's names
 _MISSING = "???"  # Hydra's mandatory-value marker
 
@@ -71,14 +72,16 @@ class ModelConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: int | None = None  # when set, vLLM ignores gpu_memory_utilization
-    max_model_len: int | None = None
+    # tokens of the longest sequence; auto: on GPUs the largest the layout fits, at most the model's
+    # context (engines/placement/layout.py); without GPUs vLLM's default, the model's context
+    max_model_len: int | str | None = None
     enable_prefix_caching: bool = True
     enforce_eager: bool = False  # skips torch.compile: faster start, slower decoding
     enable_chunked_prefill: bool | None = None  # None: vLLM's default
     seed: int = 0
     max_num_seqs: int = 256
     # tokens of one engine step (prefill chunks and decodes); None: vLLM's default. It bounds the
-    # activations a pinned KV cache must leave room for (engines/placement.py)
+    # activations a pinned KV cache must leave room for (engines/placement/sizing.py)
     max_num_batched_tokens: int | None = None
     # tokens per KV-cache block, the granularity of prefix-cache hits; None: vLLM's default
     # (16 on GPUs, 128 on CPUs)
@@ -131,9 +134,13 @@ class ModelConfig:
             raise ModelConfigError(
                 f"{where}.gpu_memory_utilization: must be in (0, 1], got {config.gpu_memory_utilization}"
             )
+        if isinstance(config.max_model_len, str) and config.max_model_len != MAX_MODEL_LEN_AUTO:
+            raise ModelConfigError(
+                f"{where}.max_model_len: expected a number of tokens or {MAX_MODEL_LEN_AUTO}, got {config.max_model_len!r}"
+            )
         for name in ("tensor_parallel_size", "max_num_seqs", "block_size", "max_model_len", "max_num_batched_tokens"):
             value = getattr(config, name)
-            if value is not None and value < 1:
+            if isinstance(value, int) and value < 1:
                 raise ModelConfigError(f"{where}.{name}: must be a positive number, got {value}")
         if config.kv_cache_memory_bytes is not None and config.kv_cache_memory_bytes < 1:
             raise ModelConfigError(

@@ -21,7 +21,7 @@ from typing import Any
 from personalens.engines.base import Generation, OnFinished, Request, rejected
 from personalens.engines.chat.messages import format_messages
 from personalens.engines.models.config import ModelConfig, ModelConfigError
-from personalens.engines.serving.flow import PromptSizes, in_flight, kv_cache_tokens
+from personalens.engines.serving.flow import PromptSizes, ReplySizes, in_flight, kv_cache_tokens, needs
 from personalens.engines.serving.http import Refused, ServerClient, ServerError
 from personalens.engines.serving.processes import GRACE_S
 from personalens.engines.stop import Stop
@@ -48,6 +48,7 @@ class ServerEngine:
         self._kv_tokens: int | None = None
         self._kv_asked = False
         self._sizes = PromptSizes()
+        self._replies = ReplySizes()
         self._in_flight: int | None = None  # the last call's, logged when it changes
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
@@ -76,6 +77,7 @@ class ServerEngine:
                     except Refused as refusal:
                         return rejected(str(refusal))
                     self._sizes.add(request, generation.prompt_tokens)
+                    self._replies.add(request, generation.completion_tokens)
                     return generation
 
             tasks = [asyncio.ensure_future(one(r)) for r in requests]
@@ -100,12 +102,13 @@ class ServerEngine:
                 log.info(
                     f"{self.name}: its server reports no KV cache size on /metrics; up to {limit} requests in flight"
                 )
-        needs = [self._sizes.estimate(r) + r.sampling.max_tokens for r in requests]
-        n = in_flight(self._kv_tokens, needs, limit)
+        shared, each = needs(requests, self._sizes, self._replies)
+        n = in_flight(self._kv_tokens, each, limit, shared)
         if n != self._in_flight and self._kv_tokens is not None:
             log.info(
                 f"{self.name}: its server's KV cache holds {self._kv_tokens:,} tokens: {n} of {len(requests)} "
-                f"requests in flight (about {sum(needs) // len(needs):,} tokens each with its whole reply)"
+                f"requests in flight (about {sum(each) // len(each):,} tokens each with its expected reply, "
+                f"beside a shared prefix of {shared:,})"
             )
         self._in_flight = n
         return n

@@ -1,4 +1,4 @@
-"""vLLM servers that personalens starts for the models its layout puts on their own GPUs (layout.py)
+"""vLLM servers that personalens starts for the models its layout puts on their own GPUs (placement/layout.py)
 and talks to as `engine: server` models (server.py): their command lines, environments and log
 names, started, watched and stopped as processes by server_processes.py.
 
@@ -26,9 +26,9 @@ from pathlib import Path
 from personalens.engines.chat.messages import resolve_system_role
 from personalens.engines.chat.template_files import chat_template
 from personalens.engines.dtype import local_dtype
-from personalens.engines.layout import Decision
 from personalens.engines.models.config import ModelConfig, ServerConfig
 from personalens.engines.models.embedded import model_path
+from personalens.engines.placement.layout import Placement
 from personalens.engines.serving.guard import RequireKey
 from personalens.engines.serving.processes import MARKER_ENV, Launched, Servers
 from personalens.engines.stop import Stop
@@ -77,7 +77,7 @@ def log_path(log_dir: Path, config: ModelConfig, shard: str, copy: int = 0) -> P
 
 
 def start_servers(
-    decisions: Sequence[Decision], log_dir: Path, shard: str, stop: Stop, timeout: float = START_TIMEOUT_S
+    decisions: Sequence[Placement], log_dir: Path, shard: str, stop: Stop, timeout: float = START_TIMEOUT_S
 ) -> list[ModelConfig]:
     """A server for each managed decision (a model's copies are decisions too), started together and
     waited for together (a server that dies fails the start at once; one whose port was taken

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from personalens.engines.gpus import GpuSpec
+from personalens.engines.placement.gpus import GpuSpec
 
 ENV = {"VLLM_BATCH_INVARIANT": "1"}
 MIN_CAPABILITY = (8, 0)

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from personalens.engines.dtype import vllm_is_cpu_build
-from personalens.engines.placement import GIB, visible_gpus
+
+GIB = 1024**3
 
 _QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.total,compute_cap", "--format=csv,noheader,nounits"]
 
@@ -38,6 +39,15 @@ def simulated(count: int, memory_gib: float) -> GpuSpec:
     return GpuSpec(
         count, int(memory_gib * GIB), f"given: {count} x {memory_gib:g} GiB", tuple(str(i) for i in range(count))
     )
+
+
+def visible_gpus(env: Mapping[str, str], device_count: int) -> tuple[str, ...]:
+    """The GPUs this job may use: CUDA_VISIBLE_DEVICES, then SLURM's GPU lists, then all devices."""
+    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        value = env.get(name)
+        if value is not None:
+            return tuple(g.strip() for g in value.split(",") if g.strip())
+    return tuple(str(i) for i in range(device_count))
 
 
 def parse_nvidia_smi(text: str, env: Mapping[str, str]) -> GpuSpec | None:
