@@ -118,6 +118,13 @@ def test_one_shared_engine_keeps_one_cohort_and_both_roles_in_a_call():
     assert all(t.cohort == 0 and t.engine == 0 for s in steps for t in s.calls)
 
 
+def test_nothing_to_simulate_needs_no_engine():
+    ended = many(2)
+    for d in ended:
+        d.fail("refused", 0.0)
+    assert run([], {}) == [] and run(ended, {}) == []
+
+
 def test_a_failing_engine_stops_the_run_and_leaves_no_thread_behind():
     class Failing(GreedyEngine):
         def generate(self, requests, on_finished=None):

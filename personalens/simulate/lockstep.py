@@ -186,6 +186,8 @@ def run_lockstep(
     behind the calls queued there before (workers.py), so while one cohort's assistant turns run,
     another's user turns run on the user agent's engine. A step is one cohort's; steps are numbered
     in the order they start."""
+    if all(d.waiting_on is None for d in dialogues):
+        return  # nothing to simulate: `generate` loads no engines then
     room = {role: s.max_tokens for role, s in sampling.items()} if room is None else room
     kept = token_prompts(engines) if keep_ids else {}
     locks = {key: threading.Lock() for key in kept}  # a worker makes ids while the caller forgets some
