@@ -1,6 +1,11 @@
 """Lockstep scheduling: every active dialogue advances one turn per step, each step one batched
 generate call per engine, finished dialogues drop out.
 
+With distinct engines for the user agent and the assistant, the dialogues are dealt into cohorts
+(`cohort_count`) whose steps interleave: while one cohort's assistant turns run on the assistant's
+engine, another's user turns run on the user agent's, each engine in a thread of its own
+(workers.py), so that neither waits for the other. A step is then one cohort's.
+
 When the user agent and the assistant share an engine, both roles' requests of a step go into the
 same call, so the engine always sees the largest batch there is; a step of more than `chunk`
 requests for one engine is sent in calls of `chunk`, so a step's prompts in memory stay bounded.
