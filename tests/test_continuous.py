@@ -142,7 +142,7 @@ def test_an_engine_that_cannot_take_requests_while_it_runs_is_refused():
         run_continuous(dialogues(("user1", 1)), {"user": engine, "assistant": engine}, render, SAMPLING, print)
 
 
-@pytest.mark.parametrize("kw", [{"mode": "eager"}, {"chunk": 0}, {"in_flight": -1}])
+@pytest.mark.parametrize("kw", [{"mode": "eager"}, {"chunk": 0}, {"in_flight": -1}, {"cohorts": -1}])
 def test_scheduling_options_are_checked(kw):
     with pytest.raises(PersonalensError):
         Scheduling(**kw)

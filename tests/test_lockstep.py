@@ -64,10 +64,10 @@ def dialogues(*specs: tuple[str, int]) -> list[Dialogue]:
     return [Dialogue(scenario(u), setting="base", trial=0, seed=i, max_rounds=m) for i, (u, m) in enumerate(specs)]
 
 
-def simulate(ds, engines):
+def simulate(ds, engines, **options):
     finished_batches = []
     clock = itertools.count()
-    run_lockstep(ds, engines, render, SAMPLING, finished_batches.append, clock=lambda: float(next(clock)))
+    run_lockstep(ds, engines, render, SAMPLING, finished_batches.append, clock=lambda: float(next(clock)), **options)
     return finished_batches
 
 
@@ -139,7 +139,7 @@ def test_two_engines_get_one_call_each_per_step_with_their_role_only():
     user_engine = ScriptedEngine("u", {"user1:user": ["a", "b TERMINATE"]})
     assistant_engine = ScriptedEngine("a", {})
     ds = dialogues(("user1", 4), ("user2", 4))
-    simulate(ds, {"user": user_engine, "assistant": assistant_engine})
+    simulate(ds, {"user": user_engine, "assistant": assistant_engine}, cohorts=1)
     assert all(role == "user" for call in user_engine.calls for _, role in call)
     assert all(role == "assistant" for call in assistant_engine.calls for _, role in call)
     # both dialogues wait on the same role at every step, so each step calls exactly one engine

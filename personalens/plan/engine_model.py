@@ -17,7 +17,9 @@ Schedulers, on the same requests (same prompts, replies, order):
   continuous  each dialogue's next request submitted as soon as its previous one finished
   window W    continuous, with at most W dialogues in flight (new ones start as others end)
 
-Every number of a GpuModel is an assumption its maker states; nothing here was measured on a GPU.
+`batched_call` times one blocking generate() call on an engine model (bench/cohorts.py's timed
+engines). Every number of a GpuModel is an assumption its maker states; nothing here was measured on
+a GPU.
 """
 
 from __future__ import annotations
@@ -292,3 +294,16 @@ def simulate(
         result.seconds = engine.now
     result.computed = sum(e.computed for e in engines)
     return result
+
+
+def batched_call(engine: Engine, turns: Sequence[tuple[int, Turn]]) -> list[float]:
+    """One batched call on `engine`: the (dialogue, turn) requests submitted together and stepped
+    until all have finished; each one's finish, in seconds from the call's start. The engine keeps
+    its prefix cache and clock for the next call."""
+    begun = engine.now
+    requests = [_Request(dialogue, turn) for dialogue, turn in turns]
+    for request in requests:
+        engine.submit(request)
+    while engine.busy:
+        engine.step()
+    return [r.finished - begun for r in requests]

@@ -80,11 +80,23 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
             int(cfg.lockstep.max_requests_per_call),
             bool(cfg.lockstep.token_ids),
             int(cfg.continuous.in_flight),
+            cohorts(cfg.lockstep.get("cohorts", "auto")),
         ),
     )
     if summary.dialogues:
         append_summary(out_dir, "generate", cfg.shard.index, cfg.shard.count, summary)
     return 0
+
+
+def cohorts(value: object) -> int:
+    """lockstep.cohorts, checked: auto (0) or a whole number >= 1."""
+    from personalens.errors import PersonalensError
+
+    if value == "auto":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PersonalensError(f"lockstep.cohorts: expected auto or a whole number >= 1, got {value!r}")
+    return value
 
 
 def context_room(value: object) -> int | None:

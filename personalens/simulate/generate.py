@@ -52,14 +52,15 @@ class Scheduling:
     chunk: int = 4096  # lockstep: a step's requests for one engine go in calls of at most this many
     keep_ids: bool = True  # prompts as token ids kept per dialogue, for engines that tokenize here
     in_flight: int = 0  # continuous: dialogues running at once (0: all)
+    cohorts: int = 0  # lockstep: cohorts taking turns on the engines (0: one per engine, lockstep.py)
 
     def __post_init__(self) -> None:
         if self.mode not in ("lockstep", "continuous"):
             raise PersonalensError(f"scheduling: expected lockstep or continuous, got {self.mode!r}")
-        if self.chunk < 1 or self.in_flight < 0:
+        if self.chunk < 1 or self.in_flight < 0 or self.cohorts < 0:
             raise PersonalensError(
-                f"lockstep.max_requests_per_call must be >= 1 and continuous.in_flight >= 0, got {self.chunk}, "
-                f"{self.in_flight}"
+                f"lockstep.max_requests_per_call must be >= 1, continuous.in_flight >= 0 and lockstep.cohorts "
+                f"auto or >= 1, got {self.chunk}, {self.in_flight}, {self.cohorts or 'auto'}"
             )
 
 
@@ -222,7 +223,7 @@ def generate(
     run, options = (
         (run_continuous, {"in_flight": scheduling.in_flight})
         if continuous
-        else (run_lockstep, {"chunk": scheduling.chunk})
+        else (run_lockstep, {"chunk": scheduling.chunk, "cohorts": scheduling.cohorts})
     )
     run(
         todo,

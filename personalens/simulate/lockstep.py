@@ -1,6 +1,11 @@
 """Lockstep scheduling: every active dialogue advances one turn per step, each step one batched
 generate call per engine, finished dialogues drop out.
 
+With distinct engines for the user agent and the assistant, the dialogues are dealt into cohorts
+(`cohort_count`) whose steps interleave: while one cohort's assistant turns run on the assistant's
+engine, another's user turns run on the user agent's, each engine in a thread of its own
+(workers.py), so that neither waits for the other. A step is then one cohort's.
+
 When the user agent and the assistant share an engine, both roles' requests of a step go into the
 same call, so the engine always sees the largest batch there is; a step of more than `chunk`
 requests for one engine is sent in calls of `chunk`, so a step's prompts in memory stay bounded.
@@ -18,15 +23,20 @@ engine's `on_finished` reports timestamped with `clock`."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from personalens.data.records import Role
 from personalens.engines.base import Engine, Generation, Message, Request, Sampling, conversation
 from personalens.engines.chat.token_ids import PromptIds
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.trace import CallTrace, call_trace
+from personalens.simulate.workers import EngineWorkers
 
 Render = Callable[[Dialogue, Role], Sequence[Message]]
 
@@ -137,6 +147,26 @@ def answer(dialogue: Dialogue, role: Role, gen: Generation, now: float) -> None:
         dialogue.fail(gen.error, now)
 
 
+def cohort_count(requested: int, engines: Mapping[Role, Engine]) -> int:
+    """`requested` cohorts, or for 0 (auto) one per engine of the two roles: 2 when the user agent and
+    the assistant run on distinct engines, so that each has a cohort's turns while the other answers
+    the other's, else 1 (a shared engine already takes both roles' requests in one call)."""
+    if requested < 0:
+        raise ValueError(f"cohorts must be >= 0 (0: auto), got {requested}")
+    return requested or len({id(engines[role]) for role in ("user", "assistant")})
+
+
+@dataclass
+class _Cohort:
+    """Dialogues that advance together, one turn per batched call; its current step's calls."""
+
+    index: int
+    active: list[Dialogue]
+    step: int = 0  # the run's number of its current step
+    started: float = 0.0
+    traces: list[CallTrace | None] = field(default_factory=list)
+
+
 def run_lockstep(
     dialogues: Sequence[Dialogue],
     engines: Mapping[Role, Engine],
@@ -149,49 +179,94 @@ def run_lockstep(
     chunk: int = 4096,
     keep_ids: bool = True,
     room: Mapping[Role, int] | None = None,
+    cohorts: int = 0,
 ) -> None:
     """Run every dialogue to its end. `on_finished` receives each step's finished dialogues
     (so the caller can write them out at once); `on_step` receives per-step statistics.
     `keep_ids=False` sends chat messages even to engines that could take token ids. `room`: the
-    tokens a role's prompt must leave for its reply (default: its sampling's max_tokens)."""
+    tokens a role's prompt must leave for its reply (default: its sampling's max_tokens).
+
+    The dialogues are dealt round-robin into `cohorts` cohorts (0: `cohort_count`'s choice); each
+    cohort's next step is queued as soon as its previous one finished, its calls to each engine
+    behind the calls queued there before (workers.py), so while one cohort's assistant turns run,
+    another's user turns run on the user agent's engine. A step is one cohort's; steps are numbered
+    in the order they start."""
+    if all(d.waiting_on is None for d in dialogues):
+        return  # nothing to simulate: `generate` loads no engines then
     room = {role: s.max_tokens for role, s in sampling.items()} if room is None else room
-    active = [d for d in dialogues if d.waiting_on is not None]
     kept = token_prompts(engines) if keep_ids else {}
+    locks = {key: threading.Lock() for key in kept}  # a worker makes ids while the caller forgets some
+    numbers: dict[int, int] = {}
+    for role in ("user", "assistant"):
+        numbers.setdefault(id(engines[role]), len(numbers))
+    count = cohort_count(cohorts, engines)
+    groups = [_Cohort(k, [d for d in dialogues[k::count] if d.waiting_on is not None]) for k in range(count)]
     begun = clock()
-    step = 0
-    while active:
-        step += 1
-        started = clock()
-        calls = [
-            (engine, waiting[i : i + chunk])
-            for engine, waiting in plan_step(active, engines)
-            for i in range(0, len(waiting), chunk)
-        ]
-        traces = []
-        for engine, waiting in calls:
-            batch = build_requests(waiting, render, sampling, kept.get(id(engine)))
-            batch, sent = fitting(engine, batch, waiting, room, clock())
-            where = (step, len(traces))
-            traces.append(_call(engine, batch, sent, where, clock, begun, roles_of(waiting), len(waiting) - len(sent)))
-        finished = [d for d in active if d.ended is not None]
-        active = [d for d in active if d.ended is None]
-        for ids in kept.values():
-            ids.forget([(d.key, role) for d in finished for role in ("user", "assistant")])
-        if finished:
-            on_finished(finished)
-        on_step(
-            StepStats(
-                step,
-                sum(t.requests for t in traces),
-                len(active),
-                len(finished),
-                sum(t.completion_tokens for t in traces),
-                clock() - started,
-                sum(t.prompt_tokens for t in traces),
-                sum(t.cached_tokens for t in traces),
-                tuple(traces),
+    steps = itertools.count(1)
+
+    with EngineWorkers(engines.values()) as workers:
+
+        def send(cohort: _Cohort, engine: Engine, waiting: list[tuple[Dialogue, Role]], call: int) -> CallTrace:
+            key = id(engine)
+            with locks.get(key, contextlib.nullcontext()):
+                batch = build_requests(waiting, render, sampling, kept.get(key))
+                batch, sent = fitting(engine, batch, waiting, room, clock())
+            return _call(
+                engine,
+                batch,
+                sent,
+                (cohort.step, call),
+                clock,
+                begun,
+                roles_of(waiting),
+                len(waiting) - len(sent),
+                workers.stopped,
+                (cohort.index, numbers[key]),
             )
-        )
+
+        def start(cohort: _Cohort) -> None:
+            cohort.step, cohort.started = next(steps), clock()
+            calls = [
+                (engine, waiting[i : i + chunk])
+                for engine, waiting in plan_step(cohort.active, engines)
+                for i in range(0, len(waiting), chunk)
+            ]
+            cohort.traces = [None] * len(calls)
+            for call, (engine, waiting) in enumerate(calls):
+                workers.submit(engine, (cohort.index, call), functools.partial(send, cohort, engine, waiting, call))
+
+        for cohort in groups:
+            if cohort.active:
+                start(cohort)
+        while workers.busy:
+            (index, call), trace = workers.next()
+            cohort = groups[index]
+            cohort.traces[call] = trace
+            if any(t is None for t in cohort.traces):
+                continue
+            traces = [t for t in cohort.traces if t is not None]
+            finished = [d for d in cohort.active if d.ended is not None]
+            cohort.active = [d for d in cohort.active if d.ended is None]
+            for key, ids in kept.items():
+                with locks[key]:
+                    ids.forget([(d.key, role) for d in finished for role in ("user", "assistant")])
+            if finished:
+                on_finished(finished)
+            on_step(
+                StepStats(
+                    cohort.step,
+                    sum(t.requests for t in traces),
+                    sum(len(c.active) for c in groups),
+                    len(finished),
+                    sum(t.completion_tokens for t in traces),
+                    clock() - cohort.started,
+                    sum(t.prompt_tokens for t in traces),
+                    sum(t.cached_tokens for t in traces),
+                    tuple(traces),
+                )
+            )
+            if cohort.active:
+                start(cohort)
 
 
 def _call(
@@ -203,11 +278,16 @@ def _call(
     begun: float,
     roles: tuple[str, ...],
     context_ended: int = 0,
+    stopped: Callable[[], None] = lambda: None,
+    unit: tuple[int, int] = (0, 0),
 ) -> CallTrace:
-    """One batched call: its replies added to their dialogues, and its trace."""
+    """One batched call (`where`: its step and index in the step; `unit`: its cohort and engine
+    number): its replies added to their dialogues, and its trace. `stopped` raises once the run is
+    stopping."""
     reported: list[float] = []
 
     def finished(n: int, tokens: int) -> None:
+        stopped()
         now = clock()
         reported.extend([now] * n)
 
@@ -219,5 +299,5 @@ def _call(
     for (dialogue, role), gen in zip(waiting, generations):
         answer(dialogue, role, gen, returned)
     return call_trace(
-        where, engine.name, roles, len(batch), generations, begun, started, reported, returned, context_ended
+        where, engine.name, roles, len(batch), generations, begun, started, reported, returned, context_ended, *unit
     )

@@ -9,7 +9,7 @@ finished when the call returns. Pure arithmetic over those times; generate.py wr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from personalens.engines.base import Generation
 
@@ -37,6 +37,8 @@ class CallTrace:
     context_ended: int = 0
     refused: int = 0
     cut: int = 0  # replies cut at their max_tokens (finish_reason "length")
+    cohort: int = 0  # the lockstep cohort whose step the call belongs to
+    engine: int = 0  # the run's number of the engine that answered (0: the user agent's)
 
 
 @dataclass(frozen=True)
@@ -73,10 +75,13 @@ def call_trace(
     reported: Sequence[float],
     returned: float,
     context_ended: int = 0,
+    cohort: int = 0,
+    engine: int = 0,
 ) -> CallTrace:
     """The record of one call (`where`: its step and index) or submission of `requests` requests,
     started at `started` and complete at `returned` (clock times; `begun`: the run's start);
-    `context_ended`: the group's dialogues that ended on context before it was sent."""
+    `context_ended`: the group's dialogues that ended on context before it was sent; `cohort` and
+    `engine`: its cohort and engine number."""
     done = finishes(requests, started, reported, returned)
     return CallTrace(
         step=where[0],
@@ -96,25 +101,42 @@ def call_trace(
         context_ended=context_ended,
         refused=sum(g.error is not None for g in generations),
         cut=sum(g.finish_reason == "length" for g in generations),
+        cohort=cohort,
+        engine=engine,
     )
 
 
 @dataclass
 class TraceTotals:
-    """Running totals for the closing line: how much of the calls' wall time was straggler tail."""
+    """Running totals for the closing line: how much of the calls' wall time was straggler tail, and
+    how much of the run each engine was busy answering a call. Calls are added in the order they
+    end, so an engine's busy time is exact where it answers one call at a time (lockstep) and a lower
+    bound where its submissions overlap (continuous)."""
 
     calls: int = 0
     seconds: float = 0.0
     tail: float = 0.0
+    busy: dict[str, float] = field(default_factory=dict)  # per engine ("engine N (model)"): busy seconds
+    reach: dict[str, float] = field(default_factory=dict)  # per engine: the latest end of its calls
+    span: float = 0.0  # seconds from the run's start to the end of its last call
 
     def add(self, trace: CallTrace) -> None:
         self.calls += trace.requests > 0  # a record of dialogues ended on context alone sent nothing
         self.seconds += trace.seconds
         self.tail += trace.tail
+        if trace.requests:
+            engine = f"engine {trace.engine} ({trace.model})"
+            end = trace.started + trace.seconds
+            reach = self.reach.get(engine, 0.0)
+            self.busy[engine] = self.busy.get(engine, 0.0) + max(0.0, end - max(trace.started, reach))
+            self.reach[engine] = max(reach, end)
+            self.span = max(self.span, end)
 
     def line(self) -> str:
         share = self.tail / self.seconds if self.seconds > 0 else 0.0
+        busy = ", ".join(f"{engine} {seconds / self.span:.0%}" for engine, seconds in sorted(self.busy.items()))
         return (
             f"{self.calls} batched calls, {share:.0%} of their wall time in the straggler tail "
-            f"(fewer than {TAIL_SHARE:.0%} of a call's requests still running)"
+            f"(fewer than {TAIL_SHARE:.0%} of a call's requests still running); busy: {busy or 'none'} "
+            f"of {self.span:.1f} s"
         )

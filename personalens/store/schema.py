@@ -77,6 +77,8 @@ TRACE_SCHEMA = pa.schema(
         ("context_ended", pa.int32()),
         ("refused", pa.int32()),
         ("cut", pa.int32()),
+        ("cohort", pa.int32()),
+        ("engine", pa.int32()),
     ]
 )
 
