@@ -48,7 +48,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from personalens.engines.base import Generation, OnFinished, Request  # noqa: E402
-from personalens.engines.tokens import common_prefix  # noqa: E402
+from personalens.engines.chat.token_ids import common_prefix  # noqa: E402
 from personalens.plan.engine_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel, Turn, batched_call  # noqa: E402
 from personalens.plan.engine_model import Engine as ModelledEngine  # noqa: E402
 from personalens.plan.throughput import GPUS  # noqa: E402

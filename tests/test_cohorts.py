@@ -11,8 +11,8 @@ import pytest
 from test_lockstep import SAMPLING, dialogues
 
 from personalens.engines.base import Generation
-from personalens.engines.config import ModelConfig
-from personalens.engines.tokens import ChatTokenizer
+from personalens.engines.chat.token_ids import ChatTokenizer
+from personalens.engines.models.config import ModelConfig
 from personalens.errors import PersonalensError
 from personalens.simulate.command import cohorts as cohorts_setting
 from personalens.simulate.dialogue import Dialogue

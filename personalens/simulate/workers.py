@@ -3,9 +3,10 @@ so that calls to different engines run side by side (an engine's generate() bloc
 in-process vLLM call, a server engine's own event loop). Results reach the caller's thread only.
 
 With a single engine there is nothing to overlap, and its calls run in the caller's thread as they
-are queued. A failed call fails the caller's `next()`; leaving the `with` block (after a failure or an
+are queued. The command's stop (engines/stop.py) reaches the caller through the engines, which check
+it in their own threads and raise it as a failed call. A failed call fails the caller's `next()`; leaving the `with` block (after a failure or an
 interrupt) stops the other workers: a call still running is told to stop at its next finished
-request (`stopped` raises `Stopped` from its `on_finished`), queued calls are dropped, and the block
+request (`stopped` raises `Abandoned` from its `on_finished`), queued calls are dropped, and the block
 ends once no engine is still answering."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from personalens.engines.base import Engine
 
 
-class Stopped(Exception):
+class Abandoned(Exception):
     """Raised inside an engine call (from its `on_finished`) once the run has failed or been stopped."""
 
 
@@ -60,9 +61,9 @@ class EngineWorkers:
         return tag, value
 
     def stopped(self) -> None:
-        """Raises `Stopped` once the run is stopping: for the engines' `on_finished`."""
+        """Raises `Abandoned` once the run is stopping: for the engines' `on_finished`."""
         if self._stop.is_set():
-            raise Stopped
+            raise Abandoned
 
     def __enter__(self) -> EngineWorkers:
         return self
@@ -77,7 +78,7 @@ class EngineWorkers:
     def _work(self, jobs: queue.SimpleQueue) -> None:
         while (job := jobs.get()) is not None:
             tag, work = job
-            self._results.put((tag, Stopped(), None) if self._stop.is_set() else _run(tag, work))
+            self._results.put((tag, Abandoned(), None) if self._stop.is_set() else _run(tag, work))
 
 
 def _run(tag: Hashable, work: Callable[[], Any]) -> tuple[Hashable, BaseException | None, Any]:
