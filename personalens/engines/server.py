@@ -4,10 +4,13 @@ requests on pooled connections (server_http.py), as many at a time as the server
 (server_flow.py), at most `server.max_concurrency`.
 
 A request the server refuses (HTTP 400 or 422: vLLM's answer to a prompt longer than the model's
-context, or to a bad parameter) is answered as `rejected` and the others go on; a server that cannot
-be reached, or answers 401/403/404, fails the whole call, after the call's other requests have had
-their answers. A call to a server that personalens started and that has exited fails with that
-server's exit (server_processes.py) rather than with the connection errors it caused."""
+context, or to a bad parameter) is answered as `rejected` and the others go on. So is a request that
+failed after its retries while the server still answers /health: the call keeps every finished reply.
+A server that does not answer /health once its requests failed, or answers 401/403/404, fails the
+whole call, after the call's other requests have had their answers; so does a call whose requests
+are all refused for one reason (base.check_refusals). A call to a server that personalens started
+and that has exited fails with that server's exit (server_processes.py) rather than with the
+connection errors it caused."""
 
 from __future__ import annotations
 
@@ -16,11 +19,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from personalens.engines.base import Generation, OnFinished, Request, rejected
+from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
 from personalens.engines.chat import format_messages
 from personalens.engines.config import ModelConfig, ModelConfigError
 from personalens.engines.server_flow import PromptSizes, in_flight, kv_cache_tokens
-from personalens.engines.server_http import Refused, ServerClient, ServerError
+from personalens.engines.server_http import Failed, Refused, ServerClient, ServerError
 from personalens.engines.server_processes import ServerExited, exit_of
 
 log = logging.getLogger(__name__)
@@ -47,18 +50,21 @@ class ServerEngine:
         try:
             # an event loop per call; on Ctrl-C or an error, the requests not yet sent are cancelled
             # and those in flight disconnected (which the server aborts)
-            return asyncio.run(self._generate(requests, on_finished))
+            generations = asyncio.run(self._generate(requests, on_finished))
         except ServerError as err:
             exited = exit_of(self._server.base_url)
             if exited is not None:
                 raise ServerExited(exited) from err
             raise
+        check_refusals(self.name, generations)
+        return generations
 
     async def _generate(self, requests: Sequence[Request], on_finished: OnFinished | None) -> list[Generation]:
         connections = min(self._server.max_concurrency, len(requests))
         async with ServerClient(self._server, connections) as client:
             model = await self._served_model(client)
             slots = asyncio.Semaphore(await self._slots(client, requests, connections))
+            failed: list[Failed] = []
 
             async def one(request: Request) -> Generation:
                 async with slots:
@@ -66,6 +72,9 @@ class ServerEngine:
                         generation = await client.complete(chat_body(model, request, self._system_role))
                     except Refused as refusal:
                         return rejected(str(refusal))
+                    except Failed as failure:
+                        failed.append(failure)
+                        return rejected(str(failure))
                     self._sizes.add(request, generation.prompt_tokens)
                     return generation
 
@@ -78,7 +87,10 @@ class ServerEngine:
                 if on_finished is not None:
                     # from this thread, so callers need no locks
                     on_finished(1, done.completion_tokens if done else 0)
-            return [task.result() for task in tasks]
+            generations = [task.result() for task in tasks]
+            if failed and not await client.healthy(fresh=True):
+                raise failed[0]  # the server, not the requests (generate() tells an exited one)
+            return generations
 
     async def _slots(self, client: ServerClient, requests: Sequence[Request], limit: int) -> int:
         """Requests of this call to keep in flight (server_flow.py); the server's KV cache size is
