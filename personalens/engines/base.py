@@ -44,8 +44,9 @@ class Request:
     messages: Sequence[Message]
     sampling: Sampling
     grammar: str | None = None  # an EBNF (GBNF) grammar the output must match
-    # the prompt as the engine's own tokenizer makes it from `messages` (engines/tokens.py); an engine
-    # with a `chat_tokenizer` then skips rendering and tokenizing, one without it uses `messages`
+    # the prompt as the engine's own tokenizer makes it from `messages` (engines/tokens.py); an
+    # in-process engine then skips rendering and tokenizing; a server engine (server.py) and an engine
+    # without a `chat_tokenizer` send `messages`
     prompt_ids: Sequence[int] | None = None
     # what identifies the conversation the request belongs to (`conversation`): a model's copies
     # (engines/replicated.py) answer a conversation's requests on one copy, whose prefix cache holds
@@ -115,8 +116,9 @@ class Engine(Protocol):
     A request the engine refuses (too long a prompt, a bad parameter) comes back as a `rejected`
     generation; only a failure of the engine itself (a dead server, out of memory) raises, and a
     call whose requests were all refused for one reason (`check_refusals`).
-    An engine that tokenizes prompts in this process also has `chat_tokenizer` (engines/tokens.py),
-    so callers can hand it `Request.prompt_ids` made incrementally, and `max_model_len`, its context."""
+    An engine that knows its model's tokenizer also has `chat_tokenizer` (engines/tokens.py), so
+    callers can hand it `Request.prompt_ids` made incrementally and measure prompts before they are
+    sent, and `max_model_len`, its context (None where unknown)."""
 
     name: str  # the model name recorded in outputs
 

@@ -109,11 +109,13 @@ def start_servers(decisions: Sequence[Decision], log_dir: Path, shard: str = "")
 def served_config(config: ModelConfig, base_url: str, model: str, api_key: str) -> ModelConfig:
     """The `engine: server` config of a managed model, with its server's key: the server applies the
     chat template, so `system_role: auto` is decided here from the model's own template, as
-    in-process engines do."""
+    in-process engines do. `path` names the served weights, whose tokenizer the server engine
+    measures prompts with (server.py)."""
     template = chat_template(Path(config.tokenizer or model).expanduser())
     return dataclasses.replace(
         config,
         engine="server",
+        path=model,
         system_role=resolve_system_role(config.system_role, template),
         # as many requests in flight as the server batches
         server=ServerConfig(base_url=base_url, model=config.name, max_concurrency=config.max_num_seqs, api_key=api_key),

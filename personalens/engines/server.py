@@ -10,7 +10,17 @@ A server that does not answer /health once its requests failed, or answers 401/4
 whole call, after the call's other requests have had their answers; so does a call whose requests
 are all refused for one reason (base.check_refusals). A call to a server that personalens started
 and that has exited fails with that server's exit (server_processes.py) rather than with the
-connection errors it caused."""
+connection errors it caused.
+
+Context endings are those of the in-process engine (simulate/lockstep.py): an engine whose config
+names the model's tokenizer (`tokenizer` or `path`: a managed server's always do) has the model's
+`chat_tokenizer`, read from its files as the server renders and tokenizes (tokens.py), and a
+`max_model_len`, the config's or the one the server reports on /v1/models. The caller then measures
+each prompt before it is sent, as it does in process, and ends on context a dialogue whose prompt
+leaves less than its reply's room; the server takes the chat messages, not the ids. Without a
+tokenizer, the server's own refusal of a prompt that does not fit still ends its dialogue on context
+(base.Generation.over_context), but vLLM's server quietly lowers `max_tokens` to what the context
+leaves, so replies near the end of the context are shorter than in process."""
 
 from __future__ import annotations
 
@@ -25,6 +35,7 @@ from personalens.engines.config import ModelConfig, ModelConfigError
 from personalens.engines.server_flow import PromptSizes, in_flight, kv_cache_tokens
 from personalens.engines.server_http import Failed, Refused, ServerClient, ServerError
 from personalens.engines.server_processes import ServerExited, exit_of
+from personalens.engines.tokens import ChatTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +50,30 @@ class ServerEngine:
         # `system_role: false` folds the system prompt
         self._system_role = config.system_role is not False
         self._model = config.server.model
+        self._max_model_len = config.max_model_len
+        self._asked_models = False
+        # the model's tokenizer, where the config names it, for measuring prompts (not for sending them)
+        self.chat_tokenizer = ChatTokenizer.from_files(config) if config.tokenizer or config.path else None
         self._kv_tokens: int | None = None
         self._kv_asked = False
         self._sizes = PromptSizes()
         self._in_flight: int | None = None  # the last call's, logged when it changes
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The model's context: the config's, else what the server reports (vLLM's /v1/models has
+        `max_model_len`), asked once; None where neither says."""
+        if self._max_model_len is None and not self._asked_models:
+            self._asked_models = True
+            self._max_model_len = asyncio.run(self._served_context())
+        return self._max_model_len
+
+    async def _served_context(self) -> int | None:
+        async with ServerClient(self._server, 1) as client:
+            model = await self._served_model(client)
+            served = (await client.get_json("/models"))["data"]
+        length = next((m.get("max_model_len") for m in served if m.get("id") == model), None)
+        return length if isinstance(length, int) and length > 0 else None
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         if not requests:
