@@ -1,6 +1,7 @@
 """`personalens run` with a context smaller than the protocol's prompts, on the real vLLM engine: the
 dialogues that outgrow it end on context and are counted, the judge prompts that do not fit are
-refused one by one, the run exits 0 with its report, and a resumed run adds nothing."""
+refused one by one, the run exits 0 with its report, and a resumed run adds nothing. The same
+dialogues generated through a managed vLLM server end the same way after as many turns."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from personalens.paths import PROJECT_ROOT
 
 CONTEXT = 1000
 REPLY = {"user": 64, "assistant": 96}  # conf/protocol/quick.yaml
+ROLES = ("assistant", "user_agent", "judge")
 
 
 @pytest.mark.vllm
@@ -31,7 +33,7 @@ def test_a_run_whose_prompts_outgrow_the_context_finishes_with_every_scenario_on
         # the judge's longest prompts (personalization reads the profile) and its shortest
         "judging.dimensions=[task_completion,personalization]",
         # one engine for all three roles (same model config), with a context the official prompts outgrow
-        *(f"{role}.max_model_len={CONTEXT}" for role in ("assistant", "user_agent", "judge")),
+        *(f"{role}.max_model_len={CONTEXT}" for role in ROLES),
     )
     first = run_cli(*args, timeout=3000)
 
@@ -64,6 +66,19 @@ def test_a_run_whose_prompts_outgrow_the_context_finishes_with_every_scenario_on
     failures = csv_rows(report / "parse_failures.csv")
     assert sum(int(r[f"{k}_refused"]) for r in failures for k in ("SD", "MD")) == len(refused)
     assert "ended on a full context" in (report / "report.md").read_text()
+
+    # the same dialogues through a managed vLLM server (one for the three roles' model) end the same
+    # way after as many turns: the server engine measures prompts with the model's tokenizer too
+    served_out = tmp_path / "served"
+    served_args = [a for a in args[1:] if not a.startswith("run.out_dir=")]
+    served_args += [f"run.out_dir={served_out}", *(f"{r}.placement=managed_server" for r in ROLES)]
+    served = run_cli("generate", *served_args, timeout=3000)
+    assert "managed vLLM server" in served.stderr, served.stderr[-4000:]
+    ended_in_process = {(d["user_id"], d["task_id"]): (d["ended"], len(d["turns"])) for d in dialogues}
+    served_rows = read_rows(served_out / "dialogues")
+    ended_served = {(d["user_id"], d["task_id"]): (d["ended"], len(d["turns"])) for d in served_rows}
+    assert ended_served == ended_in_process
+    assert all(t["prompt_tokens"] + REPLY[t["role"]] <= CONTEXT for d in served_rows for t in d["turns"])
 
     # a resumed run finds everything done
     second = run_cli(*args, timeout=3000)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import shutil
@@ -389,6 +390,19 @@ def test_nvidia_smi_rows_are_read_for_the_visible_gpus():
     assert parse_nvidia_smi(rows, {}).memory_bytes == 40960 * 2**20  # the smallest of all three
     assert parse_nvidia_smi(rows, {"CUDA_VISIBLE_DEVICES": "GPU-b"}).ids == ("GPU-b",)
     assert parse_nvidia_smi("", {}) is None
+
+
+def test_gpus_named_by_a_start_of_their_uuid_are_planned_and_mig_instances_are_warned_about(caplog):
+    rows = "0, GPU-8932f937-d72c, 81559, 9.0\n1, GPU-1f2e3d4c-aaaa, 40960, 8.0\n"
+    # CUDA takes a unique start of a UUID as the GPU
+    spec = parse_nvidia_smi(rows, {"CUDA_VISIBLE_DEVICES": "GPU-1f2e,GPU-8932f937-d72c"})
+    assert (spec.count, spec.ids, spec.memory_bytes) == (2, ("GPU-1f2e", "GPU-8932f937-d72c"), 40960 * 2**20)
+    assert caplog.text == ""
+    # a MIG instance is no GPU nvidia-smi lists: said, not taken quietly for a machine without GPUs
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.gpus"):
+        assert parse_nvidia_smi(rows, {"CUDA_VISIBLE_DEVICES": "MIG-5c3d1a2b-0000"}) is None
+    assert "the visible GPU(s) MIG-5c3d1a2b-0000 are no whole GPU that nvidia-smi lists" in caplog.text
+    assert "every model runs in this process" in caplog.text
 
 
 def test_placement_settings_are_checked_and_left_out_of_the_fingerprint(tmp_path):

@@ -18,6 +18,7 @@ from engine_fixtures import (
 from jinja2 import TemplateError
 from omegaconf import OmegaConf
 
+from personalens.engines.base import RefusedAll
 from personalens.engines.chat.messages import (
     ChatTemplateError,
     fold_system_prompt,
@@ -145,6 +146,11 @@ def test_load_format_auto_leaves_a_models_identity_as_before_the_setting_existed
     assert model_identity(raw) == model_identity(before)  # a run started before still resumes
     raw.load_format = "dummy"
     assert model_identity(raw) != model_identity(before)  # random weights generate something else
+    slower = _yaml("smollm2")
+    slower.server_start_timeout_s = 60
+    assert model_identity(slower) == model_identity(
+        _yaml("smollm2")
+    )  # how long a server may load: not what it generates
 
 
 def test_server_config_needs_base_url_and_loads_when_set():
@@ -170,6 +176,11 @@ def test_server_config_needs_base_url_and_loads_when_set():
         ({"name": "m", "block_size": 0}, r"m\.block_size: must be a positive number, got 0"),
         ({"path": "/x"}, r"missing field\(s\) \['name'\]"),
         ({"name": "m", "server": {"base_url": "http://x/v1", "retry": 2}}, r"m\.server: unknown field"),
+        (
+            {"name": "m", "server": {"base_url": "http://x/v1", "connect_timeout_s": 0}},
+            r"connect_timeout_s: must be pos",
+        ),
+        ({"name": "m", "server_start_timeout_s": -1}, r"m\.server_start_timeout_s: must be positive, got -1"),
     ],
 )
 def test_bad_model_configs_are_reported_by_field(raw, message):
@@ -299,9 +310,20 @@ def test_a_refused_request_costs_only_itself(engine):
     bad = dataclasses.replace(chat("Hi.", max_tokens=4), grammar="root ::= (")
     ok, broken = engine.generate([chat("Hi.", max_tokens=4), bad])
     assert ok.error is None and broken.error and not broken.over_context
+    # every request of a call refused for one reason: a fault of the config, which stops the command
+    with pytest.raises(RefusedAll, match=r"refused all 2 requests of a call for one reason: .*Error"):
+        engine.generate([bad, bad])
+    # a progress callback that raises at the refusal: the call's queued requests are aborted
+    with pytest.raises(RuntimeError, match="stopped"):
+        engine.generate([bad, chat("Hi.", max_tokens=4)], on_finished=_raises)
+    assert engine._llm.llm_engine.get_num_unfinished_requests() == 0
     # the engine is clean afterwards: nothing of the refused calls is left queued
     (after,) = engine.generate([chat("Name a fruit.", max_tokens=4)])
     assert after.error is None and after.finish_reason in ("stop", "length")
+
+
+def _raises(n: int, tokens: int) -> None:
+    raise RuntimeError("stopped")
 
 
 @pytest.mark.vllm

@@ -2,7 +2,9 @@
 that starts a grandchild in its own process group, as vLLM's API server starts its engine core),
 stopped when the parent is interrupted (SIGINT), terminated (SIGTERM) or killed (SIGKILL); a server
 that dies at start or mid-run is reported at once with the end of its log; servers load together; a
-port taken by another server before this one binds it is given up for another."""
+port taken by another server before this one binds it is given up for another, and one answered by
+a program that is no model server is taken; a server not ready within its model's start timeout is
+given up."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,8 @@ from cli_helpers import REPO, parent_pid
 from engine_fixtures import chat, free_port, start_impostor
 
 from personalens.engines.models.config import ModelConfig
+from personalens.engines.placement.layout import Placement
+from personalens.engines.serving import managed
 from personalens.engines.serving.engine import ServerEngine
 from personalens.engines.serving.processes import Launched, ServerExited, Servers, ServerStartError
 from personalens.engines.stop import Stop
@@ -237,6 +242,52 @@ def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(tmp_pat
         stop.close()
         impostor.shutdown()
         impostor.server_close()
+
+
+class _NotAModelServer(BaseHTTPRequestHandler):
+    """Another program on the port: 200 and an HTML page for every route."""
+
+    def do_GET(self):
+        page = b"<html>a dashboard</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_port_answered_by_a_program_that_is_no_model_server_is_taken(tmp_path):
+    other = ThreadingHTTPServer(("127.0.0.1", 0), _NotAModelServer)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        mine = Launched("mine", None, tmp_path / "mine.log", other.server_port, key="the-key", model="mine")
+        assert mine.answers() == (
+            f"port {other.server_port} answers /health, but /v1/models is not a models list: port taken by another server"
+        )
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+def test_a_managed_server_is_given_its_models_start_timeout(tmp_path, monkeypatch):
+    # a "server" that never answers: the start fails after the model config's timeout
+    (tmp_path / "never_ready.py").write_text("import time\ntime.sleep(120)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setattr(managed, "SERVER_MODULE", "never_ready")
+    monkeypatch.setattr(managed, "check_server", lambda args: None)  # its flags are vLLM's, checked elsewhere
+    config = ModelConfig.from_mapping({"name": "slow", "server_start_timeout_s": 2, "dtype": "float32"})
+    started = time.monotonic()
+    stop = Stop()
+    try:
+        with pytest.raises(ServerStartError, match=r"^the vLLM server of slow was not ready after 2 s; log "):
+            placed = Placement(config, ("assistant",), "managed_server", config)
+            managed.start_servers([placed], tmp_path / "logs", "", stop)
+    finally:
+        stop.close()
+    assert time.monotonic() - started < 30
 
 
 def test_a_server_that_exits_mid_run_requests_the_commands_stop_with_its_exit_line(tmp_path):

@@ -240,8 +240,21 @@ def test_a_managed_server_of_a_hub_model_serves_only_requests_with_its_key(tmp_p
         with urllib.request.urlopen(f"{root}/health", timeout=30) as health:  # what the start-up polls
             assert health.status == 200
         # personalens' own engine for it carries the key
-        (reply,) = ServerEngine(served).generate([chat("Say hello.", max_tokens=4)])
+        engine = ServerEngine(served)
+        (reply,) = engine.generate([chat("Say hello.", max_tokens=4)])
         assert reply.completion_tokens > 0
+        # it measures prompts as the server does (the room check of simulate/lockstep.py), with the
+        # config's context or, without one, the one the server reports
+        assert len(engine.chat_tokenizer.encode_chat(chat("Say hello.").messages)) == reply.prompt_tokens
+        asked = ServerEngine(dataclasses.replace(served, max_model_len=None))
+        assert engine.max_model_len == asked.max_model_len == TEST_MAX_MODEL_LEN
+        # a prompt that fills the context exactly, or overfills it: refused as context, not as a failure
+        # " otter" is two tokens here, and a final "!" one more: every length, one of these hits it
+        fillers = [chat(" ".join(["otter"] * n) + tail, max_tokens=4) for n in range(900, 1100) for tail in ("", "!")]
+        full = next(f for f in fillers if len(engine.chat_tokenizer.encode_chat(f.messages)) == TEST_MAX_MODEL_LEN)
+        over = chat("otter " * (TEST_MAX_MODEL_LEN + 10), max_tokens=4)
+        for refused in engine.generate([full, over]):
+            assert refused.over_context and refused.text == "", refused.error
         # the key is in no process's command line (readable by every user: ps) and in no log; the server
         # was given the snapshot folder
         processes = server_processes(logs)

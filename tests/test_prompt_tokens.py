@@ -100,6 +100,21 @@ def test_kept_ids_equal_a_full_tokenization_for_every_role_and_layout(tokenizer,
             assert kept.stats.reused_ends > kept.stats.spliced // 4
 
 
+def test_kept_ids_from_the_tokenizer_files_are_spliced_and_exact(tokenizer, sample_root):
+    """A server engine measures prompts with the tokenizer's files (engines/serving/engine.py): kept ids made
+    from them, with their tokens' offsets, equal a full tokenization by the files and by transformers."""
+    files = ChatTokenizer.from_files(ModelConfig(name="SmolLM2-135M-Instruct"))
+    setting = PromptSetting("base", True, True, True)
+    prompt_of = prompts_of(template_set("official"), setting, "default")
+    kept = grow_and_compare(files, prompt_of, scenarios(sample_root, 6), random.Random(3), 4)
+    assert kept.stats.spliced > 5 * kept.stats.full
+    texts = [files.render(prompt_of(s, [], "user")) for s in scenarios(sample_root, 3)]
+    assert [ids for ids, _ in files.encode_ends(texts)] == tokenizer.encode(texts)
+    assert [list(ends) for _, ends in files.encode_ends(texts)] == [
+        list(ends) for _, ends in tokenizer.encode_ends(texts)
+    ]
+
+
 @pytest.mark.parametrize("fidelity", sorted(TEMPLATE_SETS))
 @pytest.mark.parametrize("family", FAMILIES)
 def test_kept_ids_on_the_release_excerpt(tokenizer, shared_data_root, fidelity, family):

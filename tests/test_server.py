@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -30,7 +31,7 @@ from engine_fixtures import (
     tagged_grammar,
 )
 
-from personalens.engines.base import Request
+from personalens.engines.base import RefusedAll, Request
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.placement.architecture import Architecture
 from personalens.engines.serving.engine import ServerEngine, chat_body
@@ -65,12 +66,19 @@ def test_chat_body_carries_sampling_and_grammar():
 
 
 class _Scripted(BaseHTTPRequestHandler):
-    """Answers POSTs with the next status of the server's script, then with a completion."""
+    """Answers POSTs with the next status of the server's script, then with a completion; GET /health
+    with the server's `health`. Notes each POST's Authorization header in `bearers`."""
+
+    def do_GET(self):
+        self.send_response(self.server.health if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
         status = self.server.script.pop(0) if self.server.script else 200
         self.server.calls += 1
+        self.server.bearers.append(self.headers.get("Authorization"))
         usage = {"prompt_tokens": 3, "completion_tokens": 1}
         reply = {"choices": [{"message": {"content": "ok"}}], "usage": usage}
         payload = json.dumps(reply if status == 200 else {"error": f"status {status}"}).encode()
@@ -87,7 +95,7 @@ class _Scripted(BaseHTTPRequestHandler):
 @pytest.fixture
 def scripted_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
-    server.script, server.calls = [], 0
+    server.script, server.calls, server.bearers, server.health = [], 0, [], 200
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -112,6 +120,70 @@ def test_a_failed_request_still_counts_as_finished_and_the_call_raises(scripted_
     with pytest.raises(ServerError, match="HTTP 404"):
         engine.generate([chat("Hi"), chat("Hello")], on_finished=lambda n, tokens: finished.append((n, tokens)))
     assert finished == [(1, 0), (1, 1)] and scripted_server.calls == 2
+
+
+def test_a_request_failed_after_its_retries_costs_only_itself_while_the_server_answers_health(scripted_server):
+    scripted_server.script = [500, 503]  # the first request to arrive fails twice: out of retries
+    url = f"http://127.0.0.1:{scripted_server.server_port}/v1"
+    engine = server_engine(url, model="m", retries=1, backoff_s=0.01, max_concurrency=1)
+    failed, answered = engine.generate([chat("Hi"), chat("Hello")])
+    assert failed.error.endswith('failed after 2 attempt(s): HTTP 503: {"error": "status 503"}'), failed.error
+    assert (failed.text, answered.text, answered.error) == ("", "ok", None)
+    # the same while /health does not answer: the server is at fault, and the call fails
+    scripted_server.script, scripted_server.health = [500], 503
+    with pytest.raises(ServerError, match=r"failed after 1 attempt\(s\): HTTP 500"):
+        server_engine(url, model="m", retries=0, max_concurrency=1).generate([chat("Hi"), chat("Hello")])
+
+
+def test_a_call_whose_requests_are_all_refused_for_one_reason_stops_the_command(scripted_server):
+    url = f"http://127.0.0.1:{scripted_server.server_port}/v1"
+    engine = server_engine(url, model="m", retries=0)
+    scripted_server.script = [400, 400, 400]
+    with pytest.raises(RefusedAll, match=r"^served refused all 3 requests of a call for one reason: HTTP 400: status"):
+        engine.generate([chat("Hi"), chat("Hello"), chat("Hey")])
+    # one request alone, or refusals beside an answer, cost only their dialogues
+    scripted_server.script = [400]
+    assert engine.generate([chat("Hi")])[0].error == "HTTP 400: status 400"
+    scripted_server.script = [400, 400]
+    assert [g.error is None for g in engine.generate([chat("Hi"), chat("Hello"), chat("Hey")])].count(True) == 1
+
+
+def test_an_unset_api_key_variable_sends_no_bearer(scripted_server, monkeypatch):
+    url = f"http://127.0.0.1:{scripted_server.server_port}/v1"
+    monkeypatch.delenv("PERSONALENS_TEST_KEY", raising=False)
+    server_engine(url, model="m", api_key_env="PERSONALENS_TEST_KEY").generate([chat("Hi")])
+    monkeypatch.setenv("PERSONALENS_TEST_KEY", "")
+    server_engine(url, model="m", api_key_env="PERSONALENS_TEST_KEY").generate([chat("Hi")])
+    monkeypatch.setenv("PERSONALENS_TEST_KEY", "s3cret")
+    server_engine(url, model="m", api_key_env="PERSONALENS_TEST_KEY").generate([chat("Hi")])
+    assert scripted_server.bearers == [None, None, "Bearer s3cret"]
+
+
+def test_the_connect_timeout_is_its_own_setting():
+    # a listening socket whose backlog is full and that accepts nothing: connections hang in SYN
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = []
+        try:
+            while len(fillers) < 8:  # until the backlog holds no more
+                fillers.append(socket.socket())
+                fillers[-1].settimeout(0.2)
+                fillers[-1].connect(("127.0.0.1", port))
+        except TimeoutError:
+            pass
+        try:
+            engine = server_engine(
+                f"http://127.0.0.1:{port}/v1", model="m", retries=0, timeout_s=600, connect_timeout_s=0.5
+            )
+            started = time.monotonic()
+            with pytest.raises(ServerError, match=r"failed after 1 attempt\(s\): timed out \(ConnectTimeout\)"):
+                engine.generate([chat("Hi")])
+            assert time.monotonic() - started < 10  # /metrics, the request and /health: 0.5 s each
+        finally:
+            for f in fillers:
+                f.close()
 
 
 @pytest.mark.parametrize("status", [401, 404])

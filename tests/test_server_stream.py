@@ -2,14 +2,16 @@
 vLLM's does (replies one after another reuse one kept-alive connection) and misbehaves on cue:
 a reply that starts late while /health answers (waited for: queueing is no failure), a stream that
 stalls after its first chunk (given up, its connection closed before it is sent again), a stream or a
-body cut mid-reply (retried, and reported), an error event in the stream (a refusal costs only its
-request; a server's fault is retried). The same rules against a real vLLM server are in
+body cut mid-reply (retried, and reported; after its retries it fails alone while /health answers),
+an error event in the stream (a refusal costs only its request; a server's fault is retried), a reply
+the server ended with finish_reason "abort" (no turn: retried). The same rules against a real vLLM server are in
 tests/test_server.py."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import select
 import threading
 import time
@@ -74,6 +76,11 @@ class _Streaming(BaseHTTPRequestHandler):
             return self._close()
         if step in ("cut-stream", "ended-early"):
             return self._close()
+        if step == "abort":  # vLLM's engine aborted the request mid-reply
+            self._event({"choices": [{"index": 0, "delta": {"content": "hel"}, "finish_reason": "abort"}]})
+            self._event(CHUNKS[-1])
+            self._write(b"data: [DONE]\n\n")
+            return self._write(b"")
         if step.startswith("error-"):  # vLLM's error event: the status it would have answered with
             status = int(step.removeprefix("error-"))
             self._event({"error": {"message": f"failed {status}", "type": "Error", "param": None, "code": status}})
@@ -180,9 +187,19 @@ def test_a_reply_cut_mid_body_is_retried_and_reported(streaming_server, caplog, 
         (out,) = engine_for(streaming_server, retries=1).generate([chat("Hi")])
     assert out.text == "hello" and len(streaming_server.arrivals) == 2
     assert reported in caplog.text
+    # out of retries: it fails alone (the server answers /health), and the call keeps the other reply
     streaming_server.script = [cut]
-    with pytest.raises(ServerError, match=rf"failed after 1 attempt\(s\): .*{reported[:20]}"):
-        engine_for(streaming_server, retries=0).generate([chat("Hi")])
+    failed, answered = engine_for(streaming_server, retries=0, max_concurrency=1).generate([chat("Hi"), chat("Yo")])
+    assert re.search(rf"failed after 1 attempt\(s\): .*{re.escape(reported[:20])}", failed.error), failed.error
+    assert (failed.text, answered.text, answered.error) == ("", "hello", None)
+
+
+def test_a_reply_the_server_aborted_is_no_turn_and_is_sent_again(streaming_server, caplog):
+    streaming_server.script = ["abort"]
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.serving.http"):
+        (out,) = engine_for(streaming_server, retries=1).generate([chat("Hi")])
+    assert (out.text, out.finish_reason) == ("hello", "stop") and len(streaming_server.arrivals) == 2
+    assert "the server aborted the request mid-reply; attempt 2 of 2" in caplog.text
 
 
 def test_an_error_event_refusing_the_request_costs_only_it_and_a_server_error_is_retried(streaming_server, caplog):

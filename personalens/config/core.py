@@ -25,6 +25,7 @@ _RUNTIME_ONLY = {
     "gpus",
     "replicas",
     "download",
+    "server_start_timeout_s",
 }
 # settings added to the model configs later, at the value that generates what configs without them
 # did: left out of the identity then, so runs started before they existed still resume

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from personalens.errors import PersonalensError
+
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 
 
@@ -42,8 +44,9 @@ class Request:
     messages: Sequence[Message]
     sampling: Sampling
     grammar: str | None = None  # an EBNF (GBNF) grammar the output must match
-    # the prompt as the engine's own tokenizer makes it from `messages` (engines/chat/token_ids.py); an engine
-    # with a `chat_tokenizer` then skips rendering and tokenizing, one without it uses `messages`
+    # the prompt as the engine's own tokenizer makes it from `messages` (engines/chat/token_ids.py); an
+    # in-process engine then skips rendering and tokenizing; a server engine (serving/engine.py) and an engine
+    # without a `chat_tokenizer` send `messages`
     prompt_ids: Sequence[int] | None = None
     # what identifies the conversation the request belongs to (`conversation`): a model's copies
     # (engines/replicated.py) answer a conversation's requests on one copy, whose prefix cache holds
@@ -74,7 +77,27 @@ class Generation:
         return self.error is not None and _OVER_CONTEXT.search(self.error) is not None
 
 
-_OVER_CONTEXT = re.compile(r"maximum context length|exceeds model's maximum", re.IGNORECASE)
+# vLLM's refusals of a prompt that leaves no room in the context: too long a prompt (in process and
+# from its server), and its server's answer to a prompt that fills the context exactly (it lowers
+# max_tokens to what is left, and refuses what leaves none)
+_OVER_CONTEXT = re.compile(
+    r"maximum context length|exceeds model's maximum|max_tokens must be at least 1", re.IGNORECASE
+)
+
+
+class RefusedAll(PersonalensError):
+    """Every request of a call was refused for one reason: a fault of the configuration (a chat
+    template that rejects a role, a missing grammar backend, a bad sampling option), not of any
+    request, which would otherwise mark every dialogue failed."""
+
+
+def check_refusals(engine: str, generations: Sequence[Generation]) -> None:
+    """Raises `RefusedAll` when two or more requests were all refused with one message, none of
+    them for too long a prompt (which is about each request)."""
+    reasons = {g.error for g in generations}
+    if len(generations) < 2 or len(reasons) != 1 or None in reasons or generations[0].over_context:
+        return
+    raise RefusedAll(f"{engine} refused all {len(generations)} requests of a call for one reason: {reasons.pop()}")
 
 
 def rejected(message: str, prompt_tokens: int = 0) -> Generation:
@@ -91,9 +114,11 @@ class Engine(Protocol):
     """Generates one reply per request, in one batched call, in request order. An engine may call
     `on_finished` as requests finish during the call; one that does not still returns them all.
     A request the engine refuses (too long a prompt, a bad parameter) comes back as a `rejected`
-    generation; only a failure of the engine itself (a dead server, out of memory) raises.
-    An engine that tokenizes prompts in this process also has `chat_tokenizer` (engines/chat/token_ids.py),
-    so callers can hand it `Request.prompt_ids` made incrementally, and `max_model_len`, its context."""
+    generation; only a failure of the engine itself (a dead server, out of memory) raises, and a
+    call whose requests were all refused for one reason (`check_refusals`).
+    An engine that knows its model's tokenizer also has `chat_tokenizer` (engines/chat/token_ids.py), so
+    callers can hand it `Request.prompt_ids` made incrementally and measure prompts before they are
+    sent, and `max_model_len`, its context (None where unknown)."""
 
     name: str  # the model name recorded in outputs
 

@@ -11,12 +11,14 @@ same call, so the engine always sees the largest batch there is; a step of more 
 requests for one engine is sent in calls of `chunk`, so a step's prompts in memory stay bounded.
 
 An engine with a `chat_tokenizer` gets each prompt as token ids kept per dialogue and role
-(engines/chat/token_ids.py): a turn costs the tokens it adds, not a new tokenization of the history.
+(engines/chat/token_ids.py): a turn costs the tokens it adds, not a new tokenization of the history. A server
+engine that knows its model's tokenizer has one too: it sends the messages, the ids measure them.
 
 Before a request is sent, a dialogue whose prompt (as kept ids) leaves less than its role's `room`
-inside the engine's `max_model_len` ends on context instead (dialogue.py); a request the engine
-refuses ends its dialogue alone, on context when the prompt was too long for the model, else as
-failed. The rest of the call goes on.
+inside the engine's `max_model_len` ends on context instead (dialogue.py), whether the model runs in
+this process or in a server, so both end the same dialogues; a request the engine refuses ends its
+dialogue alone, on context when the prompt was too long for the model, else as failed. The rest of
+the call goes on.
 
 Every call is traced (trace.py): its requests and tokens, and when its requests finished, from the
 engine's `on_finished` reports timestamped with `clock`."""
@@ -111,8 +113,8 @@ def fitting(
     """The requests whose prompt leaves at least their role's `room` tokens inside the engine's
     `max_model_len`, with their dialogues; the others' dialogues end on context. Prompts kept as ids
     are measured as they are; chat messages only where the engine tokenizes here (lockstep.token_ids
-    false); an engine without a known context or tokenizer (a server) keeps them all, and refuses
-    what does not fit (`answer`)."""
+    false); an engine without a known context or tokenizer (a server whose config names no
+    tokenizer) keeps them all, and refuses what does not fit (`answer`)."""
     limit = getattr(engine, "max_model_len", None)
     tokenizer = getattr(engine, "chat_tokenizer", None)
     if not limit or (tokenizer is None and any(r.prompt_ids is None for r in batch)):

@@ -47,7 +47,8 @@ def special_tokens(directory: Path) -> dict[str, str]:
 
 
 class TokenizerFiles:
-    """`apply_chat_template(..., tokenize=False)` and `__call__(texts, add_special_tokens=False)`."""
+    """`apply_chat_template(..., tokenize=False)` and `__call__(texts, add_special_tokens=False)`, with
+    the tokens' character offsets when asked (`return_offsets_mapping`, for tokens.PromptIds)."""
 
     def __init__(self, directory: Path):
         from tokenizers import Tokenizer
@@ -66,6 +67,9 @@ class TokenizerFiles:
             raise PersonalensError("the tokenizer has no chat template")
         return render_chat(self.chat_template, list(messages), **self._special)
 
-    def __call__(self, texts: Sequence[str], add_special_tokens: bool) -> dict:
+    def __call__(self, texts: Sequence[str], add_special_tokens: bool, return_offsets_mapping: bool = False) -> dict:
         encoded = self._tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
-        return {"input_ids": [e.ids for e in encoded]}
+        out = {"input_ids": [e.ids for e in encoded]}
+        if return_offsets_mapping:  # (start, end) characters of each token, as transformers gives them
+            out["offset_mapping"] = [e.offsets for e in encoded]
+        return out

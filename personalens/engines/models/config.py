@@ -48,6 +48,8 @@ class ServerConfig:
     # between two chunks of a streamed reply once it has started (server_http.py); before its first
     # chunk a request waits (queued in the server) as long as the server answers /health
     timeout_s: float = 600.0
+    # to open a connection: a server that accepts none for this long is down (retried as such)
+    connect_timeout_s: float = 30.0
     api_key_env: str | None = None  # name of an environment variable holding a bearer token
     # the key of a server personalens started (managed.py): never read from a config, never printed
     api_key: str | None = field(default=None, repr=False)
@@ -98,6 +100,9 @@ class ModelConfig:
     # GPUs of a managed server, as indices into this job's visible GPUs; None: the planner picks
     gpus: tuple[int, ...] | None = None
     replicas: int | str = REPLICAS_AUTO  # auto, or a whole number of engines >= 1
+    # how long a managed server (managed.py) may take to load and answer; a 70B model loads in
+    # minutes from a shared filesystem
+    server_start_timeout_s: float = 1800.0
     server: ServerConfig | None = field(default=None)
     # where `path` and `tokenizer` were found when they named hub ids (set by from_mapping, not configurable)
     snapshots: tuple[tuple[str, HubSnapshot], ...] = ()
@@ -145,6 +150,10 @@ class ModelConfig:
         if config.kv_cache_memory_bytes is not None and config.kv_cache_memory_bytes < 1:
             raise ModelConfigError(
                 f"{where}.kv_cache_memory_bytes: must be a positive number of bytes, got {config.kv_cache_memory_bytes}"
+            )
+        if config.server_start_timeout_s <= 0:
+            raise ModelConfigError(
+                f"{where}.server_start_timeout_s: must be positive, got {config.server_start_timeout_s}"
             )
         if config.cpu_reserved_cores is not None and config.cpu_reserved_cores < 0:
             raise ModelConfigError(f"{where}.cpu_reserved_cores: must be 0 or more, got {config.cpu_reserved_cores}")
@@ -221,8 +230,9 @@ def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
     ):
         if getattr(server, name) < least:
             raise ModelConfigError(f"{where}.server.{name}: must be {what}, got {getattr(server, name)}")
-    if server.timeout_s <= 0:
-        raise ModelConfigError(f"{where}.server.timeout_s: must be positive, got {server.timeout_s}")
+    for name in ("timeout_s", "connect_timeout_s"):
+        if getattr(server, name) <= 0:
+            raise ModelConfigError(f"{where}.server.{name}: must be positive, got {getattr(server, name)}")
     return server
 
 

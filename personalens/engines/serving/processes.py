@@ -76,7 +76,12 @@ class Launched:
             return "no answer on /health"
         if models.status_code != 200:
             return f"port {self.port} answers /health, but /v1/models refuses its key (HTTP {models.status_code})"
-        served = [m.get("id") for m in models.json().get("data", [])]
+        try:
+            served = [m.get("id") for m in models.json().get("data", [])]
+        except (ValueError, AttributeError):  # not an OpenAI models list: another program's port
+            return (
+                f"port {self.port} answers /health, but /v1/models is not a models list: port taken by another server"
+            )
         if self.model not in served:
             return f"port {self.port} answers /health, but serves {served}, not {self.model}"
         return None

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from personalens.engines.base import Generation, OnFinished, Request, rejected
+from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
 from personalens.engines.chat.messages import format_messages, resolve_system_role
 from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.dtype import local_dtype
@@ -60,22 +60,23 @@ class VllmEngine:
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         """One batched call: every request queued, then the engine stepped until all have finished.
-        A request vLLM refuses (its prompt too long, say) is answered as `rejected`; the rest run."""
+        A request vLLM refuses (its prompt too long, say) is answered as `rejected`; the rest run.
+        A call whose requests are all refused for one reason raises `RefusedAll`."""
         if not requests:
             return []
         self._stop.check()
         replies: list[Generation | None] = [None] * len(requests)
         queued = {}
-        for i, request in enumerate(requests):
-            request_id, refusal = self._queue(request)
-            if refusal is None:
-                queued[request_id] = i
-            else:
-                replies[i] = refusal
-        refused = len(requests) - len(queued)
-        if on_finished is not None and refused:
-            on_finished(refused, 0)
         try:
+            for i, request in enumerate(requests):
+                request_id, refusal = self._queue(request)
+                if refusal is None:
+                    queued[request_id] = i
+                else:
+                    replies[i] = refusal
+            refused = len(requests) - len(queued)
+            if on_finished is not None and refused:
+                on_finished(refused, 0)
             while queued:
                 for request_id, gen in self.finished():
                     replies[queued.pop(request_id)] = gen
@@ -86,6 +87,7 @@ class VllmEngine:
                 # the ids kept are those LLM.enqueue gave (external: vLLM's own, internal ids add a
                 # random suffix, so internal=True would match none and abort nothing)
                 self._llm.llm_engine.abort_request(list(queued), internal=False)
+        check_refusals(self.name, replies)
         return replies
 
     def submit(self, requests: Sequence[Request]) -> list[str]:
