@@ -4,13 +4,20 @@ over the one config in conf/, so `key=value`, `group=option`, `--cfg job` and `-
 from __future__ import annotations
 
 import importlib
+import inspect
+import signal
 import sys
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
+
+if TYPE_CHECKING:
+    from personalens.engines.stop import Stop
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,7 @@ def _usage() -> str:
     )
 
 
-def run(cfg: DictConfig) -> int:
+def run(cfg: DictConfig, stop: Stop | None = None) -> int:
     """generate, judge and report in one process, loading each model once (and only if needed)."""
     from personalens.config import run as R
     from personalens.judge.command import judge, settings
@@ -94,7 +101,7 @@ def run(cfg: DictConfig) -> int:
 
     settings(cfg)  # a judge setting that cannot work fails now, not after the dialogues
     engines = R.engines(cfg, ("user_agent", "assistant", "judge"))
-    code = generate(cfg, engines) or judge(cfg, engines)
+    code = generate(cfg, engines, stop) or judge(cfg, engines, stop)
     if code:
         return code
     from personalens.report.command import report  # matplotlib and pandas: seconds, only once there is a report
@@ -182,12 +189,23 @@ def main(argv: list[str] | None = None) -> None:
     @hydra.main(config_path=str(project_path("conf")), config_name="config", version_base="1.3")
     def app(cfg: DictConfig) -> None:
         from personalens import console
+        from personalens.engines.stop import Stop, Stopped
         from personalens.errors import PersonalensError
 
         log_file = _route_library_output(command, label, cfg)
         console.show_personalens_logs()
+        stop = Stop()
+        # the commands that take a `stop` check it between steps; SIGUSR1 is SLURM's warning signal
+        stops = {"stop": stop} if "stop" in inspect.signature(function).parameters else {}
         try:
-            code = function(cfg)
+            with stop.on_signals((signal.SIGTERM, signal.SIGUSR1)) if stops else nullcontext():
+                code = function(cfg, **stops)
+        except Stopped as err:
+            print(
+                f"personalens {label}: {err}; what was finished is written, run it again to resume",
+                file=console.err(),
+            )
+            sys.exit(err.exit_status)
         except PersonalensError as err:
             print(f"personalens {label}: error: {err}", file=console.err())
             sys.exit(2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
@@ -11,10 +12,15 @@ from personalens import config as C
 from personalens import console
 from personalens.config import run as R
 
+if TYPE_CHECKING:
+    from personalens.engines.stop import Stop
+
 ROLES = ("user_agent", "assistant")
 
 
-def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
+def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
+    """`stop`: checked after each lockstep step (engines/stop.py); a stopped run keeps every finished
+    step's turns, and running it again resumes its dialogues from them."""
     from personalens.engines.base import sampling_from
     from personalens.simulate.dialogue import EndRules
     from personalens.simulate.generate import Protocol, Scheduling
@@ -23,10 +29,12 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         DIALOGUE_SCHEMA,
         KEY_COLUMNS,
         TRACE_SCHEMA,
+        TURNS_SCHEMA,
         PartWriter,
         append_summary,
         existing_values,
         shard_dir,
+        stored_turns,
     )
 
     fidelity = R.fidelity(cfg)
@@ -52,6 +60,8 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
     load = engines or R.engines(cfg, ROLES)  # checks the models and their layout before the config is saved
     C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts)
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
+    turns = shard_dir(out_dir, "turns", cfg.shard.index, cfg.shard.count)
+    done = existing_values(folder, KEY_COLUMNS)
     print(f"generate: fidelity option {fidelity.name}, assistant prompt family {family}", file=console.err())
     summary = simulate(
         scenarios,
@@ -69,7 +79,10 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None) -> int:
         seed=int(cfg.seed),
         writer=PartWriter(folder, DIALOGUE_SCHEMA),
         trace_writer=PartWriter(shard_dir(out_dir, "trace", cfg.shard.index, cfg.shard.count), TRACE_SCHEMA),
-        done=existing_values(folder, KEY_COLUMNS),
+        turn_writer=PartWriter(turns, TURNS_SCHEMA),
+        stored=stored_turns(turns, skip=done),
+        stop=stop,
+        done=done,
         run_id=str(cfg.run.name),
         config_hash=digest,
         progress=bool(cfg.progress),
