@@ -22,6 +22,7 @@ from personalens.engines.base import Generation
 from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.stop import RESUMABLE, Stop, Stopped
+from personalens.report.compose import continued_by_shard
 from personalens.simulate import command as simulate_command
 from personalens.store import stored_turns
 
@@ -128,6 +129,8 @@ def test_a_stopped_generate_resumes_its_dialogues_from_their_stored_turns(tokeni
     assert len(sessions) == 2 and Counter(t["session_started"] for t in turns)[sessions[0]] == len(first.sent)
     for key, chain in stored_turns(out / "turns" / "shard-000-of-001").items():
         assert [t["text"] for t in chain] == [t["text"] for t in got[key]["turns"]]
+    # the report's provenance note counts the dialogues continued across the two invocations
+    assert continued_by_shard(out) == {"shard-000-of-001": len(partly)}
 
     # the command again: nothing left, nothing stored or written twice
     third = Seeded(tokenizer)
