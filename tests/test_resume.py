@@ -1,7 +1,8 @@
 """A `generate` stopped mid-dialogue resumes from the turns it stored (store/turns.py): through the
 `generate` command with a deterministic scripted engine that takes prompts as token ids from the
-embedded model's real tokenizer, stopped by a `Stop` between steps and by SIGKILL in the middle of
-a step (tests/test_generate_vllm.py stops the real vLLM engine with SIGTERM)."""
+embedded model's real tokenizer, stopped by a `Stop` between steps (lockstep and continuous) and by
+SIGKILL in the middle of a step (tests/test_generate_vllm.py stops the real vLLM engine with SIGTERM,
+tests/test_slurm.py a real SLURM job with its warning signal)."""
 
 from __future__ import annotations
 
@@ -176,3 +177,42 @@ def test_a_generate_killed_in_the_middle_of_a_step_loses_only_that_step(tokenize
         turn = got[tuple(t[c] for c in KEY)]["turns"][t["index"]]
         assert (turn["role"], turn["text"], turn["completion_tokens"]) == (t["role"], t["text"], t["completion_tokens"])
     assert len(stored(out)) == sum(len(r["turns"]) for r in got.values())
+
+
+class SeededSubmitting(Seeded):
+    """`Seeded` taking requests while it runs (scheduling=continuous): each `finished` returns up to
+    `per_step` of the replies submitted so far, and requests a stop on its `stop_at`-th call."""
+
+    def __init__(self, tokenizer: ChatTokenizer, stop: Stop | None = None, stop_at: int = 0, per_step: int = 5):
+        super().__init__(tokenizer)
+        self.stop, self.stop_at, self.per_step = stop, stop_at, per_step
+        self.pending: list[tuple[str, Generation]] = []
+        self.steps = 0
+
+    def submit(self, requests):
+        ids = [str(len(self.sent) + i) for i in range(len(requests))]
+        self.pending += zip(ids, self.generate(requests))
+        return ids
+
+    def finished(self):
+        self.steps += 1
+        if self.steps == self.stop_at:
+            self.stop.request(Stopped("stopped by the test", RESUMABLE))
+        done, self.pending = self.pending[: self.per_step], self.pending[self.per_step :]
+        return done
+
+
+def test_a_stopped_continuous_generate_resumes_from_the_turns_it_stored(tokenizer, never_stopped, tmp_path):
+    want, _ = never_stopped  # the replies depend on the seeds alone: continuous gives lockstep's dialogues
+    out = tmp_path / "run"
+    cfg = config(*OVERRIDES, "scheduling=continuous", f"run.out_dir={out}")
+    stop = Stop()
+    first = SeededSubmitting(tokenizer, stop, stop_at=12)
+    with pytest.raises(Stopped):
+        simulate_command.generate(cfg, engines(first), stop)
+    answered = len(first.sent) - len(first.pending)  # the replies the engine returned before the stop
+    assert 0 < len(stored(out)) == answered  # all of them stored, the ones still running not
+    second = SeededSubmitting(tokenizer)
+    assert simulate_command.generate(cfg, engines(second)) == 0
+    same_dialogues(by_key(read_rows(out / "dialogues")), want)
+    assert len(stored(out)) == sum(len(r["turns"]) for r in want.values())
