@@ -19,13 +19,15 @@ import pytest
 from cli_helpers import REPO, read_rows
 from test_fidelity import config
 
+from personalens.config import run as R
 from personalens.engines.base import Generation
 from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.stop import RESUMABLE, Stop, Stopped
+from personalens.errors import PersonalensError
 from personalens.report.compose import continued_by_shard
 from personalens.simulate import command as simulate_command
-from personalens.store import stored_turns
+from personalens.store import TURNS_SCHEMA, PartWriter, stored_turns
 
 # both users' scenarios, dialogues of up to 4 and 6 rounds: the stops land mid-dialogue
 OVERRIDES = ("data.users=0-1", "protocol.max_rounds_sd=4", "protocol.max_rounds_md=6")
@@ -216,3 +218,18 @@ def test_a_stopped_continuous_generate_resumes_from_the_turns_it_stored(tokenize
     assert simulate_command.generate(cfg, engines(second)) == 0
     same_dialogues(by_key(read_rows(out / "dialogues")), want)
     assert len(stored(out)) == sum(len(r["turns"]) for r in want.values())
+
+
+def test_stored_turns_changed_by_hand_are_refused_with_the_dialogue_named(tokenizer, tmp_path):
+    out = tmp_path / "run"
+    cfg = config(*OVERRIDES, f"run.out_dir={out}")
+    row = {"run_id": "default", "user_id": "user0", "setting": "base", "trial": 0, "role": "user", "text": "hi",
+           "prompt_tokens": 1, "completion_tokens": 1, "said_terminate": False, "session_started": 1.0}  # fmt: skip
+    task_id = R.scenarios(cfg)[0].task.task_id
+    PartWriter(out / "turns" / "shard-000-of-001", TURNS_SCHEMA).write(
+        [{**row, "task_id": task_id, "index": i} for i in (0, 1)]  # two user turns in a row
+    )
+    engine = Seeded(tokenizer)
+    with pytest.raises(PersonalensError, match=rf"cannot continue dialogue \('user0', '{task_id}'.*delete that shard"):
+        simulate_command.generate(cfg, engines(engine))
+    assert engine.sent == [] and read_rows(out / "dialogues") == []

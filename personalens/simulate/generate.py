@@ -185,7 +185,14 @@ def resume(todo: Sequence[Dialogue], stored: Mapping[DialogueKey, Sequence[dict]
     restored = 0
     for dialogue in todo:
         rows = stored.get(dialogue.key, ())
-        dialogue.resume([(TurnRecord(**{f: r[f] for f in _TURN_FIELDS}), r["said_terminate"]) for r in rows], now)
+        try:
+            dialogue.resume([(TurnRecord(**{f: r[f] for f in _TURN_FIELDS}), r["said_terminate"]) for r in rows], now)
+        except ValueError as err:
+            raise PersonalensError(
+                f"the stored turns of this shard (its turns/ folder) cannot continue dialogue {dialogue.key}: {err}; "
+                "they were changed by hand: delete that shard's turns/ folder to simulate its unfinished dialogues "
+                "from their openings"
+            ) from None
         restored += len(rows)
     return restored
 
