@@ -93,7 +93,7 @@ def warn_mid_dialogue(cluster: slurm_cluster.SlurmCluster, job: str, turns: Path
     while (fields := job_fields(cluster, job))["Restarts"] == "0" or fields["JobState"] != "PENDING":
         assert time.monotonic() < deadline, fields
         time.sleep(0.5)
-    cluster.run("scontrol", "update", f"JobId={job}", "BeginTime=now")
+    cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
 
 
 def keys(path: Path) -> list[tuple]:
