@@ -1,7 +1,7 @@
 """A `generate` stopped mid-dialogue resumes from the turns it stored (store/turns.py): through the
 `generate` command with a deterministic scripted engine that takes prompts as token ids from the
 embedded model's real tokenizer, stopped by a `Stop` between steps (lockstep and continuous) and by
-SIGKILL in the middle of a step (tests/test_generate_vllm.py stops the real vLLM engine with SIGTERM,
+SIGKILL in the middle of a step, and a `judge` stopped between part files (tests/test_generate_vllm.py stops the real vLLM engine with SIGTERM,
 tests/test_slurm.py a real SLURM job with its warning signal)."""
 
 from __future__ import annotations
@@ -233,3 +233,30 @@ def test_stored_turns_changed_by_hand_are_refused_with_the_dialogue_named(tokeni
     with pytest.raises(PersonalensError, match=rf"cannot continue dialogue \('user0', '{task_id}'.*delete that shard"):
         simulate_command.generate(cfg, engines(engine))
     assert engine.sent == [] and read_rows(out / "dialogues") == []
+
+
+def test_a_stopped_judge_keeps_its_written_part_files_and_resumes(tmp_path):
+    from test_fidelity import PromptRecorder
+
+    from personalens.judge import command as judge_command
+
+    out = tmp_path / "run"
+    cfg = config(f"run.out_dir={out}", "judging.chunk=4")
+    recorder = PromptRecorder()
+    assert simulate_command.generate(cfg, lambda: {"user_agent": recorder, "assistant": recorder}) == 0
+
+    class Stopping(PromptRecorder):
+        def generate(self, requests, on_finished=None):
+            if len(self.requests) == 8:  # during the third call
+                stop.request(Stopped("stopped by the test", RESUMABLE))
+            return super().generate(requests, on_finished)
+
+    stop, first = Stop(), Stopping()
+    with pytest.raises(Stopped):
+        judge_command.judge(cfg, lambda: {"judge": first}, stop)
+    assert len(first.requests) == 12 and len(read_rows(out / "judgments")) == 12  # the call in flight written
+    second = PromptRecorder()
+    assert judge_command.judge(cfg, lambda: {"judge": second}) == 0
+    judged = read_rows(out / "judgments")
+    keys = Counter((*(j[c] for c in KEY), j["dimension"], j["speaker"], j["turn"]) for j in judged)
+    assert max(keys.values()) == 1 and len(judged) == 12 + len(second.requests)
