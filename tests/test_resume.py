@@ -1,8 +1,9 @@
 """A `generate` stopped mid-dialogue resumes from the turns it stored (store/turns.py): through the
 `generate` command with a deterministic scripted engine that takes prompts as token ids from the
 embedded model's real tokenizer, stopped by a `Stop` between steps (lockstep and continuous) and by
-SIGKILL in the middle of a step, and a `judge` stopped between part files (tests/test_generate_vllm.py stops the real vLLM engine with SIGTERM,
-tests/test_slurm.py a real SLURM job with its warning signal)."""
+SIGKILL in the middle of a step, and a `judge` stopped between part files (tests/test_generate_vllm.py
+stops the real vLLM engine with SIGTERM, tests/test_slurm.py a real SLURM job with its warning
+signal)."""
 
 from __future__ import annotations
 
