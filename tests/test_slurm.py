@@ -25,13 +25,13 @@ from personalens.data import load_scenarios
 
 SHARDS = 2
 USERS, KINDS = "0-1", "SD"  # one user per shard, 7 dialogues
-# two rounds per dialogue (five turns: the signal lands mid-dialogue) and two judge dimensions: the
-# chain is under test here, not the dialogues
+# one round per dialogue (three turns: the signal lands in the second step, whose assistant replies
+# take seconds here) and two judge dimensions: the chain is under test here, not the dialogues
 OVERRIDES = [
     f"data.users={USERS}",
     f"data.kinds={KINDS}",
     "protocol=quick",
-    "protocol.max_rounds_sd=2",
+    "protocol.max_rounds_sd=1",
     "judging.dimensions=[task_completion,personalization]",
     "trials=1",
     "progress=false",
