@@ -5,10 +5,12 @@ command whose subject is a run takes its directory as RUN, one about data its DA
 from __future__ import annotations
 
 import importlib
+import inspect
 import signal
 import sys
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,7 +138,7 @@ def run(cfg: DictConfig, stop: Stop | None = None) -> int:
 
     settings(cfg)  # a judge setting that cannot work fails now, not after the dialogues
     engines = R.engines(cfg, ("user_agent", "assistant", "judge"), stop)
-    code = generate(cfg, engines) or judge(cfg, engines)
+    code = generate(cfg, engines, stop) or judge(cfg, engines, stop)
     if code:
         return code
     from personalens.report.command import report  # matplotlib and pandas: seconds, only once there is a report
@@ -234,19 +236,17 @@ def main(argv: list[str] | None = None) -> None:
 
         log_file = _route_library_output(command, label, cfg)
         console.show_personalens_logs()
-        # a command that loads models has one way to stop early (engines/stop.py): SIGTERM asks for
-        # it, its engines check it, and what it started is stopped when it ends, however it ends;
-        # the others end on SIGTERM as any process does
+        # a command that takes a `stop` (one that loads models) has one way to stop early
+        # (engines/stop.py): SIGTERM and SLURM's warning signal SIGUSR1 ask for it, its engines and
+        # steps check it, and what it started is stopped when it ends, however it ends
         stop = Stop()
+        stops = {"stop": stop} if "stop" in inspect.signature(function).parameters else {}
         try:
-            if command.logs_under:
-                with stop.on_signals((signal.SIGTERM,)):
-                    code = function(cfg, stop=stop)
-            else:
-                code = function(cfg)
+            with stop.on_signals((signal.SIGTERM, signal.SIGUSR1)) if stops else nullcontext():
+                code = function(cfg, **stops)
         except Stopped as err:
             print(
-                f"personalens {label}: {err}; what was finished is written: run the same command again to resume",
+                f"personalens {label}: {err}; what was finished is written, run it again to resume",
                 file=console.err(),
             )
             sys.exit(err.exit_status)

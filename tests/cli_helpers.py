@@ -36,18 +36,29 @@ def start_cli(*args: str, log: Path) -> subprocess.Popen:
         )
 
 
-def kill_once(proc: subprocess.Popen, ready: Callable[[], bool], log: Path, timeout: float = 600) -> None:
-    """SIGKILL a `start_cli` process and its vLLM workers as soon as `ready()` holds; fails if the
-    process ends first or `ready()` does not hold within `timeout` seconds."""
+def kill_once(
+    proc: subprocess.Popen, ready: Callable[[], bool], log: Path, timeout: float = 600, sig: int = signal.SIGKILL
+) -> int:
+    """Signal a `start_cli` process as soon as `ready()` holds and wait for it to end; its exit
+    status. SIGKILL goes to its whole group (every vLLM worker); another signal to personalens
+    alone, which must then end within `timeout` seconds, what it leaves of its group killed after it.
+    Fails if the process ends first or `ready()` does not hold within `timeout` seconds."""
     deadline = time.monotonic() + timeout
     try:
         while not ready():
             assert proc.poll() is None, Path(log).read_text()[-4000:]
             assert time.monotonic() < deadline, f"not ready after {timeout} s: {Path(log).read_text()[-4000:]}"
             time.sleep(0.2)
+        if sig != signal.SIGKILL:
+            os.kill(proc.pid, sig)
+            proc.wait(timeout=timeout)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # the whole group ended
         proc.wait()
+    return proc.returncode
 
 
 def parent_pid(pid: int) -> int:

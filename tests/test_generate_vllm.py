@@ -1,9 +1,10 @@
 """`personalens generate` end to end through the real vLLM engine on the embedded model:
-well-formed Parquet, resume after a kill, refusal to mix configurations."""
+well-formed Parquet, resume mid-dialogue after SIGTERM, refusal to mix configurations."""
 
 from __future__ import annotations
 
 import re
+import signal
 from collections import Counter
 
 import pytest
@@ -85,10 +86,10 @@ def test_generate_writes_one_wellformed_row_per_dialogue_and_resumes(tmp_path):
     assert len(read_rows(out / "dialogues")) == len(rows)
 
 
-def test_a_killed_run_resumes_with_no_dialogue_lost_or_duplicated(tmp_path):
+def test_a_stopped_run_resumes_mid_dialogue_with_no_turn_lost_or_duplicated(tmp_path):
     out = tmp_path / "run"
-    # single-domain dialogues end after 1 round, multi-domain ones after 4: the kill lands after
-    # the first part file (the SD dialogues) and before the MD dialogues finish
+    # single-domain dialogues end after 1 round, multi-domain ones after 4: SIGTERM lands after the
+    # first part file (the SD dialogues) and before the MD dialogues finish
     args = [
         "generate",
         "data.users=0",
@@ -98,13 +99,17 @@ def test_a_killed_run_resumes_with_no_dialogue_lost_or_duplicated(tmp_path):
         f"run.out_dir={out}",
         "progress=false",
     ]
-    proc = start_cli(*args, log=tmp_path / "first.log")
-    kill_once(proc, lambda: any((out / "dialogues").rglob("part-*.parquet")), tmp_path / "first.log")
+    log = tmp_path / "first.log"
+    proc = start_cli(*args, log=log)
+    status = kill_once(proc, lambda: any((out / "dialogues").rglob("part-*.parquet")), log, sig=signal.SIGTERM)
+    # it finished the step in flight, stored its turns, and stopped as asked
+    assert status == 128 + signal.SIGTERM and "stopped by SIGTERM" in log.read_text(), log.read_text()[-4000:]
     before = read_rows(out / "dialogues")
     assert before and len(before) < len(expected_keys("0"))
+    stored = read_rows(out / "turns")
 
     # resumed with verbose=true: the libraries' logs come to the terminal's stderr, stdout stays empty
-    log_file = out / "logs" / "generate.log"  # written by the killed run
+    log_file = out / "logs" / "generate.log"  # written by the stopped run
     logged = log_file.read_text()
     resumed = run_cli(*args, "verbose=true")
     assert "(EngineCore pid=" in resumed.stderr and resumed.stdout == ""
@@ -113,15 +118,27 @@ def test_a_killed_run_resumes_with_no_dialogue_lost_or_duplicated(tmp_path):
     counts = Counter(keys(after))
     assert set(counts) == expected_keys("0")
     assert max(counts.values()) == 1
-    # the dialogues written before the kill were kept, not simulated again
+    # the dialogues written before the stop were kept, not simulated again
     first = {k: r["turns"] for k, r in zip(keys(before), before)}
     assert all(r["turns"] == first[k] for k, r in zip(keys(after), after) if k in first)
-    # the step trace: the killed run's steps (its first at least, written before any dialogue
-    # finished), then the resumed run's, appended under its own session
+    # the unfinished ones went on from their stored turns, which they still hold unchanged
+    final = dict(zip(keys(after), after))
+    unfinished = {(t["user_id"], t["task_id"], t["setting"], t["trial"]) for t in stored} - set(first)
+    resumed_from = re.search(r"(\d+) resumed from (\d+) stored turns", resumed.stderr)
+    assert unfinished and resumed_from and int(resumed_from[1]) == len(unfinished), resumed.stderr[-3000:]
+    for t in stored:
+        turn = final[(t["user_id"], t["task_id"], t["setting"], t["trial"])]["turns"][t["index"]]
+        assert {f: turn[f] for f in ("role", "text", "completion_tokens")} == {
+            f: t[f] for f in ("role", "text", "completion_tokens")
+        }
+    turns = read_rows(out / "turns")
+    assert len(turns) == sum(len(r["turns"]) for r in after)  # every turn stored once
+    # the step trace: the stopped run's steps, then the resumed run's, appended under its own session
     sessions = Counter(r["session_started"] for r in read_rows(out / "trace"))
     assert len(sessions) == 2 and min(sessions) < max(sessions)
     assert all(n >= 1 for n in sessions.values())
-    # each dialogue names the invocation that wrote it: the kept ones the killed run, the rest the resumed one
+    assert {t["session_started"] for t in turns} == set(sessions)
+    # each dialogue names the invocation that wrote it: the kept ones the stopped run, the rest the resumed one
     written_by = {k: r["session_started"] for k, r in zip(keys(after), after)}
     assert set(written_by.values()) == set(sessions)
     assert {written_by[k] for k in first} == {min(sessions)}

@@ -10,7 +10,7 @@ import pytest
 from run_rows import dialogue_row, judgment_row
 
 from personalens.merge.check import merge
-from personalens.store import DIALOGUE_SCHEMA, JUDGMENT_SCHEMA
+from personalens.store import DIALOGUE_SCHEMA, JUDGMENT_SCHEMA, TURNS_SCHEMA, PartWriter
 
 DIMENSIONS = ["task_completion", "personalization", "naturalness", "coherence"]
 # naturalness and coherence are scored once per speaker
@@ -104,6 +104,36 @@ def test_missing_shard_folder_names_that_shard_and_writes_nothing(tmp_path):
     assert "shard 1 of 2" in text and "shard 0 of 2" not in text
     assert "4 dialogues missing (user2: SD-Alarm-task-1, MD-task-3" in text
     assert "--array=1" in text
+    assert merged_files(tmp_path) == []
+
+
+def turn_rows(key: tuple, turns: int, session: float) -> list[dict]:
+    user, task, setting, trial = key
+    return [
+        {"run_id": "r", "user_id": user, "task_id": task, "setting": setting, "trial": trial, "index": i,
+         "role": ("user", "assistant")[i % 2], "text": "t", "prompt_tokens": 3, "completion_tokens": 1,
+         "said_terminate": False, "session_started": session}
+        for i in range(turns)
+    ]  # fmt: skip
+
+
+def test_a_partly_simulated_shard_says_how_many_of_its_missing_dialogues_resume_from_stored_turns(tmp_path):
+    write_run(tmp_path)
+    missing = sorted(k for k, s in EXPECTED.items() if s == 1)
+    for part in (tmp_path / "dialogues" / "shard-001-of-002").iterdir():
+        part.unlink()
+    turns = PartWriter(tmp_path / "turns" / "shard-001-of-002", TURNS_SCHEMA)
+    turns.write(turn_rows(missing[0], 3, 1.0) + turn_rows(missing[1], 2, 1.0))
+    turns.write(turn_rows(missing[0], 2, 2.0))  # the same turns again, by a stale copy of the job: counted once
+    # a finished dialogue's turns (shard 0): not partial, not counted
+    PartWriter(tmp_path / "turns" / "shard-000-of-002", TURNS_SCHEMA).write(turn_rows(sorted(EXPECTED)[0], 4, 1.0))
+
+    result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
+    (shard,) = result.problems
+    assert (shard.index, shard.partial_dialogues, shard.stored_turns) == (1, 2, 5)
+    assert "4 dialogues missing (user2: SD-Alarm-task-1, MD-task-3), 2 of them partly simulated (5 turns stored" in (
+        result.format()
+    )
     assert merged_files(tmp_path) == []
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import REPO, run_cli
+from test_merge import turn_rows
 
 from personalens.data import load_scenarios
 from personalens.engines.models.embedded import EmbeddedModelError, embedded_model_dir
@@ -20,6 +21,7 @@ from personalens.errors import PersonalensError
 from personalens.plan.budget import Fixed, PerDialogue, Turns, cap_turns, fit_history, per_dialogue, turns_at_cap
 from personalens.plan.schedule import Rates, array_size, parse_time_limit, shard_loads
 from personalens.simulate.dialogue import Dialogue, EndRules
+from personalens.store import TURNS_SCHEMA, PartWriter
 
 ARCHITECTURES = Path(__file__).parent / "fixtures" / "architectures"
 
@@ -192,10 +194,16 @@ def test_plan_refuses_the_same_models_on_one_gpu_and_says_why(tmp_path, paper_mo
 
 
 def test_plan_on_the_quickstart_config_takes_seconds_and_imports_neither_vllm_nor_torch(tmp_path):
+    # a run a stopped generate left partly simulated: one dialogue's first three turns stored
+    out = tmp_path / "run"
+    PartWriter(out / "turns" / "shard-000-of-001", TURNS_SCHEMA).write(
+        turn_rows(("user0", "SD-Alarm-task-1", "base", 0), 3, 1.0)
+    )
     code = (
         "import atexit, sys; "
         "atexit.register(lambda: print('LOADED', 'vllm' in sys.modules, 'torch' in sys.modules)); "
-        f"from personalens import cli; cli.main(['plan', 'protocol=quick', 'plan.out={tmp_path / 'plan.json'}'])"
+        f"from personalens import cli; cli.main(['plan', 'protocol=quick', 'plan.out={tmp_path / 'plan.json'}', "
+        f"'run.out_dir={out}'])"
     )
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -205,6 +213,8 @@ def test_plan_on_the_quickstart_config_takes_seconds_and_imports_neither_vllm_no
     assert "placement: not planned: no GPU here and none given" in proc.stdout
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["tokens"]["first_prompts"]["user_agent_total"] > 0 and "unknown" in plan["time"]
+    assert plan["selection"]["written"] == {"dialogues": 0, "partial_shards": {"0": {"dialogues": 1, "turns": 3}}}
+    assert "partly simulated by a stopped generate, which resumes them: shard 0: 1 (3 turns stored)" in proc.stdout
 
 
 def test_the_share_of_dialogues_ending_on_context_at_a_shorter_max_model_len():

@@ -34,6 +34,12 @@ def test_a_resumed_shard_and_mixed_shard_counts_are_named_per_run_and_table():
         "`c`: dialogues written by more than one `generate` invocation (resumed): shard-000-of-001 by 2",
     )
     assert mixed_runs([], dialogues[:2])[0].startswith("`a`: judgments written by more than one `judge` invocation")
+    # dialogues continued mid-dialogue: named per run and shard, first; a run with none is not
+    continued = {"a": {"shard-000-of-002": 3, "shard-001-of-002": 0}, "b": {"shard-000-of-001": 0}}
+    assert mixed_runs([], [], continued) == (
+        "`a`: 3 dialogue(s) continued mid-dialogue from the turns a stopped `generate` stored, their turns from "
+        "more than one invocation: shard-000-of-002 3",
+    )
 
 
 def test_the_report_names_a_run_extended_by_a_second_invocation_and_one_under_two_shard_counts(tmp_path):

@@ -1,26 +1,32 @@
 """slurm/submit.sh on a real single-node SLURM cluster: the generate -> judge -> merge+report
 chain over 2 shards of the bundled sample, run with the embedded model on the CPU: first with one
-shard failing (the chain stops at merge, which names it), then that shard alone resubmitted, after
-which the merged run holds exactly the selection.
+shard failing (the chain stops at merge, which names it) and the other one's generate sent SLURM's
+warning signal mid-dialogue (it stops, requeues itself and resumes from its stored turns), then the
+failed shard alone resubmitted, after which the merged run holds exactly the selection.
 
 Each generate/judge job loads vLLM, so this takes minutes; the cluster runs one job at a time."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import slurm_cluster
+from cli_helpers import read_rows
 
 from personalens.data import load_scenarios
 
 SHARDS = 2
 USERS, KINDS = "0-1", "SD"  # one user per shard, 7 dialogues
-# one round per dialogue and two judge dimensions: the chain is under test here, not the dialogues
+# one round per dialogue (three turns: the signal lands in the second step, whose assistant replies
+# take seconds here) and two judge dimensions: the chain is under test here, not the dialogues
 OVERRIDES = [
     f"data.users={USERS}",
     f"data.kinds={KINDS}",
@@ -71,6 +77,25 @@ def submit(
     return dict(line.split() for line in done.stdout.splitlines())
 
 
+def job_fields(cluster: slurm_cluster.SlurmCluster, job: str) -> dict[str, str]:
+    return dict(re.findall(r"(\w+)=(\S*)", cluster.run("scontrol", "show", "job", "--oneliner", job, attempts=5)))
+
+
+def warn_mid_dialogue(cluster: slurm_cluster.SlurmCluster, job: str, turns: Path, timeout: float) -> None:
+    """Send `job` SLURM's warning signal as `--signal=B:USR1@300` does before the time limit, once
+    its first step's turns are stored; then start its requeued run at once (SLURM holds a requeued
+    job for about two minutes first)."""
+    deadline = time.monotonic() + timeout
+    while not any(turns.glob("part-*.parquet")):
+        assert time.monotonic() < deadline and job_fields(cluster, job)["JobState"] in ("PENDING", "RUNNING")
+        time.sleep(0.2)
+    cluster.run("scancel", "--batch", "--signal=USR1", job)
+    while (fields := job_fields(cluster, job))["Restarts"] == "0" or fields["JobState"] != "PENDING":
+        assert time.monotonic() < deadline, fields
+        time.sleep(0.5)
+    cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+
+
 def keys(path: Path) -> list[tuple]:
     table = pq.read_table(path, columns=KEY_COLUMNS)
     return sorted(zip(*(table.column(c).to_pylist() for c in KEY_COLUMNS)))
@@ -86,6 +111,8 @@ def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(cl
     blocker.parent.mkdir(parents=True)
     blocker.write_text("not a folder")
     jobs = submit(cluster, tmp_path, out_dir)
+    turns = out_dir / "turns" / f"shard-000-of-{SHARDS:03d}"
+    warn_mid_dialogue(cluster, f"{jobs['generate']}_0", turns, CHAIN_TIMEOUT)
     states = cluster.wait(list(jobs.values()), CHAIN_TIMEOUT)
     logs = cluster.job_logs(tmp_path / "logs")
     assert states == {
@@ -99,6 +126,21 @@ def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(cl
     assert "shard 1 of 2" in merge_log and "shard 0 of 2" not in merge_log, logs
     assert not (out_dir / "merged").exists()
     assert not (out_dir / "report" / "report.md").exists()
+    # shard 0's generate stopped on the signal (exit 75), requeued itself and finished on its second
+    # run: the turns of the stopped run's steps kept as they were, none simulated twice
+    generate_log = (tmp_path / "logs" / f"pl-generate-{jobs['generate']}_0.log").read_text()
+    assert "stopped by SIGUSR1" in generate_log and "requeued" in generate_log, logs
+    assert job_fields(cluster, f"{jobs['generate']}_0")["Restarts"] == "1"
+    stored = read_rows(turns)
+    by_session = Counter(t["session_started"] for t in stored)
+    assert len(by_session) == 2, by_session
+    assert max(Counter((t["user_id"], t["task_id"], t["index"]) for t in stored).values()) == 1
+    dialogues = {(r["user_id"], r["task_id"]): r["turns"] for r in read_rows(out_dir / "dialogues" / turns.name)}
+    stopped_run = [t for t in stored if t["session_started"] == min(by_session)]
+    resumed_run = {(t["user_id"], t["task_id"]) for t in stored if t["session_started"] == max(by_session)}
+    assert {(t["user_id"], t["task_id"]) for t in stopped_run} & resumed_run  # stopped mid-dialogue
+    for t in stopped_run:
+        assert dialogues[(t["user_id"], t["task_id"])][t["index"]]["text"] == t["text"]
 
     blocker.unlink()
     again = submit(cluster, tmp_path, out_dir, array="1")

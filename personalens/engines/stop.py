@@ -29,6 +29,11 @@ from personalens.errors import PersonalensError
 T = TypeVar("T")
 
 POLL_S = 0.2  # how often a wait looks at the stop
+# SLURM's warning signal before the time limit (slurm/*.sbatch ask for SIGUSR1): exit 75 (EX_TEMPFAIL,
+# "try again"), which the batch script takes as stopped and resumable and requeues the job on; any
+# other signal N: 128 + N, as shells report it
+RESUMABLE = 75
+EXIT_STATUSES = {signal.SIGUSR1: RESUMABLE}
 
 
 class Stopped(PersonalensError):
@@ -107,16 +112,16 @@ class Stop:
 
     @contextmanager
     def on_signals(self, signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> Iterator[Stop]:
-        """While the block runs, each of `signals` requests a stop (exit status 128 + N); the handlers
-        before are restored after it. Outside the main thread, where Python takes no handlers, it
-        installs none."""
+        """While the block runs, each of `signals` requests a stop (exit status `EXIT_STATUSES`, else
+        128 + N); the handlers before are restored after it. Outside the main thread, where Python
+        takes no handlers, it installs none."""
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
 
         def handler(signum: int, frame: object) -> None:
             name = signal.Signals(signum).name
-            self.request(Stopped(f"stopped by {name}", 128 + signum))
+            self.request(Stopped(f"stopped by {name}", EXIT_STATUSES.get(signum, 128 + signum)))
 
         before = {s: signal.signal(s, handler) for s in signals}
         try:

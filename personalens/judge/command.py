@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
@@ -13,8 +14,12 @@ from personalens.config import run as R
 from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 
+if TYPE_CHECKING:
+    from personalens.engines.stop import Stop
+
 
 def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
+    """`stop`: checked after each part file of judgments (engines/stop.py); running it again resumes."""
     from personalens.engines.base import sampling_from
     from personalens.judge.run import judge as score
     from personalens.store import append_summary, read_table, shard_dir
@@ -53,6 +58,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
         progress=bool(cfg.progress),
         formats=formats,
         chunk=chunk,
+        stop=stop,
     )
     if summary.judgments:
         append_summary(out_dir, "judge", cfg.shard.index, cfg.shard.count, summary)

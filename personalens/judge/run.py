@@ -13,6 +13,7 @@ from pathlib import Path
 from personalens.data.records import Scenario, Turn
 from personalens.engines.base import Engine, Generation, Request, Sampling, conversation
 from personalens.engines.progress import generate_in_chunks
+from personalens.engines.stop import Stop
 from personalens.judge.formats import FORMATS, JudgeFormat, Verdict, format_for
 from personalens.progress import prompt_usage
 from personalens.prompts.render import SPEAKERS, judge_messages
@@ -113,10 +114,12 @@ def judge(
     progress: bool = True,
     formats: Mapping[str, JudgeFormat] = FORMATS,
     chunk: int = CHUNK,
+    stop: Stop | None = None,
 ) -> JudgeSummary:
     """Judge what is not judged yet; returns what was done. `load_engine` is
     called only when there is something to judge; `formats` are the output grammars and parsers;
-    each `chunk` judgments are one generate call and one part file."""
+    each `chunk` judgments are one generate call and one part file. `stop` is checked after each
+    part file is written (engines/stop.py)."""
     for dim in dimensions:
         format_for(dim, formats)  # an unknown dimension fails before any model call
     writer = PartWriter(folder, JUDGMENT_SCHEMA)
@@ -180,6 +183,8 @@ def judge(
         counts["prompt_tokens"] += sum(g.prompt_tokens for g in generations)
         counts["cached_tokens"] += sum(g.cached_tokens for g in generations)
         counts["completion_tokens"] += sum(g.completion_tokens for g in generations)
+        if stop is not None:
+            stop.check()
 
     generate_in_chunks(
         items, requests, load_engine, write, label="judge", unit="judgment", progress=progress, chunk=chunk

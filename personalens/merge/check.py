@@ -2,7 +2,9 @@
 exactly once, with all its whole-dialogue judgments, and only then write the merged tables.
 
 Problems are grouped by shard so that a user knows which array task to re-run: missing items by
-the shard that should hold them, duplicated and unexpected ones by the folder they were found in."""
+the shard that should hold them, duplicated and unexpected ones by the folder they were found in.
+A missing dialogue with turns stored in its shard's `turns/` table was partly simulated by a run
+that stopped (store/turns.py): re-running the shard resumes it from those turns."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from personalens.prompts.render import SPEAKERS
-from personalens.store import JUDGMENT_KEY, KEY_COLUMNS, read_table, shard_dir
+from personalens.store import JUDGMENT_KEY, KEY_COLUMNS, partial_dialogues, read_table, shard_dir
 
 DialogueKey = tuple[str, str, str, int]  # user_id, task_id, setting, trial
 JudgmentKey = tuple[str, str, str, int, str, str, int]  # + dimension, speaker, turn
@@ -35,6 +37,8 @@ class ShardProblems:
     count: int
     no_dialogue_files: bool = False  # its dialogues folder is absent or empty
     missing_dialogues: tuple[DialogueKey, ...] = ()
+    partial_dialogues: int = 0  # of the missing dialogues, those with turns stored (a stopped run's)
+    stored_turns: int = 0  # the turns stored for them
     duplicated_dialogues: tuple[DialogueKey, ...] = ()
     unexpected_dialogues: tuple[DialogueKey, ...] = ()
     missing_judgments: tuple[JudgmentKey, ...] = ()
@@ -47,8 +51,14 @@ class ShardProblems:
         return bool(self.missing_dialogues or self.missing_judgments)
 
     def format(self) -> str:
+        partly = (
+            f", {self.partial_dialogues} of them partly simulated ({self.stored_turns} turns stored, which "
+            "re-running the shard resumes from)"
+            if self.partial_dialogues
+            else ""
+        )
         parts = [
-            f"{len(items)} {what} ({_examples(items)})"
+            f"{len(items)} {what} ({_examples(items)}){partly if what == 'dialogues missing' else ''}"
             for what, items in (
                 ("dialogues missing", self.missing_dialogues),
                 ("dialogues duplicated", self.duplicated_dialogues),
@@ -138,6 +148,7 @@ def merge(
             count=shard[1],
             no_dialogue_files=shard not in dialogues,
             **{kind: tuple(items) for kind, items in kinds.items()},
+            **_partly_simulated(out_dir, shard, kinds.get("missing_dialogues", ())),
         )
         for shard, kinds in sorted(problems.items(), key=lambda item: item[0][::-1])
         if any(kinds.values())
@@ -168,6 +179,15 @@ def _read_shards(out_dir: Path, table: str) -> dict[Shard, pa.Table]:
         if data is not None and data.num_rows:
             tables[(int(match[1]), int(match[2]))] = data
     return tables
+
+
+def _partly_simulated(out_dir: Path, shard: Shard, missing: Sequence[DialogueKey]) -> dict[str, int]:
+    """How many of a shard's missing dialogues have turns stored, and how many turns."""
+    if not missing:
+        return {}
+    stored = partial_dialogues(shard_dir(out_dir, "turns", *shard), ())
+    turns = [stored[key] for key in missing if key in stored]
+    return {"partial_dialogues": len(turns), "stored_turns": sum(turns)}
 
 
 def _keys(table: pa.Table, columns: Sequence[str]) -> list[tuple]:

@@ -59,7 +59,26 @@ def selection(cfg: DictConfig, scenarios: list) -> dict:
         "dialogues": {kind: n * trials for kind, n in kinds.items()},
         "shards": count,
         "largest_shard": max(loads, key=lambda load: sum(load.values())),
+        **({"written": written} if (written := progress(cfg, count)) else {}),
     }
+
+
+def progress(cfg: DictConfig, count: int) -> dict | None:
+    """What run.out_dir already holds of this shard count's dialogues: those written whole, and those
+    a stopped `generate` partly simulated (turns stored), by shard, which running it again resumes
+    (store/turns.py); None where it holds none."""
+    from pathlib import Path
+
+    from personalens.store import KEY_COLUMNS, existing_values, partial_dialogues, shard_dir
+
+    out_dir, written, partial = Path(cfg.run.out_dir), 0, {}
+    for index in range(count):
+        done = existing_values(shard_dir(out_dir, "dialogues", index, count), KEY_COLUMNS)
+        stored = partial_dialogues(shard_dir(out_dir, "turns", index, count), done)
+        written += len(done)
+        if stored:
+            partial[index] = {"dialogues": len(stored), "turns": sum(stored.values())}
+    return {"dialogues": written, "partial_shards": partial} if written or partial else None
 
 
 def placement(

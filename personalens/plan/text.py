@@ -35,6 +35,18 @@ def _selection(s: Mapping) -> list[str]:
         f"selection: {s['users']} user(s), {sum(s['scenarios'].values())} scenarios ({kinds}) x {s['trials']} "
         f"trial(s) = {dialogues} dialogues, in {s['shards']} shard(s) by user; the largest: {largest} dialogues",
         f"  data: {s['data_root']}",
+        *_written(s.get("written")),
+    ]
+
+
+def _written(w: Mapping | None) -> list[str]:
+    if w is None:
+        return []
+    partial = w["partial_shards"]
+    where = "; ".join(f"shard {k}: {p['dialogues']} ({p['turns']} turns stored)" for k, p in partial.items())
+    return [
+        f"  already in run.out_dir: {w['dialogues']} dialogues written"
+        + (f"; partly simulated by a stopped generate, which resumes them: {where}" if partial else "")
     ]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from personalens.report.provenance import mixed_runs
 from personalens.report.result import Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
 from personalens.store.results import KINDS, RunData, load_runs
+from personalens.store.turns import continued_dialogues
 from personalens.tables import render
 from personalens.tables.render import write_tables
 from personalens.tables.stats import Bootstrap
@@ -50,8 +51,14 @@ def build_report(
         Bootstrap(bootstrap, seed),
         tuple(figure5_domains),
         tuple(read_setup(d) for d in dirs),
+        {str(d): continued_by_shard(d) for d in dirs},
     )
     return replace(report, files=write_report(report, html_dialogues))
+
+
+def continued_by_shard(run_dir: Path) -> dict[str, int]:
+    """Per shard folder of a run, the dialogues whose turns come from more than one `generate`."""
+    return {folder.name: continued_dialogues(folder) for folder in sorted((run_dir / "turns").glob("shard-*"))}
 
 
 def compute_report(
@@ -61,14 +68,16 @@ def compute_report(
     boot: Bootstrap,
     figure5_domains: tuple[str, ...],
     setups: tuple[RunSetup, ...] = (),
+    continued: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Report:
     """The tables; `setups` (one per run) give the fidelity option, which decides Figure 4's task
-    kinds and whether Table 3 shows the paper's published rows (`official` only)."""
+    kinds and whether Table 3 shows the paper's published rows (`official` only); `continued` (run ->
+    shard folder -> dialogues) the dialogues resumed mid-dialogue, which the provenance note names."""
     j = data.judgments
     shared = common_fidelity(setups) if setups else None
     official = shared is not None and shared.option.reproduces_release
     context = context_note(data.dialogues)
-    mixed = mixed_runs(data.dialogues, data.judgments)
+    mixed = mixed_runs(data.dialogues, data.judgments, continued)
     notes = (
         ((_setup_note(setups),) if setups else ())
         + ((context,) if context else ())

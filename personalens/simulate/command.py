@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
@@ -12,10 +13,15 @@ from personalens import console
 from personalens.config import run as R
 from personalens.engines.stop import Stop
 
+if TYPE_CHECKING:
+    from personalens.engines.stop import Stop
+
 ROLES = ("user_agent", "assistant")
 
 
 def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
+    """`stop`: checked after each lockstep step (engines/stop.py); a stopped run keeps every finished
+    step's turns, and running it again resumes its dialogues from them."""
     from personalens.engines.base import sampling_from
     from personalens.simulate.dialogue import EndRules
     from personalens.simulate.generate import Protocol, Scheduling
@@ -24,10 +30,12 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         DIALOGUE_SCHEMA,
         KEY_COLUMNS,
         TRACE_SCHEMA,
+        TURNS_SCHEMA,
         PartWriter,
         append_summary,
         existing_values,
         shard_dir,
+        stored_turns,
     )
 
     fidelity = R.fidelity(cfg)
@@ -53,6 +61,8 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
     load = engines or R.engines(cfg, ROLES, stop)  # checks the models and their layout before the config is saved
     C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts)
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
+    turns = shard_dir(out_dir, "turns", cfg.shard.index, cfg.shard.count)
+    done = existing_values(folder, KEY_COLUMNS)
     print(f"generate: fidelity option {fidelity.name}, assistant prompt family {family}", file=console.err())
     summary = simulate(
         scenarios,
@@ -70,7 +80,10 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         seed=int(cfg.seed),
         writer=PartWriter(folder, DIALOGUE_SCHEMA),
         trace_writer=PartWriter(shard_dir(out_dir, "trace", cfg.shard.index, cfg.shard.count), TRACE_SCHEMA),
-        done=existing_values(folder, KEY_COLUMNS),
+        turn_writer=PartWriter(turns, TURNS_SCHEMA),
+        stored=stored_turns(turns, skip=done),
+        stop=stop,
+        done=done,
         run_id=str(cfg.run.name),
         config_hash=digest,
         progress=bool(cfg.progress),

@@ -18,6 +18,7 @@ refused a request of the dialogue for another reason (kept with the message, not
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -112,23 +113,42 @@ class Dialogue:
         now: float,
         finish_reason: str | None = None,
     ) -> None:
-        if role != self.waiting_on:
-            raise ValueError(f"dialogue {self.key} is waiting on {self.waiting_on}, got a {role} reply")
+        said = role == "user" and self.rules.says_terminate(text)
+        if said and self.turns:  # kept in the opening, which it does not end
+            text = self.rules.without_terminate(text)
+        self._append(TurnRecord(role, text, prompt_tokens, completion_tokens, finish_reason), said, now)
         if self.started is None:
             self.started = now
+
+    def resume(self, stored: Sequence[tuple[TurnRecord, bool]], now: float) -> None:
+        """Replays turns a stopped run stored (each with whether it said TERMINATE, which its text no
+        longer holds), so that the dialogue goes on where it stood; one that they end ends at `now`."""
+        for turn, said in stored:
+            self._append(turn, said, now)
+
+    def said_terminate(self, index: int) -> bool:
+        """Whether turn `index` was a user reply that said TERMINATE: the opening, or the user reply
+        that made the dialogue end after one more assistant reply (always its last user reply)."""
+        if index == 0:
+            return self.opening_terminate
+        if not self.terminating:
+            return False
+        return index == max(i for i, t in enumerate(self.turns) if t.role == "user")
+
+    def _append(self, turn: TurnRecord, said_terminate: bool, now: float) -> None:
+        if turn.role != self.waiting_on:
+            raise ValueError(f"dialogue {self.key} is waiting on {self.waiting_on}, got a {turn.role} reply")
         opening = not self.turns
-        if role == "user":
-            said_terminate = self.rules.says_terminate(text)
+        if turn.role == "user":
             if opening:
                 self.opening_terminate = said_terminate
             elif said_terminate:
                 self.terminating = True
-                text = self.rules.without_terminate(text)
-        self.turns.append(TurnRecord(role, text, prompt_tokens, completion_tokens, finish_reason))
+        self.turns.append(turn)
         capped = self.rounds >= self.max_rounds and not self.terminating
-        if role == "assistant" and self.terminating:
+        if turn.role == "assistant" and self.terminating:
             self._end("terminated", now)
-        elif capped and not opening and role == ("user" if self.rules.reply_after_cap else "assistant"):
+        elif capped and not opening and turn.role == ("user" if self.rules.reply_after_cap else "assistant"):
             self._end("max_rounds", now)
 
     def out_of_context(self, now: float, error: str | None = None) -> None:

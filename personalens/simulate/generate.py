@@ -1,9 +1,19 @@
 """`generate`: simulate every (scenario, trial) of a shard in lockstep and stream the finished
 dialogues to Parquet, skipping the ones a previous run already wrote; each step's batched calls go
-to the trace beside them (trace.py)."""
+to the trace beside them (trace.py).
+
+Each step's new turns are appended to the shard's `turns/` table as the step ends, before its
+finished dialogues are written (store/turns.py). A run stopped at any point (a `Stop` it was asked
+for between steps, SIGKILL anywhere) therefore loses at most the step in flight: running it again
+rebuilds each unfinished dialogue from its stored turns and continues it with the seeds it would
+have had, its prompts rendered from the same history and tokenized anew (engines/chat/token_ids.py
+makes spliced prompt ids equal to a whole tokenization, so the engine gets the ids a never-stopped
+run sends). `scheduling=continuous` appends the turns at most every `CONTINUOUS_TURNS_S` seconds
+and whenever dialogues finish."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -11,18 +21,22 @@ from dataclasses import dataclass, field
 
 from personalens.data.records import Role, Scenario
 from personalens.engines.base import Engine, Sampling, derive_seed
+from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 from personalens.progress import Progress, prompt_usage
 from personalens.prompts.render import assistant_messages, user_agent_messages
 from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import Templates
 from personalens.simulate.continuous import run_continuous
-from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules
+from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules, TurnRecord
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
 from personalens.simulate.trace import CallTrace, TraceTotals
 from personalens.store import ENDING_NAMES, ENDINGS, PartWriter
 
 log = logging.getLogger(__name__)
+
+CONTINUOUS_TURNS_S = 30.0  # scheduling=continuous: the longest a simulated turn waits to be stored
+_TURN_FIELDS = tuple(f.name for f in dataclasses.fields(TurnRecord))
 
 
 @dataclass(frozen=True)
@@ -76,14 +90,16 @@ class GenerateSummary:
     trace: TraceTotals = field(default_factory=TraceTotals)
     ended: dict[str, int] = field(default_factory=dict)  # dialogues per ending (dialogue.py ENDINGS)
     cut: dict[str, int] = field(default_factory=dict)  # replies cut at max_tokens, per role
+    resumed: int = 0  # dialogues continued from the turns an earlier, stopped invocation stored
+    resumed_turns: int = 0  # the stored turns they started from
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
         endings = ", ".join(f"{self.ended.get(e, 0)} {ENDING_NAMES[e]}" for e in ENDINGS)
         cut = ", ".join(f"{role} {n}" for role, n in sorted(self.cut.items())) or "none"
         return (
-            f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped), "
-            f"{self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
+            f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped; "
+            f"{self.resumed} resumed from {self.resumed_turns} stored turns), {self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
             f"({rate:.1f} tokens/s); ended: {endings}; replies cut at max_tokens: {cut}; "
             f"{prompt_usage(self.prompt_tokens, self.cached_tokens)}; {self.trace.line()}"
         )
@@ -164,6 +180,43 @@ def dialogue_row(
     }
 
 
+def resume(todo: Sequence[Dialogue], stored: Mapping[DialogueKey, Sequence[dict]], now: float) -> int:
+    """Continues each dialogue of `todo` from its stored turns (store/turns.py rows); how many turns
+    that restored."""
+    restored = 0
+    for dialogue in todo:
+        rows = stored.get(dialogue.key, ())
+        try:
+            dialogue.resume([(TurnRecord(**{f: r[f] for f in _TURN_FIELDS}), r["said_terminate"]) for r in rows], now)
+        except ValueError as err:
+            raise PersonalensError(
+                f"the stored turns of this shard (its turns/ folder) cannot continue dialogue {dialogue.key}: {err}; "
+                "they were changed by hand: delete that shard's turns/ folder to simulate its unfinished dialogues "
+                "from their openings"
+            ) from None
+        restored += len(rows)
+    return restored
+
+
+def turn_rows(dialogue: Dialogue, start: int, run_id: str, session_started: float) -> list[dict]:
+    """The store/turns.py rows of the dialogue's turns from `start` on."""
+    user_id, task_id, setting, trial = dialogue.key
+    return [
+        {
+            "run_id": run_id,
+            "user_id": user_id,
+            "task_id": task_id,
+            "setting": setting,
+            "trial": trial,
+            "index": index,
+            **vars(turn),
+            "said_terminate": dialogue.said_terminate(index),
+            "session_started": session_started,
+        }
+        for index, turn in enumerate(dialogue.turns[start:], start)
+    ]
+
+
 def trace_row(trace: CallTrace, run_id: str, session_started: float) -> dict:
     return {"run_id": run_id, "session_started": session_started, **vars(trace), "roles": list(trace.roles)}
 
@@ -179,6 +232,9 @@ def generate(
     seed: int,
     writer: PartWriter,
     trace_writer: PartWriter | None = None,
+    turn_writer: PartWriter | None = None,
+    stored: Mapping[DialogueKey, Sequence[dict]] | None = None,
+    stop: Stop | None = None,
     done: set[DialogueKey],
     run_id: str,
     config_hash: str,
@@ -187,18 +243,40 @@ def generate(
     scheduling: Scheduling = Scheduling(),
 ) -> GenerateSummary:
     """`load_engines` is called only when there is something to simulate; `trace_writer` receives
-    one part file of trace rows per step (None: no trace)."""
+    one part file of trace rows per step (None: no trace), `turn_writer` one of the step's new turns
+    (None: none kept). `stored`: the turns a stopped invocation stored, by dialogue (store/turns.py),
+    which its unfinished dialogues continue from. `stop` is checked after each step, once its turns
+    are written: a requested stop raises there (engines/stop.py)."""
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
+    session_started = time.time()  # tells a resumed run's dialogues and calls from the earlier runs' ones
+    resumed_turns = resume(todo, stored or {}, time.monotonic())
+    resumed = sum(bool(d.turns) for d in todo)
     engines = load_engines() if todo else {}
+    if stop is not None:
+        stop.check()
 
     bar = Progress(total=len(todo), label="generate", unit="dialogue", enabled=progress)
     totals = {"turns": 0, "tokens": 0, "prompt": 0, "cached": 0}
     traced = TraceTotals()
     ended: dict[str, int] = {}
     cut: dict[str, int] = {}
-    session_started = time.time()  # tells a resumed run's dialogues and calls from the earlier runs' ones
+    stored_up_to = {id(d): len(d.turns) for d in todo}  # turns of each dialogue in the turns table
+    continuous = scheduling.mode == "continuous"
+    turns_stored_at = time.monotonic()
+
+    def store_turns() -> None:
+        nonlocal turns_stored_at
+        turns_stored_at = time.monotonic()
+        rows = []
+        for d in todo:
+            if len(d.turns) > stored_up_to[id(d)]:
+                rows += turn_rows(d, stored_up_to[id(d)], run_id, session_started)
+                stored_up_to[id(d)] = len(d.turns)
+        if turn_writer is not None:
+            turn_writer.write(rows)
 
     def on_finished(finished: list[Dialogue]) -> None:
+        store_turns()  # first: a dialogue is only ever written with its turns stored
         writer.write([dialogue_row(d, run_id, engines, config_hash, session_started) for d in finished])
         for dialogue in finished:
             ended[dialogue.ended] = ended.get(dialogue.ended, 0) + 1
@@ -216,27 +294,36 @@ def generate(
         if trace_writer is not None:
             trace_writer.write([trace_row(t, run_id, session_started) for t in stats.calls])
         bar.update(stats.finished, active=stats.active, tokens=stats.completion_tokens)
+        stopping = stop is not None and stop.requested
+        if not continuous or stopping or time.monotonic() - turns_stored_at >= CONTINUOUS_TURNS_S:
+            store_turns()
+        if stop is not None:
+            stop.check()
 
     started = time.monotonic()
     render = renderer(templates, setting, family)
-    continuous = scheduling.mode == "continuous"
+    ended_on_resume = [d for d in todo if d.ended is not None]  # stopped after their last turn was stored
+    if ended_on_resume:
+        on_finished(ended_on_resume)
     run, options = (
         (run_continuous, {"in_flight": scheduling.in_flight})
         if continuous
         else (run_lockstep, {"chunk": scheduling.chunk, "cohorts": scheduling.cohorts})
     )
-    run(
-        todo,
-        engines,
-        render,
-        protocol.sampling,
-        on_finished,
-        on_step,
-        keep_ids=scheduling.keep_ids,
-        room=protocol.room(),
-        **options,
-    )
-    bar.close()
+    try:
+        run(
+            todo,
+            engines,
+            render,
+            protocol.sampling,
+            on_finished,
+            on_step,
+            keep_ids=scheduling.keep_ids,
+            room=protocol.room(),
+            **options,
+        )
+    finally:
+        bar.close()
     summary = GenerateSummary(
         len(todo),
         skipped,
@@ -248,6 +335,8 @@ def generate(
         traced,
         ended,
         cut,
+        resumed,
+        resumed_turns,
     )
     log.info(summary.line())
     return summary

@@ -13,8 +13,10 @@ from personalens.store.schema import (
     SCORE_RANGES,
     TRACE_SCHEMA,
     TURN_TYPE,
+    TURNS_SCHEMA,
 )
 from personalens.store.summaries import append_summary, read_summaries
+from personalens.store.turns import continued_dialogues, partial_dialogues, stored_turns
 
 __all__ = [
     "PartWriter",
@@ -31,6 +33,10 @@ __all__ = [
     "SCORE_RANGES",
     "TRACE_SCHEMA",
     "TURN_TYPE",
+    "TURNS_SCHEMA",
+    "continued_dialogues",
+    "partial_dialogues",
+    "stored_turns",
     "append_summary",
     "read_summaries",
 ]

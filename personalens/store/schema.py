@@ -44,6 +44,21 @@ DIALOGUE_SCHEMA = pa.schema(
     ]
 )
 
+# one row per turn of `generate`, appended as each lockstep step ends (continuous: as they finish),
+# so that a stopped shard resumes its unfinished dialogues from their stored turns
+# (personalens/store/turns.py); a dialogue's row in DIALOGUE_SCHEMA still holds all its turns
+TURNS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        *((c, pa.string()) for c in KEY_COLUMNS[:3]),
+        ("trial", pa.int32()),
+        ("index", pa.int32()),  # the turn's place in its dialogue, from 0 (the user agent's opening)
+        *((f.name, f.type) for f in TURN_TYPE),
+        ("said_terminate", pa.bool_()),  # a user reply that said TERMINATE (the word is removed from `text`)
+        ("session_started", pa.float64()),  # the `generate` invocation that simulated the turn
+    ]
+)
+
 # how a dialogue ended (its `ended`; personalens/simulate/dialogue.py), and how summaries and the
 # report name each ending
 ENDINGS = ("terminated", "max_rounds", "context", "failed")
