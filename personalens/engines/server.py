@@ -36,6 +36,7 @@ class ServerEngine:
         # `system_role: false` folds the system prompt
         self._system_role = config.system_role is not False
         self._model = config.server.model
+        self._template_kwargs = config.template_kwargs
         self._kv_tokens: int | None = None
         self._kv_asked = False
         self._sizes = PromptSizes()
@@ -63,7 +64,9 @@ class ServerEngine:
             async def one(request: Request) -> Generation:
                 async with slots:
                     try:
-                        generation = await client.complete(chat_body(model, request, self._system_role))
+                        generation = await client.complete(
+                            chat_body(model, request, self._system_role, self._template_kwargs)
+                        )
                     except Refused as refusal:
                         return rejected(str(refusal))
                     self._sizes.add(request, generation.prompt_tokens)
@@ -110,8 +113,12 @@ class ServerEngine:
         return self._model
 
 
-def chat_body(model: str, request: Request, system_role: bool) -> dict[str, Any]:
-    """The JSON body of one chat completion; grammars use vLLM's structured-outputs extension."""
+def chat_body(
+    model: str, request: Request, system_role: bool, template_kwargs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JSON body of one chat completion; grammars use vLLM's structured-outputs extension, and
+    the model's chat_template_kwargs (enable_thinking, ...) vLLM's `chat_template_kwargs`, which its
+    reasoning parser reads too."""
     s = request.sampling
     body: dict[str, Any] = {
         "model": model,
@@ -126,4 +133,6 @@ def chat_body(model: str, request: Request, system_role: bool) -> dict[str, Any]
         body["min_tokens"] = s.min_tokens  # a vLLM extension, sent only when asked for
     if request.grammar:
         body["structured_outputs"] = {"grammar": request.grammar}
+    if template_kwargs:
+        body["chat_template_kwargs"] = dict(template_kwargs)
     return body
