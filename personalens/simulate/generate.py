@@ -75,15 +75,22 @@ class GenerateSummary:
     trace: TraceTotals = field(default_factory=TraceTotals)
     ended: dict[str, int] = field(default_factory=dict)  # dialogues per ending (dialogue.py ENDINGS)
     cut: dict[str, int] = field(default_factory=dict)  # replies cut at max_tokens, per role
+    # a reasoning model's thinking tokens per role (those of replies that stopped inside it included)
+    thinking: dict[str, int] = field(default_factory=dict)
+    stopped: dict[str, int] = field(default_factory=dict)  # replies that stopped inside their thinking, per role
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
         endings = ", ".join(f"{self.ended.get(e, 0)} {ENDING_NAMES[e]}" for e in ENDINGS)
         cut = ", ".join(f"{role} {n}" for role, n in sorted(self.cut.items())) or "none"
+        thinking = ", ".join(
+            f"{role} {n} ({self.stopped.get(role, 0)} stopped in it)" for role, n in sorted(self.thinking.items()) if n
+        )
         return (
             f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped), "
             f"{self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
             f"({rate:.1f} tokens/s); ended: {endings}; replies cut at max_tokens: {cut}; "
+            f"thinking tokens: {thinking or 'none'}; "
             f"{prompt_usage(self.prompt_tokens, self.cached_tokens)}; {self.trace.line()}"
         )
 
@@ -195,6 +202,8 @@ def generate(
     traced = TraceTotals()
     ended: dict[str, int] = {}
     cut: dict[str, int] = {}
+    thinking: dict[str, int] = {}
+    stopped: dict[str, int] = {}
     session_started = time.time()  # tells a resumed run's dialogues and calls from the earlier runs' ones
 
     def on_finished(finished: list[Dialogue]) -> None:
@@ -203,6 +212,11 @@ def generate(
             ended[dialogue.ended] = ended.get(dialogue.ended, 0) + 1
             for turn in dialogue.turns:
                 cut[turn.role] = cut.get(turn.role, 0) + (turn.finish_reason == "length")
+                thinking[turn.role] = thinking.get(turn.role, 0) + (turn.reasoning_tokens or 0)
+            if dialogue.stopped is not None:
+                role, tokens = dialogue.stopped
+                stopped[role] = stopped.get(role, 0) + 1
+                thinking[role] = thinking.get(role, 0) + tokens
             dialogue.turns = []  # written: a shard's memory holds the text of running dialogues only
 
     def on_step(stats: StepStats) -> None:
@@ -247,6 +261,8 @@ def generate(
         traced,
         ended,
         cut,
+        thinking,
+        stopped,
     )
     log.info(summary.line())
     return summary
