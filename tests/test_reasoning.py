@@ -14,6 +14,7 @@ from personalens.engines.reasoning import (
     opens_thinking,
     split_ids,
     split_text,
+    thinking_tokens,
     with_split,
 )
 from personalens.engines.server_http import _generation
@@ -118,3 +119,12 @@ def test_server_replies_reasoning_field_content_field_and_text():
     assert (cut.text, cut.finish_reason) == ("", THINKING)
     unparsed = _generation(_reply({"content": "<think>Weigh it.</think>Take the train."}), "s")
     assert (unparsed.text, unparsed.reasoning) == ("Take the train.", "Weigh it.")
+
+
+def test_text_splits_are_counted_on_the_ids_where_the_end_marker_is_one_token():
+    end = frozenset({2})
+    closed = thinking_tokens(split_text("<think>weigh it</think>go"), [1, 7, 8, 2, 9], end)
+    assert (closed.answer, closed.reasoning_tokens) == ("go", 4)
+    assert thinking_tokens(split_text("<think>weigh"), [1, 7], end).reasoning_tokens == 2
+    assert thinking_tokens(split_text("go"), [9], end).reasoning_tokens == 0
+    assert thinking_tokens(split_text("<think>a</think>go"), [5, 6], frozenset()).reasoning_tokens is None

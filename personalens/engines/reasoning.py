@@ -67,6 +67,19 @@ def split_text(text: str, opened: bool = False) -> Split:
     return Split(text)
 
 
+def thinking_tokens(split: Split, output_ids: Sequence[int], end_ids: frozenset[int]) -> Split:
+    """A text split with its thinking counted on the output ids: up to and including the last
+    end-of-thinking token (`end_ids`: the ids of the end markers that are single tokens), or every
+    token when the thinking never ended. Left uncounted where the end marker is no single token."""
+    ids = list(output_ids)
+    if not split.closed:
+        return dataclasses.replace(split, reasoning_tokens=len(ids))
+    ends = [i for i, token in enumerate(ids) if token in end_ids]
+    if not split.reasoning and not ends:
+        return dataclasses.replace(split, reasoning_tokens=0)
+    return dataclasses.replace(split, reasoning_tokens=ends[-1] + 1 if ends else None)
+
+
 def split_ids(
     parser: Any, output_ids: Sequence[int], decode: Callable[[Sequence[int]], str], opened: bool = False
 ) -> Split:

@@ -17,7 +17,15 @@ from personalens.engines.chat import format_messages, resolve_system_role
 from personalens.engines.config import ModelConfig, ModelConfigError
 from personalens.engines.dtype import local_dtype
 from personalens.engines.embedded import model_path
-from personalens.engines.reasoning import PAIRS, load_parser, opens_thinking, split_ids, split_text, with_split
+from personalens.engines.reasoning import (
+    PAIRS,
+    load_parser,
+    opens_thinking,
+    split_ids,
+    split_text,
+    thinking_tokens,
+    with_split,
+)
 from personalens.engines.tokens import ChatTokenizer
 from personalens.engines.vllm_args import engine_args
 from personalens.engines.vllm_check import check_in_process
@@ -54,6 +62,9 @@ class VllmEngine:
         self.chat_tokenizer = ChatTokenizer(tokenizer, self._system_role, config.template_kwargs)
         self._template_kwargs = config.template_kwargs or None
         self._parser = self._reasoning_parser(config, tokenizer)
+        vocab = tokenizer.get_vocab()
+        # the end markers that are single tokens, by which the text fallback counts thinking tokens
+        self._end_ids = frozenset(vocab[end] for _, end in PAIRS if end in vocab)
         self.max_model_len = self._llm.llm_engine.model_config.max_model_len
         # failures of the engine itself, which stop the command; anything else raised while adding a
         # request is vLLM refusing that request
@@ -136,7 +147,7 @@ class VllmEngine:
         tail = tokenizer.decode(list(out.prompt_token_ids[-_PROMPT_TAIL:]), skip_special_tokens=False)
         opened = opens_thinking(tail, pairs)
         if self._parser is None:
-            return with_split(gen, split_text(reply.text, opened))
+            return with_split(gen, thinking_tokens(split_text(reply.text, opened), reply.token_ids, self._end_ids))
 
         def decode(ids):
             return tokenizer.decode(list(ids), skip_special_tokens=True)
