@@ -121,10 +121,25 @@ def test_server_replies_reasoning_field_content_field_and_text():
     assert (unparsed.text, unparsed.reasoning) == ("Take the train.", "Weigh it.")
 
 
-def test_text_splits_are_counted_on_the_ids_where_the_end_marker_is_one_token():
-    end = frozenset({2})
-    closed = thinking_tokens(split_text("<think>weigh it</think>go"), [1, 7, 8, 2, 9], end)
-    assert (closed.answer, closed.reasoning_tokens) == ("go", 4)
-    assert thinking_tokens(split_text("<think>weigh"), [1, 7], end).reasoning_tokens == 2
-    assert thinking_tokens(split_text("go"), [9], end).reasoning_tokens == 0
-    assert thinking_tokens(split_text("<think>a</think>go"), [5, 6], frozenset()).reasoning_tokens is None
+def test_text_splits_are_counted_on_the_ids_up_to_the_end_marker_in_one_token_or_several():
+    vocab = ["<think>", "</think>", "</", "think>", "weigh", " it", "go"]
+
+    def decode(ids):
+        return "".join(vocab[i] for i in ids)
+
+    for ids, thinking in (([0, 4, 5, 1, 6], 4), ([0, 4, 5, 2, 3, 6], 5), ([4, 5, 1, 6], 3)):
+        text = decode(ids)
+        split = thinking_tokens(split_text(text), text, ids, decode)
+        assert (split.answer, split.reasoning, split.reasoning_tokens) == ("go", "weigh it", thinking)
+    assert thinking_tokens(split_text("<think>weigh"), "<think>weigh", [0, 4], decode).reasoning_tokens == 2
+    assert thinking_tokens(split_text("go"), "go", [6], decode).reasoning_tokens == 0
+
+
+def test_a_servers_request_carries_the_models_template_kwargs():
+    from engine_fixtures import chat
+
+    from personalens.engines.server import chat_body
+
+    body = chat_body("m", chat("Hi"), system_role=True, template_kwargs={"enable_thinking": False})
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "chat_template_kwargs" not in chat_body("m", chat("Hi"), system_role=True)

@@ -67,17 +67,26 @@ def split_text(text: str, opened: bool = False) -> Split:
     return Split(text)
 
 
-def thinking_tokens(split: Split, output_ids: Sequence[int], end_ids: frozenset[int]) -> Split:
-    """A text split with its thinking counted on the output ids: up to and including the last
-    end-of-thinking token (`end_ids`: the ids of the end markers that are single tokens), or every
-    token when the thinking never ended. Left uncounted where the end marker is no single token."""
+def thinking_tokens(
+    split: Split, text: str, output_ids: Sequence[int], decode: Callable[[Sequence[int]], str]
+) -> Split:
+    """A split of a reply's `text` with its thinking counted on the reply's ids: the fewest first ids
+    whose text (`decode`) reaches past the last end-of-thinking marker (a marker may be one token or
+    several), or every id when the thinking never ended."""
     ids = list(output_ids)
     if not split.closed:
         return dataclasses.replace(split, reasoning_tokens=len(ids))
-    ends = [i for i, token in enumerate(ids) if token in end_ids]
-    if not split.reasoning and not ends:
+    ends = [text.rfind(end) + len(end) for _, end in PAIRS if end in text]
+    if not ends:
         return dataclasses.replace(split, reasoning_tokens=0)
-    return dataclasses.replace(split, reasoning_tokens=ends[-1] + 1 if ends else None)
+    reach, low, high = max(ends), 1, len(ids)
+    while low < high:  # decoded prefixes only grow: the first long enough
+        middle = (low + high) // 2
+        if len(decode(ids[:middle])) >= reach:
+            high = middle
+        else:
+            low = middle + 1
+    return dataclasses.replace(split, reasoning_tokens=low)
 
 
 def split_ids(

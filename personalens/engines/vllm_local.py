@@ -62,9 +62,6 @@ class VllmEngine:
         self.chat_tokenizer = ChatTokenizer(tokenizer, self._system_role, config.template_kwargs)
         self._template_kwargs = config.template_kwargs or None
         self._parser = self._reasoning_parser(config, tokenizer)
-        vocab = tokenizer.get_vocab()
-        # the end markers that are single tokens, by which the text fallback counts thinking tokens
-        self._end_ids = frozenset(vocab[end] for _, end in PAIRS if end in vocab)
         self.max_model_len = self._llm.llm_engine.model_config.max_model_len
         # failures of the engine itself, which stop the command; anything else raised while adding a
         # request is vLLM refusing that request
@@ -146,12 +143,12 @@ class VllmEngine:
             pairs = ((self._parser.reasoning_start_str or "", self._parser.reasoning_end_str),)
         tail = tokenizer.decode(list(out.prompt_token_ids[-_PROMPT_TAIL:]), skip_special_tokens=False)
         opened = opens_thinking(tail, pairs)
-        if self._parser is None:
-            return with_split(gen, thinking_tokens(split_text(reply.text, opened), reply.token_ids, self._end_ids))
 
         def decode(ids):
             return tokenizer.decode(list(ids), skip_special_tokens=True)
 
+        if self._parser is None:
+            return with_split(gen, thinking_tokens(split_text(reply.text, opened), reply.text, reply.token_ids, decode))
         return with_split(gen, split_ids(self._parser, reply.token_ids, decode, opened))
 
     def _queue(self, request: Request) -> tuple[str, Generation | None]:
