@@ -115,7 +115,18 @@ def test_embedded_default_config_loads():
     assert config.path is None and config.engine == "vllm" and config.system_role == "auto"
 
 
-@pytest.mark.parametrize("name", ["llama31_8b", "llama31_70b", "mistral7b_v02", "mixtral8x7b"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama31_8b",
+        "llama31_70b",
+        "mistral7b_v02",
+        "mixtral8x7b",
+        "qwen3_8b",
+        "gpt_oss_20b",
+        "deepseek_r1_distill_qwen_7b",
+    ],
+)
 def test_ready_made_configs_name_their_hub_id_or_a_directory(name, tmp_path, monkeypatch):
     import huggingface_hub.constants
 

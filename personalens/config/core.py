@@ -29,7 +29,13 @@ _RUNTIME_ONLY = {
 }
 # settings added to the model configs later, at the value that generates what configs without them
 # did: left out of the identity then, so runs started before they existed still resume
-_ADDED_AT = {"load_format": "auto", "revision": None}
+_ADDED_AT = {
+    "load_format": "auto",
+    "revision": None,
+    "reasoning_parser": None,
+    "chat_template_kwargs": {},
+    "history_reasoning": "family",
+}
 
 
 def register_resolvers() -> None:

@@ -65,10 +65,21 @@ class Generation:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens served from the prefix cache; 0 where the engine does not say
-    finish_reason: str | None = None  # why the reply stopped: "stop", or "length" (cut at max_tokens)
+    # why the reply stopped: "stop", "length" (cut at max_tokens), or "thinking" (it stopped inside its
+    # thinking, so it has no answer: engines/chat/reasoning.py)
+    finish_reason: str | None = None
     # set when the engine refused this one request (its message; the text is then empty); the other
     # requests of the call are answered as usual
     error: str | None = None
+    # a reasoning model's thinking, split from the answer in `text` (engines/chat/reasoning.py), and the
+    # tokens it took of completion_tokens (None where the engine saw thinking but could not count it)
+    reasoning: str = ""
+    reasoning_tokens: int | None = 0
+
+    @property
+    def answer_tokens(self) -> int | None:
+        """Completion tokens of the answer alone (None where the thinking's are not known)."""
+        return None if self.reasoning_tokens is None else self.completion_tokens - self.reasoning_tokens
 
     @property
     def over_context(self) -> bool:

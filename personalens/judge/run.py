@@ -12,6 +12,7 @@ from pathlib import Path
 
 from personalens.data.records import Scenario, Turn
 from personalens.engines.base import Engine, Generation, Request, Sampling, conversation
+from personalens.engines.chat.reasoning import THINKING
 from personalens.engines.progress import generate_in_chunks
 from personalens.engines.stop import Stop
 from personalens.judge.formats import FORMATS, JudgeFormat, Verdict, format_for
@@ -64,6 +65,8 @@ class JudgeSummary:
     kept_out_of_range: int
     refused: int = 0  # requests the judge's engine refused (a prompt longer than its context, say)
     cut: int = 0  # outputs cut at max_tokens before a valid score
+    thinking: int = 0  # outputs that stopped inside a reasoning judge's thinking (no output to parse)
+    reasoning_tokens: int = 0  # of completion_tokens, a reasoning judge's thinking (as far as counted)
 
 
 def failure(verdict: Verdict, gen: Generation) -> str | None:
@@ -72,6 +75,8 @@ def failure(verdict: Verdict, gen: Generation) -> str | None:
         return f"prompt does not fit the judge's context: {gen.error}" if gen.over_context else f"refused: {gen.error}"
     if verdict.parsed:
         return None
+    if gen.finish_reason == THINKING:
+        return f"stopped inside its thinking at {gen.completion_tokens} tokens"
     if gen.finish_reason == "length":
         return f"cut at {gen.completion_tokens} tokens"
     return "no valid score"
@@ -136,7 +141,18 @@ def judge(
         log.warning(f"judge: {empty} dialogues ended on context before their first turn and are not judged")
     items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
     counts = dict.fromkeys(
-        ("failed", "kept_out_of_range", "refused", "cut", "prompt_tokens", "cached_tokens", "completion_tokens"), 0
+        (
+            "failed",
+            "kept_out_of_range",
+            "refused",
+            "cut",
+            "thinking",
+            "reasoning_tokens",
+            "prompt_tokens",
+            "cached_tokens",
+            "completion_tokens",
+        ),
+        0,
     )
     started = time.monotonic()
     session_started = time.time()
@@ -157,11 +173,16 @@ def judge(
         rows = []
         for item, gen in zip(chunk, generations):
             judge_format = format_for(item.dimension, formats)
-            verdict = judge_format.parse(gen.text) if gen.error is None else Verdict(None, False)
+            # only the answer is parsed: a reasoning judge's thinking is split off by its engine
+            # (engines/chat/reasoning.py), and one that stopped inside it has no answer
+            answered = gen.error is None and gen.finish_reason != THINKING
+            verdict = judge_format.parse(gen.text) if answered else Verdict(None, False)
             why = failure(verdict, gen)
             counts["failed"] += not verdict.parsed
             counts["refused"] += gen.error is not None
             counts["cut"] += why is not None and gen.finish_reason == "length"
+            counts["thinking"] += gen.finish_reason == THINKING
+            counts["reasoning_tokens"] += gen.reasoning_tokens or 0
             counts["kept_out_of_range"] += verdict.score is not None and not judge_format.in_range(verdict.score)
             rows.append(
                 {
@@ -176,6 +197,8 @@ def judge(
                     "prompt_hash": prompt_hash(render(templates, item)),  # rendering is cheap; prompts are not kept
                     "finish_reason": gen.finish_reason,
                     "failure": why,
+                    "judge_reasoning": gen.reasoning,
+                    "reasoning_tokens": gen.reasoning_tokens,
                     "session_started": session_started,
                 }
             )
@@ -193,7 +216,8 @@ def judge(
     log.info(
         f"judge: {summary.judgments} judgments in {summary.seconds:.1f} s, "
         f"{summary.failed} outputs without a valid score ({summary.refused} refused by the engine, "
-        f"{summary.cut} cut at max_tokens), {summary.kept_out_of_range} out-of-range scores "
+        f"{summary.cut} cut at max_tokens, {summary.thinking} stopped in their thinking), "
+        f"{summary.reasoning_tokens} thinking tokens, {summary.kept_out_of_range} out-of-range scores "
         f"kept as the released code keeps them; {prompt_usage(summary.prompt_tokens, summary.cached_tokens)}"
     )
     return summary

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from personalens.data.records import with_domains
-from personalens.report.endings import context_note, cut_replies, endings
+from personalens.report.endings import context_note, cut_replies, endings, leaked, thinking
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
@@ -97,6 +97,8 @@ def compute_report(
         parse_failures=parse_failures(j),
         endings=endings(data.dialogues),
         cut_replies=cut_replies(data.dialogues, j),
+        thinking=thinking(data.dialogues, j),
+        leaks=leaked(data.dialogues),
         setups=setups,
         mixed=mixed,
     )
@@ -128,6 +130,7 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
         *write_tables([report.table3], out),
         *write_tables([report.endings], out),
         *write_tables([report.cut_replies], out),
+        *write_tables([report.thinking], out),
         *write_tables(report.table4, out),
         *write_tables([report.table12], out),
         *write_tables([report.table13], out),
@@ -170,9 +173,12 @@ def report_markdown(report: Report) -> str:
             if report.out_of_range
             else ""
         ),
+        f"**Leak check: {report.leaks} thinking markers** in the texts sent to another party (0 unless a reasoning "
+        "model's thinking reached the other party or the judge; per role in the thinking table).",
         render.markdown([report.table3]),
         render.markdown([report.endings]),
         render.markdown([report.cut_replies]),
+        render.markdown([report.thinking]),
         render.markdown(report.table4)
         if report.table4
         else "### Table 4\n\nNot shown: no assistant model was run in more than one prompt setting.\n",

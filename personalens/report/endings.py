@@ -1,11 +1,12 @@
-"""How the dialogues of a run ended, and how many replies were cut at their max_tokens: the tables
-beside Table 3 that say what its scores were computed on (docs/outputs.md)."""
+"""How the dialogues of a run ended, how many replies were cut at their max_tokens, and what reasoning
+models thought: the tables beside Table 3 that say what its scores were computed on (docs/outputs.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
+from personalens.engines.chat.reasoning import THINKING
 from personalens.store import ENDING_NAMES, ENDINGS
 from personalens.store.results import KINDS, Dialogue, Judgment
 from personalens.tables.model import Cell, Column, Table
@@ -49,7 +50,9 @@ def endings(dialogues: Sequence[Dialogue]) -> Table:
         tuple(rows),
         notes=(
             "Context full: the next prompt left less room than the reply's budget inside the model's max_model_len "
-            "(protocol.context_room); these dialogues are judged on the turns they had. Failed: an engine refused a "
+            "(protocol.context_room); these dialogues are judged on the turns they had. Stopped in thinking: a "
+            "reasoning model's reply was cut inside its thinking, before any answer; it is never taken as an answer, "
+            "and the dialogue is judged on the turns before it, as on a full context. Failed: an engine refused a "
             "request of the dialogue (its message is in the dialogue's `error`); these are not judged. "
             "Not recorded: runs written before the ending was stored.",
         ),
@@ -96,13 +99,75 @@ def cut_replies(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) ->
     )
 
 
+def thinking(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Table:
+    """Per run and role, a reasoning model's thinking: its tokens (of the replies that counted them),
+    the replies that stopped inside it, and the leak check: thinking markers (`<think>`, `[THINK]`,
+    `<|channel|>`, ...) in the texts each role sent to another party, which must be 0."""
+    columns = (
+        Column("replies", "", "Replies", holds="count"),
+        Column("thinking_tokens", "", "Thinking tokens", holds="count"),
+        Column("not_counted", "", "Thinking not counted", holds="count"),
+        Column("stopped", "", "Stopped in thinking", holds="count"),
+        Column("stopped_share", "", "Stopped (%)", digits=1, holds="value"),
+        Column("leaks", "", "Thinking markers sent on", holds="count"),
+    )
+    rows = []
+    for run in sorted({d.run for d in dialogues} | {j.run for j in judgments}):
+        ds = [d for d in dialogues if d.run == run]
+        for role in ("user", "assistant"):
+            turns = [(t, n) for d in ds for (r, _), t, n in zip(d.finishes, d.reasoning_tokens, d.leaks) if r == role]
+            stopped = sum(d.stopped_role == role for d in ds)
+            replies = len(turns) + stopped
+            cells: tuple[Cell, ...] = (
+                replies,
+                sum(t or 0 for t, _ in turns),
+                sum(t is None for t, _ in turns),
+                stopped,
+                100.0 * stopped / replies if replies else None,
+                sum(n for _, n in turns),
+            )
+            rows.append(((run_label(run), _ROLE_NAMES[role]), cells))
+        js = [j for j in judgments if j.run == run and not (j.failure and j.finish_reason is None)]
+        stopped = sum(j.finish_reason == THINKING for j in js)
+        judge: tuple[Cell, ...] = (
+            len(js),
+            sum(j.reasoning_tokens or 0 for j in js),
+            sum(j.reasoning_tokens is None for j in js),
+            stopped,
+            100.0 * stopped / len(js) if js else None,
+            None,  # a judge's output goes to no other party
+        )
+        rows.append(((run_label(run), _ROLE_NAMES["judge"]), judge))
+    return Table(
+        "thinking",
+        "Thinking of reasoning models, and the leak check",
+        ("Run", "Role"),
+        columns,
+        tuple(rows),
+        notes=(
+            "Thinking is split from every reply by its engine (engines/chat/reasoning.py) and stored beside the answer; "
+            "only answers reach the other party and the judge. Thinking tokens count the replies' tokens before their "
+            "answer; not counted: replies whose thinking was seen in their text only (no reasoning parser), or runs "
+            "written before thinking was recorded. Thinking markers sent on: markers found in the answers each role "
+            "sent to the other party and to the judge (0 unless thinking leaked).",
+        ),
+    )
+
+
+def leaked(dialogues: Sequence[Dialogue]) -> int:
+    """Thinking markers in every text sent to another party (the leak check; must be 0)."""
+    return sum(sum(d.leaks) for d in dialogues)
+
+
 def context_note(dialogues: Sequence[Dialogue]) -> str | None:
     """Table 3's line on what its scores were computed on, when a dialogue ended other than by the protocol."""
     context = sum(d.ended == "context" for d in dialogues)
+    stopped = sum(d.ended == "thinking" for d in dialogues)
     failed = sum(d.ended == "failed" for d in dialogues)
-    if not context and not failed:
+    if not context and not stopped and not failed:
         return None
     return (
-        f"Of {len(dialogues)} dialogues, {context} ended on a full context (scored on the turns they had) and "
-        f"{failed} failed (refused by an engine; not scored): see the table of how dialogues ended."
+        f"Of {len(dialogues)} dialogues, {context} ended on a full context and {stopped} on a reply stopped inside "
+        f"its thinking (both scored on the turns they had), and {failed} failed (refused by an engine; not scored): "
+        "see the table of how dialogues ended."
     )

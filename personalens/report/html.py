@@ -28,6 +28,7 @@ def write_html(report: Report, figures: Sequence[Path], path: Path, *, dialogues
         report.table3,
         report.endings,
         report.cut_replies,
+        report.thinking,
         *report.table4,
         report.table12,
         report.table13,

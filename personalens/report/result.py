@@ -27,6 +27,8 @@ class Report:
     parse_failures: Table
     endings: Table  # how dialogues ended, per run and kind (endings.py)
     cut_replies: Table  # replies cut at max_tokens, per run and role
+    thinking: Table  # reasoning models' thinking tokens, replies stopped in thinking, the leak check
+    leaks: int  # thinking markers in texts sent to another party (the leak check; 0 unless thinking leaked)
     setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
     mixed: tuple[str, ...] = ()  # runs resumed or written under several shard counts (provenance.py)
     files: tuple[Path, ...] = ()  # everything written, report.md last

@@ -10,10 +10,16 @@ recognised and removed (the paper's word, or the released code's substring test 
 whether the user agent still answers the last capped assistant reply, as the released code does
 (its TERMINATE there then earns one more assistant reply, `max_rounds` + 1 in all).
 
-Two endings come from the engines rather than the protocol (neither the paper nor the released code
+Three endings come from the engines rather than the protocol (neither the paper nor the released code
 meets them, docs/fidelity.md): "context", when the next prompt no longer leaves room for a reply
-inside the model's context (the turns so far are kept and judged), and "failed", when the engine
-refused a request of the dialogue for another reason (kept with the message, not judged)."""
+inside the model's context (the turns so far are kept and judged); "thinking", when a reasoning
+model's reply stopped inside its thinking (cut at max_tokens before any answer): the reply is never
+taken as an answer, and the dialogue is kept and judged on the turns before it, as on context; and
+"failed", when the engine refused a request of the dialogue for another reason (kept with the
+message, not judged).
+
+A turn's `text` is the answer alone: the engines split a reasoning model's thinking off
+(engines/chat/reasoning.py), and it is kept beside the answer in `reasoning`, never in any prompt."""
 
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from personalens.data.records import Role, Scenario, Turn
 TERMINATE = "TERMINATE"
 _TERMINATE_RE = re.compile(r"[ \t]*'?\bTERMINATE\b'?[ \t]*")
 
-Ending = Literal["terminated", "max_rounds", "context", "failed"]  # store.ENDINGS
+Ending = Literal["terminated", "max_rounds", "context", "thinking", "failed"]  # store.ENDINGS
 DialogueKey = tuple[str, str, str, int]  # (user_id, task_id, setting, trial)
 
 
@@ -38,6 +44,8 @@ class TurnRecord:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str | None = None  # "stop", or "length": the reply was cut at its max_tokens
+    reasoning: str = ""  # a reasoning model's thinking before this answer (never sent to anyone)
+    reasoning_tokens: int | None = 0  # its tokens, of completion_tokens; None: seen but not counted
 
 
 def strip_terminate(text: str) -> str:
@@ -74,8 +82,10 @@ class Dialogue:
     rules: EndRules = EndRules()
     turns: list[TurnRecord] = field(default_factory=list)
     ended: Ending | None = None
-    error: str | None = None  # why the engine refused its last request ("failed", some "context")
+    error: str | None = None  # why the engine refused its last request ("failed", some "context"), or
+    # which reply stopped inside its thinking ("thinking")
     opening_terminate: bool = False
+    stopped: tuple[Role, int] | None = None  # the role and tokens of a reply that stopped inside its thinking
     terminating: bool = False  # the user said TERMINATE; one assistant reply is still due
     started: float | None = None
     finished: float | None = None
@@ -112,11 +122,14 @@ class Dialogue:
         completion_tokens: int,
         now: float,
         finish_reason: str | None = None,
+        reasoning: str = "",
+        reasoning_tokens: int | None = 0,
     ) -> None:
         said = role == "user" and self.rules.says_terminate(text)
         if said and self.turns:  # kept in the opening, which it does not end
             text = self.rules.without_terminate(text)
-        self._append(TurnRecord(role, text, prompt_tokens, completion_tokens, finish_reason), said, now)
+        turn = TurnRecord(role, text, prompt_tokens, completion_tokens, finish_reason, reasoning, reasoning_tokens)
+        self._append(turn, said, now)
         if self.started is None:
             self.started = now
 
@@ -155,6 +168,16 @@ class Dialogue:
         """The next prompt does not leave room for a reply: the dialogue ends with what it has."""
         self.error = error
         self._end("context", now)
+
+    def stopped_in_thinking(self, role: Role, completion_tokens: int, now: float) -> None:
+        """The `role`'s reply stopped inside its thinking: no answer, the dialogue ends with what it has."""
+        if role != self.waiting_on:
+            raise ValueError(f"dialogue {self.key} is waiting on {self.waiting_on}, got a {role} reply")
+        self.error = (
+            f"the {role}'s reply stopped inside its thinking after {completion_tokens} tokens, before any answer"
+        )
+        self.stopped = (role, completion_tokens)
+        self._end("thinking", now)
 
     def fail(self, error: str, now: float) -> None:
         """The engine refused the dialogue's next request."""

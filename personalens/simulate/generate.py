@@ -92,15 +92,22 @@ class GenerateSummary:
     cut: dict[str, int] = field(default_factory=dict)  # replies cut at max_tokens, per role
     resumed: int = 0  # dialogues continued from the turns an earlier, stopped invocation stored
     resumed_turns: int = 0  # the stored turns they started from
+    # a reasoning model's thinking tokens per role (those of replies that stopped inside it included)
+    thinking: dict[str, int] = field(default_factory=dict)
+    stopped: dict[str, int] = field(default_factory=dict)  # replies that stopped inside their thinking, per role
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
         endings = ", ".join(f"{self.ended.get(e, 0)} {ENDING_NAMES[e]}" for e in ENDINGS)
         cut = ", ".join(f"{role} {n}" for role, n in sorted(self.cut.items())) or "none"
+        thinking = ", ".join(
+            f"{role} {n} ({self.stopped.get(role, 0)} stopped in it)" for role, n in sorted(self.thinking.items()) if n
+        )
         return (
             f"generate: {self.dialogues} dialogues simulated ({self.skipped} already done, skipped; "
             f"{self.resumed} resumed from {self.resumed_turns} stored turns), {self.turns} turns, {self.completion_tokens} generated tokens in {self.seconds:.1f} s "
             f"({rate:.1f} tokens/s); ended: {endings}; replies cut at max_tokens: {cut}; "
+            f"thinking tokens: {thinking or 'none'}; "
             f"{prompt_usage(self.prompt_tokens, self.cached_tokens)}; {self.trace.line()}"
         )
 
@@ -275,6 +282,9 @@ def generate(
         if turn_writer is not None:
             turn_writer.write(rows)
 
+    thinking: dict[str, int] = {}
+    stopped: dict[str, int] = {}
+
     def on_finished(finished: list[Dialogue]) -> None:
         store_turns()  # first: a dialogue is only ever written with its turns stored
         writer.write([dialogue_row(d, run_id, engines, config_hash, session_started) for d in finished])
@@ -282,6 +292,11 @@ def generate(
             ended[dialogue.ended] = ended.get(dialogue.ended, 0) + 1
             for turn in dialogue.turns:
                 cut[turn.role] = cut.get(turn.role, 0) + (turn.finish_reason == "length")
+                thinking[turn.role] = thinking.get(turn.role, 0) + (turn.reasoning_tokens or 0)
+            if dialogue.stopped is not None:
+                role, tokens = dialogue.stopped
+                stopped[role] = stopped.get(role, 0) + 1
+                thinking[role] = thinking.get(role, 0) + tokens
             dialogue.turns = []  # written: a shard's memory holds the text of running dialogues only
 
     def on_step(stats: StepStats) -> None:
@@ -337,6 +352,8 @@ def generate(
         cut,
         resumed,
         resumed_turns,
+        thinking,
+        stopped,
     )
     log.info(summary.line())
     return summary

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from personalens.data.records import Role
 from personalens.engines.base import Engine, Generation, Message, Request, Sampling, conversation
+from personalens.engines.chat.reasoning import THINKING
 from personalens.engines.chat.token_ids import PromptIds
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.trace import CallTrace, call_trace
@@ -140,9 +141,21 @@ def roles_of(waiting: Sequence[tuple[Dialogue, Role]]) -> tuple[str, ...]:
 
 
 def answer(dialogue: Dialogue, role: Role, gen: Generation, now: float) -> None:
-    """A reply added to its dialogue; a refused request ends the dialogue instead."""
-    if gen.error is None:
-        dialogue.add(role, gen.text, gen.prompt_tokens, gen.completion_tokens, now, gen.finish_reason)
+    """A reply's answer added to its dialogue (its thinking kept beside it); a reply that stopped
+    inside its thinking, or a refused request, ends the dialogue instead."""
+    if gen.error is None and gen.finish_reason == THINKING:
+        dialogue.stopped_in_thinking(role, gen.completion_tokens, now)
+    elif gen.error is None:
+        dialogue.add(
+            role,
+            gen.text,
+            gen.prompt_tokens,
+            gen.completion_tokens,
+            now,
+            gen.finish_reason,
+            gen.reasoning,
+            gen.reasoning_tokens,
+        )
     elif gen.over_context:
         dialogue.out_of_context(now, gen.error)
     else:

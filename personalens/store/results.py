@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from personalens.engines.chat.reasoning import leaks
 from personalens.errors import PersonalensError
 from personalens.store.schema import ENDINGS, SCORE_RANGES
 
@@ -53,10 +54,11 @@ class Judgment:
     score: float | None  # None exactly when the judge output did not parse
     parsed: bool
     failure: str | None = None  # why it has no valid score (null in runs written before the column)
-    finish_reason: str | None = None  # "stop" | "length"; None when refused or not recorded
+    finish_reason: str | None = None  # "stop" | "length" | "thinking"; None when refused or not recorded
     run: str = ""  # the run directory it was read from
     shard: str = ""  # the folder of its part file, "shard-KKK-of-NNN"
     session: float | None = None  # session_started of the `judge` that wrote it; None before it was kept
+    reasoning_tokens: int | None = None  # a reasoning judge's thinking tokens; None where not counted
 
     @property
     def out_of_range(self) -> bool:
@@ -76,12 +78,23 @@ class Dialogue:
     rounds: int
     completion_tokens: tuple[int, ...]  # one per turn that reported a count
     run: str = ""  # the run directory it was read from
-    ended: str | None = None  # terminated | max_rounds | context | failed (store.ENDINGS)
+    ended: str | None = None  # terminated | max_rounds | context | thinking | failed (store.ENDINGS)
     opening_terminate: bool = False
     # per turn: (role, finish_reason); the reason is None in runs written before it was recorded
     finishes: tuple[tuple[str, str | None], ...] = ()
     shard: str = ""  # the folder of its part file, "shard-KKK-of-NNN"
     session: float | None = None  # session_started of the `generate` that wrote it; None before it was kept
+    # per turn, as `finishes`: its thinking tokens (None where not counted or not recorded), and the
+    # thinking markers its text holds (a text every other party reads: 0 unless thinking leaked)
+    reasoning_tokens: tuple[int | None, ...] = ()
+    leaks: tuple[int, ...] = ()
+
+    @property
+    def stopped_role(self) -> str | None:
+        """The role whose reply stopped inside its thinking (ended "thinking"): the one it waited on."""
+        if self.ended != "thinking":
+            return None
+        return "user" if not self.finishes or self.finishes[-1][0] == "assistant" else "assistant"
 
 
 @dataclass(frozen=True)
@@ -105,13 +118,13 @@ def load_runs(run_dirs: Sequence[Path], *, dialogues: bool = True) -> RunData:
                 run_dir / "dialogues",
                 _DIALOGUE_KEY + ("kind", "domains", "rounds"),
                 optional=("ended", "opening_terminate", "session_started"),
-                turns=("role", "completion_tokens", "finish_reason"),
+                turns=("role", "text", "completion_tokens", "finish_reason", "reasoning_tokens"),
                 run=str(run_dir),
             )
         judgment_rows += _read_dataset(
             run_dir / "judgments",
             _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"),
-            optional=("failure", "finish_reason", "session_started"),
+            optional=("failure", "finish_reason", "session_started", "reasoning_tokens"),
             run=str(run_dir),
         )
     _reject_repeats(dialogue_rows, _DIALOGUE_KEY, "dialogue")
@@ -141,8 +154,8 @@ def _read_dataset(
     run: str = "",
 ) -> list[tuple[Path, dict[str, Any]]]:
     """The rows of a table's part files with `columns` (required) and `optional` ones (None where a
-    part was written before they existed); `turns`: fields of the turns read without their text
-    (completion_tokens required)."""
+    part was written before they existed); `turns`: fields of the turns (completion_tokens required;
+    the others None where a part has none)."""
     rows: list[tuple[Path, dict[str, Any]]] = []
     for path in part_files(folder):
         try:
@@ -227,6 +240,8 @@ def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
         finishes=tuple((t.get("role"), t.get("finish_reason")) for t in row["turns"]),
         shard=path.parent.name,
         session=row["session_started"],
+        reasoning_tokens=tuple(t.get("reasoning_tokens") for t in row["turns"]),
+        leaks=tuple(leaks(t.get("text") or "") for t in row["turns"]),
     )
 
 
@@ -254,4 +269,5 @@ def _judgment(path: Path, row: dict[str, Any]) -> Judgment:
         row["run"],
         path.parent.name,
         row["session_started"],
+        row["reasoning_tokens"],
     )

@@ -11,6 +11,10 @@ TURN_TYPE = pa.struct(
         ("prompt_tokens", pa.int32()),
         ("completion_tokens", pa.int32()),
         ("finish_reason", pa.string()),  # "stop" | "length" (cut at max_tokens); null in older runs
+        # a reasoning model's thinking before the answer in `text`, and its tokens (of completion_tokens;
+        # null where the engine saw thinking without counting it); absent in older runs
+        ("reasoning", pa.string()),
+        ("reasoning_tokens", pa.int32()),
     ]
 )
 
@@ -35,7 +39,7 @@ DIALOGUE_SCHEMA = pa.schema(
         ("seed", pa.int64()),
         ("turns", pa.list_(TURN_TYPE)),
         ("rounds", pa.int32()),
-        ("ended", pa.string()),  # terminated | max_rounds | context | failed (simulate/dialogue.py)
+        ("ended", pa.string()),  # terminated | max_rounds | context | thinking | failed (simulate/dialogue.py)
         ("error", pa.string()),  # the engine's message when it refused a request of the dialogue
         ("opening_terminate", pa.bool_()),
         ("seconds", pa.float64()),
@@ -61,11 +65,12 @@ TURNS_SCHEMA = pa.schema(
 
 # how a dialogue ended (its `ended`; personalens/simulate/dialogue.py), and how summaries and the
 # report name each ending
-ENDINGS = ("terminated", "max_rounds", "context", "failed")
+ENDINGS = ("terminated", "max_rounds", "context", "thinking", "failed")
 ENDING_NAMES = {
     "terminated": "TERMINATE",
     "max_rounds": "round cap",
     "context": "context full",
+    "thinking": "stopped in thinking",
     "failed": "failed (refused by the engine)",
 }
 
@@ -108,8 +113,12 @@ JUDGMENT_SCHEMA = pa.schema(
         ("judge_text", pa.string()),
         ("judge_model", pa.string()),
         ("prompt_hash", pa.string()),
-        ("finish_reason", pa.string()),  # "stop" | "length"; null when the judge refused the request
+        # "stop" | "length" | "thinking" (stopped inside its thinking); null when the judge refused the request
+        ("finish_reason", pa.string()),
         ("failure", pa.string()),  # why there is no valid score (null when parsed): docs/outputs.md
+        # a reasoning judge's thinking (never parsed for the score) and its tokens
+        ("judge_reasoning", pa.string()),
+        ("reasoning_tokens", pa.int32()),
         ("session_started", pa.float64()),  # the writing invocation's start
     ]
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -25,15 +26,16 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
-def render_chat(chat_template: str, messages: list[Message], **special_tokens: str) -> str:
+def render_chat(chat_template: str, messages: list[Message], **variables: Any) -> str:
     """Renders a conversation the way transformers renders chat templates (with a generation prompt);
-    `special_tokens` (bos_token, eos_token, ...) are the tokenizer's, empty when not given."""
+    `variables` are the tokenizer's special tokens (bos_token, eos_token, ...; empty when not given)
+    and the model's chat_template_kwargs (enable_thinking, ...)."""
     # the same Jinja settings transformers uses for chat templates
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)  # used by Llama 3.x templates
     return env.from_string(chat_template).render(
-        messages=messages, add_generation_prompt=True, **{"bos_token": "", "eos_token": "", **special_tokens}
+        messages=messages, add_generation_prompt=True, **{"bos_token": "", "eos_token": "", **variables}
     )
 
 

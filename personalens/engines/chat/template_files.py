@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from personalens.engines.base import Message
 from personalens.engines.chat.messages import render_chat
@@ -60,12 +61,14 @@ class TokenizerFiles:
         self.chat_template = chat_template(directory)
         self._special = special_tokens(directory)
 
-    def apply_chat_template(self, messages: Sequence[Message], tokenize: bool, add_generation_prompt: bool) -> str:
+    def apply_chat_template(
+        self, messages: Sequence[Message], tokenize: bool, add_generation_prompt: bool, **template_kwargs: Any
+    ) -> str:
         if tokenize or not add_generation_prompt:
             raise ValueError("renders a prompt as text, with the generation prompt, only")
         if not self.chat_template:
             raise PersonalensError("the tokenizer has no chat template")
-        return render_chat(self.chat_template, list(messages), **self._special)
+        return render_chat(self.chat_template, list(messages), **self._special, **template_kwargs)
 
     def __call__(self, texts: Sequence[str], add_special_tokens: bool, return_offsets_mapping: bool = False) -> dict:
         encoded = self._tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)

@@ -40,9 +40,10 @@ _SUB_BATCH = 256  # prompts tokenized at a time
 class ChatTokenizer:
     """A model's chat template and tokenizer, as vLLM's `LLM.chat` applies them."""
 
-    def __init__(self, tokenizer: Any, system_role: bool):
+    def __init__(self, tokenizer: Any, system_role: bool, template_kwargs: dict[str, Any] | None = None):
         self.tokenizer = tokenizer
         self.system_role = system_role
+        self.template_kwargs = dict(template_kwargs or {})  # the model's chat_template_kwargs
 
     @classmethod
     def load(cls, config: ModelConfig) -> ChatTokenizer:
@@ -53,7 +54,7 @@ class ChatTokenizer:
         from personalens.engines.models.embedded import model_path
 
         tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(config.tokenizer or model_path(config)))
-        return cls(tokenizer, resolve_system_role(config.system_role, tokenizer.chat_template))
+        return cls(tokenizer, resolve_system_role(config.system_role, tokenizer.chat_template), config.template_kwargs)
 
     @classmethod
     def from_files(cls, config: ModelConfig) -> ChatTokenizer:
@@ -62,11 +63,14 @@ class ChatTokenizer:
         from personalens.engines.models.embedded import model_path
 
         files = TokenizerFiles(Path(config.tokenizer or model_path(config)).expanduser())
-        return cls(files, resolve_system_role(config.system_role, files.chat_template))
+        return cls(files, resolve_system_role(config.system_role, files.chat_template), config.template_kwargs)
 
     def render(self, messages: Sequence[Message]) -> str:
         return self.tokenizer.apply_chat_template(
-            format_messages(messages, self.system_role), tokenize=False, add_generation_prompt=True
+            format_messages(messages, self.system_role),
+            tokenize=False,
+            add_generation_prompt=True,
+            **self.template_kwargs,
         )
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:

@@ -27,6 +27,10 @@ PLACEMENTS = ("auto", "in_process", "managed_server")
 # model (engines/placement/layout.py, `replicas`, shared out by work), and means 1 without GPUs; N asks for exactly N
 REPLICAS_AUTO = "auto"
 MAX_MODEL_LEN_AUTO = "auto"
+# how much of its own earlier thinking a reasoning model sees again in its history: family gives its chat
+# template the answers alone, as every configured family's template keeps of earlier turns (docs/models.md);
+# none gives the same answers and says so
+HISTORY_REASONING = ("family", "none")
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's names
 _MISSING = "???"  # Hydra's mandatory-value marker
 
@@ -96,6 +100,14 @@ class ModelConfig:
     load_format: str = "auto"
     system_role: bool | str = "auto"
     prompt_family: str = "default"  # the assistant prompts a fidelity option picks for it (docs/fidelity.md)
+    # a reasoning model (docs/models.md): vLLM's reasoning parser that splits its thinking from its answer
+    # on the output ids (vllm.reasoning's names: qwen3, deepseek_r1, mistral, openai_gptoss, ...); None:
+    # no parser, and a `<think>` block in a reply's text is split off by engines/chat/reasoning.py
+    reasoning_parser: str | None = None
+    # extra variables of the chat template (enable_thinking, reasoning_effort), sorted (name, value)
+    # pairs; given to the template and to the reasoning parser alike
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
+    history_reasoning: str = "family"  # HISTORY_REASONING
     placement: str = "auto"
     # GPUs of a managed server, as indices into this job's visible GPUs; None: the planner picks
     gpus: tuple[int, ...] | None = None
@@ -113,7 +125,10 @@ class ModelConfig:
         values = _plain(raw)
         server = values.pop("server", None)
         gpus = _gpus(values.pop("gpus", None), where)
-        config = cls(**_checked(cls, values, where), gpus=gpus, server=_server(server, where))
+        kwargs = _template_kwargs(values.pop("chat_template_kwargs", None), where)
+        config = cls(
+            **_checked(cls, values, where), gpus=gpus, server=_server(server, where), chat_template_kwargs=kwargs
+        )
         if config.engine == "server" and config.server is None:
             raise ModelConfigError(f"{where}.server.base_url: required when engine is server")
         if config.placement not in PLACEMENTS:
@@ -157,6 +172,10 @@ class ModelConfig:
             )
         if config.cpu_reserved_cores is not None and config.cpu_reserved_cores < 0:
             raise ModelConfigError(f"{where}.cpu_reserved_cores: must be 0 or more, got {config.cpu_reserved_cores}")
+        if config.history_reasoning not in HISTORY_REASONING:
+            raise ModelConfigError(
+                f"{where}.history_reasoning: expected one of {HISTORY_REASONING}, got {config.history_reasoning!r}"
+            )
         if config.dtype not in DTYPES:
             raise ModelConfigError(f"{where}.dtype: expected one of {DTYPES}, got {config.dtype!r}")
         return _with_files_found(config, where)
@@ -173,6 +192,11 @@ class ModelConfig:
     def with_memory_share(self, share: float) -> ModelConfig:
         """The same model given `share` of the memory it was configured with."""
         return dataclasses.replace(self, gpu_memory_utilization=self.gpu_memory_utilization * share)
+
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """`chat_template_kwargs` as the keyword arguments a chat template takes."""
+        return dict(self.chat_template_kwargs)
 
     @property
     def explicit_replicas(self) -> int | None:
@@ -236,6 +260,21 @@ def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
     return server
 
 
+def _template_kwargs(raw: Any, where: str) -> tuple[tuple[str, Any], ...]:
+    """Chat template variables as sorted (name, value) pairs (configs are hashable); values are
+    plain scalars (enable_thinking: false, reasoning_effort: low)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise ModelConfigError(f"{where}.chat_template_kwargs: expected a mapping such as {{enable_thinking: false}}")
+    for key, value in raw.items():
+        if not isinstance(key, str) or not isinstance(value, (str, int, float, bool)):
+            raise ModelConfigError(
+                f"{where}.chat_template_kwargs.{key}: expected a name and a plain value, got {value!r}"
+            )
+    return tuple(sorted(raw.items()))
+
+
 def _gpus(raw: Any, where: str) -> tuple[int, ...] | None:
     """A list of distinct GPU indices as a tuple (configs are hashable: equal ones share an engine)."""
     if raw is None:
@@ -248,7 +287,11 @@ def _gpus(raw: Any, where: str) -> tuple[int, ...] | None:
 
 
 def _checked(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
-    known = {f.name: f for f in fields(cls) if f.name not in ("server", "gpus", "snapshots", "api_key")}
+    known = {
+        f.name: f
+        for f in fields(cls)
+        if f.name not in ("server", "gpus", "snapshots", "api_key", "chat_template_kwargs")
+    }
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ModelConfigError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")

@@ -77,7 +77,13 @@ class Architecture:
             heads = int(get("num_attention_heads"))
             kv_heads = int(get("num_key_value_heads", heads))
             head_dim = int(get("head_dim", hidden // heads))
-            intermediate = int(get("intermediate_size"))
+            experts = int(get("num_local_experts") or get("num_experts") or 1)  # Mixtral, gpt-oss | Qwen3 MoE
+            # an expert's own size where the config gives one beside a dense size (Qwen3 MoE)
+            intermediate = int(
+                get("moe_intermediate_size")
+                if experts > 1 and get("moe_intermediate_size")
+                else get("intermediate_size")
+            )
             vocab = int(get("vocab_size"))
         except (KeyError, TypeError, ValueError) as err:
             raise PersonalensError(f"{where}: cannot size the model, missing or bad field {err}") from None
@@ -91,7 +97,7 @@ class Architecture:
             head_dim=head_dim,
             intermediate=intermediate,
             vocab=vocab,
-            experts=int(get("num_local_experts", 1)),
+            experts=experts,
             experts_per_token=int(get("num_experts_per_tok", 1)),
             tied_embeddings=bool(get("tie_word_embeddings", False)),
             windows=_windows(get, layers),

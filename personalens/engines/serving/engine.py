@@ -58,6 +58,7 @@ class ServerEngine:
         # `system_role: false` folds the system prompt
         self._system_role = config.system_role is not False
         self._model = config.server.model
+        self._template_kwargs = config.template_kwargs
         self._max_model_len = config.max_model_len
         self._asked_models = False
         # the model's tokenizer, where the config names it, for measuring prompts (not for sending them)
@@ -109,7 +110,9 @@ class ServerEngine:
             async def one(request: Request) -> Generation:
                 async with slots:
                     try:
-                        generation = await client.complete(chat_body(model, request, self._system_role))
+                        generation = await client.complete(
+                            chat_body(model, request, self._system_role, self._template_kwargs)
+                        )
                     except Refused as refusal:
                         return rejected(str(refusal))
                     except Failed as failure:
@@ -164,8 +167,12 @@ class ServerEngine:
         return self._model
 
 
-def chat_body(model: str, request: Request, system_role: bool) -> dict[str, Any]:
-    """The JSON body of one chat completion; grammars use vLLM's structured-outputs extension."""
+def chat_body(
+    model: str, request: Request, system_role: bool, template_kwargs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JSON body of one chat completion; grammars use vLLM's structured-outputs extension, and
+    the model's chat_template_kwargs (enable_thinking, ...) vLLM's `chat_template_kwargs`, which its
+    reasoning parser reads too."""
     s = request.sampling
     body: dict[str, Any] = {
         "model": model,
@@ -180,4 +187,6 @@ def chat_body(model: str, request: Request, system_role: bool) -> dict[str, Any]
         body["min_tokens"] = s.min_tokens  # a vLLM extension, sent only when asked for
     if request.grammar:
         body["structured_outputs"] = {"grammar": request.grammar}
+    if template_kwargs:
+        body["chat_template_kwargs"] = dict(template_kwargs)
     return body

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import httpx
 
 from personalens.engines.base import Generation
+from personalens.engines.chat.reasoning import Split, split_text, with_split
 from personalens.engines.models.config import ServerConfig
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ class ServerClient:
 
     async def _read_events(self, lines: AsyncIterator[str | None]) -> Generation:
         text: list[str] = []
+        thinking: list[str] = []
         usage, finish, started = None, None, False
         pending: asyncio.Future | None = None
         try:
@@ -170,7 +172,9 @@ class ServerClient:
                     raise _Retryable(f"error in the stream: {message}")
                 started = True
                 for choice in chunk.get("choices") or ():
-                    text.append((choice.get("delta") or {}).get("content") or "")
+                    delta = choice.get("delta") or {}
+                    text.append(delta.get("content") or "")
+                    thinking.append(_reasoning_of(delta))
                     finish = choice.get("finish_reason") or finish
                 usage = chunk.get("usage") or usage
         finally:
@@ -179,7 +183,7 @@ class ServerClient:
                 await asyncio.wait({pending})
         if finish == "abort":  # the server stopped the request (vLLM: its engine aborted it): no reply
             raise _Retryable("the server aborted the request mid-reply")
-        message = {"content": "".join(text)}
+        message = {"content": "".join(text), "reasoning": "".join(thinking)}
         reply = {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
         return _generation(reply, self._server.base_url)
 
@@ -236,11 +240,17 @@ def _check(response: httpx.Response, method: str, route: str) -> None:
     raise ServerError(f"{method} {response.request.url}: HTTP {status}: {detail}")
 
 
+def _reasoning_of(message: dict) -> str:
+    """A message's (or a streamed delta's) thinking: vLLM's `reasoning` field, `reasoning_content` in
+    older releases (set only when the server runs a reasoning parser)."""
+    return message.get("reasoning") or message.get("reasoning_content") or ""
+
+
 def _generation(reply: dict, where: str) -> Generation:
     try:
         usage = reply["usage"]
         choice = reply["choices"][0]
-        return Generation(
+        generation = Generation(
             text=choice["message"]["content"] or "",
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
@@ -248,8 +258,15 @@ def _generation(reply: dict, where: str) -> Generation:
             cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0,
             finish_reason=choice.get("finish_reason"),
         )
+        thinking = _reasoning_of(choice["message"])
+        counted = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
     except (KeyError, IndexError, TypeError) as err:
         raise ServerError(f"{where}: unexpected reply {reply!r}") from err
+    if not thinking:  # a server without a reasoning parser: the text fallback
+        return with_split(generation, split_text(generation.text))
+    # split by the server's parser: no answer after thinking that was cut is no answer at all
+    closed = bool(generation.text.strip()) or generation.finish_reason != "length"
+    return with_split(generation, Split(generation.text.lstrip(), thinking.strip(), closed, counted))
 
 
 def _message(detail: str) -> str:

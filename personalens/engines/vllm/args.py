@@ -14,7 +14,7 @@ from personalens.engines.models.config import ModelConfig
 def engine_args(config: ModelConfig, model: str, dtype: str) -> dict[str, Any]:
     """vLLM's EngineArgs (the keyword arguments of `vllm.LLM`) for `config`, whose weights are at
     `model`, in `dtype` (auto already decided for this machine). None leaves vLLM's default."""
-    return {
+    args: dict[str, Any] = {
         "model": model,
         "tokenizer": config.tokenizer or model,
         "dtype": dtype,
@@ -33,6 +33,11 @@ def engine_args(config: ModelConfig, model: str, dtype: str) -> dict[str, Any]:
         # grammars use xgrammar's EBNF dialect, so the backend is pinned rather than "auto"
         "structured_outputs_config": {"backend": "xgrammar"},
     }
+    if config.reasoning_parser:
+        # a grammar then applies once the thinking has ended (the judge's), and a server splits the
+        # thinking into its `reasoning` field
+        args["reasoning_parser"] = config.reasoning_parser
+    return args
 
 
 def cli_flags(args: Mapping[str, Any]) -> list[str]:

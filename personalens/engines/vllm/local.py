@@ -16,9 +16,18 @@ from collections.abc import Sequence
 
 from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
 from personalens.engines.chat.messages import format_messages, resolve_system_role
+from personalens.engines.chat.reasoning import (
+    PAIRS,
+    load_parser,
+    opens_thinking,
+    split_ids,
+    split_text,
+    thinking_tokens,
+    with_split,
+)
 from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.dtype import local_dtype
-from personalens.engines.models.config import ModelConfig
+from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.models.embedded import model_path
 from personalens.engines.stop import Stop
 from personalens.engines.vllm.args import engine_args
@@ -26,9 +35,18 @@ from personalens.engines.vllm.check import check_in_process
 
 log = logging.getLogger(__name__)
 
+_PROMPT_TAIL = 32  # tokens at a prompt's end read to see whether its template opened a thinking block
+# parsers that do not split on ids in process (harmony's channels need openai_harmony's parser)
+_SERVER_ONLY_PARSERS = ("openai_gptoss",)
+
 
 class VllmEngine:
     def __init__(self, config: ModelConfig, stop: Stop | None = None):
+        if config.reasoning_parser in _SERVER_ONLY_PARSERS:
+            raise ModelConfigError(
+                f"model {config.name!r}: reasoning_parser {config.reasoning_parser} (the harmony format) is split "
+                "by vLLM's server only; set placement: managed_server or engine: server"
+            )
         check_in_process()  # the installed vLLM is one this code runs on, before a model loads
         model = model_path(config)
         if config.cpu_reserved_cores is not None:
@@ -42,9 +60,12 @@ class VllmEngine:
         self.name = config.name
         self.dtype = local_dtype(config.dtype)
         self._llm = LLM(**engine_args(config, model, self.dtype.dtype))
-        self._system_role = resolve_system_role(config.system_role, self._llm.get_tokenizer().chat_template)
+        tokenizer = self._llm.get_tokenizer()
+        self._system_role = resolve_system_role(config.system_role, tokenizer.chat_template)
         # the template and tokenizer LLM.chat applies, for callers that keep prompts as token ids
-        self.chat_tokenizer = ChatTokenizer(self._llm.get_tokenizer(), self._system_role)
+        self.chat_tokenizer = ChatTokenizer(tokenizer, self._system_role, config.template_kwargs)
+        self._template_kwargs = config.template_kwargs or None
+        self._parser = self._reasoning_parser(config, tokenizer)
         self.max_model_len = self._llm.llm_engine.model_config.max_model_len
         # failures of the engine itself, which stop the command; anything else raised while adding a
         # request is vLLM refusing that request
@@ -107,7 +128,36 @@ class VllmEngine:
         refused, self._refused = self._refused, []
         if refused:  # answered at once, so a caller never waits on an engine with nothing to do
             return refused
-        return [(out.request_id, _generation(out)) for out in self._llm.llm_engine.step() if out.finished]
+        return [(out.request_id, self._split(out)) for out in self._llm.llm_engine.step() if out.finished]
+
+    def _reasoning_parser(self, config: ModelConfig, tokenizer):
+        """vLLM's reasoning parser of the config (None: the text fallback of engines/chat/reasoning.py)."""
+        if not config.reasoning_parser:
+            return None
+        try:
+            return load_parser(config.reasoning_parser, tokenizer, config.template_kwargs)
+        except (KeyError, RuntimeError, ValueError) as err:
+            raise ModelConfigError(f"model {config.name!r}: reasoning_parser {config.reasoning_parser}: {err}") from err
+
+    def _split(self, out) -> Generation:
+        """The reply of a finished request, its thinking split from its answer (engines/chat/reasoning.py)."""
+        gen = _generation(out)
+        if gen.error is not None:
+            return gen
+        tokenizer = self.chat_tokenizer.tokenizer
+        reply = out.outputs[0]
+        pairs = PAIRS
+        if self._parser is not None and getattr(self._parser, "reasoning_end_str", None):
+            pairs = ((self._parser.reasoning_start_str or "", self._parser.reasoning_end_str),)
+        tail = tokenizer.decode(list(out.prompt_token_ids[-_PROMPT_TAIL:]), skip_special_tokens=False)
+        opened = opens_thinking(tail, pairs)
+
+        def decode(ids):
+            return tokenizer.decode(list(ids), skip_special_tokens=True)
+
+        if self._parser is None:
+            return with_split(gen, thinking_tokens(split_text(reply.text, opened), reply.text, reply.token_ids, decode))
+        return with_split(gen, split_ids(self._parser, reply.token_ids, decode, opened))
 
     def _queue(self, request: Request) -> tuple[str, Generation | None]:
         """Add one request to the engine: its id, and its refusal if vLLM refused it. Each request is
@@ -122,7 +172,9 @@ class VllmEngine:
                 )
             else:
                 messages = format_messages(request.messages, self._system_role)
-                ids = self._llm.enqueue_chat([messages], [params], use_tqdm=False)
+                ids = self._llm.enqueue_chat(
+                    [messages], [params], use_tqdm=False, chat_template_kwargs=self._template_kwargs
+                )
         except self._fatal:
             raise
         except Exception as err:  # raised while adding this one request: vLLM's validation of it

@@ -1,0 +1,157 @@
+"""No thinking reaches another party or the judge: scripted reasoning engines (every thinking form,
+split by the same functions the real engines use, engines/chat/reasoning.py) through the `generate`,
+`judge` and `report` commands; the thinking is stored and counted, a reply cut inside its thinking
+ends its dialogue, and the report's leak check finds 0 markers (and finds them when an engine does
+not split). tests/test_reasoning_vllm.py runs a real reasoning family's template through real vLLM."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+from cli_helpers import read_rows
+from test_fidelity import PromptRecorder, config
+
+from personalens.config import run as R
+from personalens.engines.chat.reasoning import MARKERS, THINKING, load_parser, split_ids, split_text, with_split
+from personalens.judge import command as judge_command
+from personalens.report import command as report_command
+from personalens.simulate import command as simulate_command
+
+
+class _Words:
+    """A tokenizer of whole words, growing its vocabulary (for vLLM's deepseek_r1 parser)."""
+
+    def __init__(self):
+        self.words = ["<think>", "</think>"]
+
+    def get_vocab(self):
+        return {w: i for i, w in enumerate(self.words)}
+
+    def encode(self, text):
+        for w in text.split():
+            if w not in self.words:
+                self.words.append(w)
+        return [self.words.index(w) for w in text.split()]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(self.words[i] for i in ids)
+
+
+class Thinker(PromptRecorder):
+    """Replies of reasoning models: the user agent's in Mistral's [THINK] form (split from the text),
+    the assistant's in the `</think>`-only form of a template that opens <think> in the prompt (split on
+    ids by vLLM's deepseek_r1 parser), the judge's in <think> blocks. The assistant of the task whose
+    intent is `cut` stops inside its thinking at its second reply; so does every naturalness judgment.
+    `split=False`: an engine that hands the raw text on (the leak check must find it)."""
+
+    def __init__(self, cut: str = "", split: bool = True):
+        super().__init__()
+        self.cut, self.split, self.n = cut, split, 0
+        self.words = _Words()
+        self.parser = load_parser("deepseek_r1", self.words, {})
+
+    def generate(self, requests, on_finished=None):
+        out = []
+        for request, gen in zip(requests, super().generate(requests, on_finished)):
+            self.n += 1
+            thought = f"secret-thought-{self.n}"
+            prompt = "".join(m["content"] for m in request.messages)
+            if request.grammar:
+                cut = "Naturalness" in request.grammar
+                raw = f"<think>{thought} weighing" if cut else f"<think>{thought}</think>{gen.text}"
+                gen = dataclasses.replace(gen, finish_reason="length" if cut else "stop", completion_tokens=20)
+                out.append(self._text(gen, raw))
+            elif request.messages[-1]["content"].startswith("<user_profile>"):  # the user agent
+                # the task to cut tags its user's replies, so that its assistant prompts can tell it
+                answer = f"{gen.text} (about {self.cut})" if self.cut and self.cut in prompt else gen.text
+                gen = dataclasses.replace(gen, finish_reason="stop")
+                out.append(self._text(gen, f"[THINK]{thought}[/THINK]{answer}"))
+            else:
+                replies = request.messages[-1]["content"].count("Assistant:")  # its history, as text
+                stop = bool(self.cut) and self.cut in prompt and replies >= 1
+                raw = f"{thought} and more" if stop else f"{thought} done </think> {gen.text}"
+                out.append(self._ids(gen, raw, "length" if stop else "stop"))
+        return out
+
+    def _text(self, gen, raw):
+        return with_split(gen, split_text(raw)) if self.split else dataclasses.replace(gen, text=raw)
+
+    def _ids(self, gen, raw, finish):
+        ids = self.words.encode(raw)
+        gen = dataclasses.replace(gen, completion_tokens=len(ids), finish_reason=finish)
+        if not self.split:
+            return dataclasses.replace(gen, text=raw)
+        return with_split(gen, split_ids(self.parser, ids, self.words.decode, opened=True))
+
+
+def csv_rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _sent(engine: PromptRecorder) -> list[str]:
+    return ["".join(m["content"] for m in r.messages) for r in engine.requests]
+
+
+def test_thinking_is_stored_counted_and_never_sent_on(tmp_path):
+    out = tmp_path / "run"
+    cfg = config(f"run.out_dir={out}")
+    scenarios = R.scenarios(cfg)
+    cut_task, cut_intent = scenarios[0].task.task_id, scenarios[0].task.user_intent
+    engine = Thinker(cut=cut_intent)
+    assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
+    # no prompt of the user agent or the assistant holds a thought or a marker
+    sent = _sent(engine)
+    assert not [t for t in sent if "secret-thought" in t or any(m in t for m in MARKERS)]
+    dialogues = {d["task_id"]: d for d in read_rows(out / "dialogues")}
+    cut = dialogues[cut_task]
+    assert cut["ended"] == "thinking" and "assistant's reply stopped inside its thinking" in cut["error"]
+    assert [t["role"] for t in cut["turns"]] == ["user", "assistant", "user"]  # the stopped reply is no turn
+    turns = [t for d in dialogues.values() for t in d["turns"]]
+    assert all(t["reasoning"].startswith("secret-thought-") for t in turns)
+    assert all("secret-thought" not in t["text"] and not any(m in t["text"] for m in MARKERS) for t in turns)
+    # the assistant's thinking counted on ids (the thought, "done" and </think>); the user agent's seen as text
+    assert {t["reasoning_tokens"] for t in turns if t["role"] == "assistant"} == {3}
+    assert {t["reasoning_tokens"] for t in turns if t["role"] == "user"} == {None}
+
+    judge = Thinker()
+    assert judge_command.judge(cfg, lambda: {"judge": judge}) == 0
+    assert not [t for t in _sent(judge) if "secret-thought" in t or any(m in t for m in MARKERS)]
+    judgments = read_rows(out / "judgments")
+    assert cut_task in {j["task_id"] for j in judgments}  # judged on the turns it had, as on context
+    for j in judgments:
+        assert j["judge_reasoning"].startswith("secret-thought-")
+        if j["dimension"] == "naturalness":
+            assert (j["parsed"], j["finish_reason"]) == (False, THINKING)
+            assert j["failure"] == "stopped inside its thinking at 20 tokens"
+        else:
+            assert j["parsed"] and "secret-thought" not in j["judge_text"]
+
+    assert report_command.report(cfg) == 0
+    report = out / "report"
+    rows = {r["role"]: r for r in csv_rows(report / "thinking.csv")}
+    assistant_turns = [t for d in dialogues.values() for t in d["turns"] if t["role"] == "assistant"]
+    assert int(rows["assistant"]["thinking_tokens"]) == 3 * len(assistant_turns)
+    assert int(rows["assistant"]["stopped"]) == 1 and int(rows["assistant"]["replies"]) == len(assistant_turns) + 1
+    assert int(rows["user agent"]["not_counted"]) == sum(t["role"] == "user" for t in turns)
+    assert int(rows["judge"]["stopped"]) == sum(j["dimension"] == "naturalness" for j in judgments)
+    assert {rows[r]["leaks"] for r in ("user agent", "assistant")} == {"0"}
+    assert sum(int(r["thinking"]) for r in csv_rows(report / "endings.csv")) == 1
+    text = (report / "report.md").read_text()
+    assert "**Leak check: 0 thinking markers**" in text and "1 on a reply stopped inside its thinking" in text
+
+
+def test_the_leak_check_finds_thinking_an_engine_did_not_split(tmp_path):
+    out = tmp_path / "run"
+    cfg = config(f"run.out_dir={out}")
+    engine = Thinker(split=False)
+    assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
+    assert judge_command.judge(cfg, lambda: {"judge": Thinker()}) == 0
+    assert report_command.report(cfg) == 0
+    turns = [t for d in read_rows(out / "dialogues") for t in d["turns"]]
+    markers = sum(t["text"].count(m) for t in turns for m in MARKERS)
+    assert markers >= len(turns)  # every raw reply holds [THINK]..[/THINK] or </think>
+    text = (out / "report" / "report.md").read_text()
+    assert f"**Leak check: {markers} thinking markers**" in text

