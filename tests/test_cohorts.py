@@ -118,6 +118,19 @@ def test_one_shared_engine_keeps_one_cohort_and_both_roles_in_a_call():
     assert all(t.cohort == 0 and t.engine == 0 for s in steps for t in s.calls)
 
 
+def test_engines_that_cannot_step_side_by_side_take_turns():
+    """Two in-process vLLM engines whose engine cores run in this process share vLLM's forward context
+    (VLLM_ENABLE_V1_MULTIPROCESSING=0): auto keeps them in one cohort, more is refused in one line."""
+    exclusive = GreedyEngine("a")
+    exclusive.overlaps = False
+    other = GreedyEngine("b")
+    assert cohort_count(0, {"user": exclusive, "assistant": other}) == 1
+    assert cohort_count(1, {"user": exclusive, "assistant": other}) == 1
+    with pytest.raises(PersonalensError, match=r"lockstep.cohorts=2: a run\(s\) vLLM's engine core in this process"):
+        cohort_count(2, {"user": other, "assistant": exclusive})
+    assert cohort_count(3, {"user": exclusive, "assistant": exclusive}) == 3  # one engine: nothing overlaps
+
+
 def test_nothing_to_simulate_needs_no_engine():
     ended = many(2)
     for d in ended:

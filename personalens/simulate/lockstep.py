@@ -37,6 +37,7 @@ from personalens.data.records import Role
 from personalens.engines.base import Engine, Generation, Message, Request, Sampling, conversation
 from personalens.engines.chat.reasoning import THINKING
 from personalens.engines.chat.token_ids import PromptIds
+from personalens.errors import PersonalensError
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.trace import CallTrace, call_trace
 from personalens.simulate.workers import EngineWorkers
@@ -165,10 +166,23 @@ def answer(dialogue: Dialogue, role: Role, gen: Generation, now: float) -> None:
 def cohort_count(requested: int, engines: Mapping[Role, Engine]) -> int:
     """`requested` cohorts, or for 0 (auto) one per engine of the two roles: 2 when the user agent and
     the assistant run on distinct engines, so that each has a cohort's turns while the other answers
-    the other's, else 1 (a shared engine already takes both roles' requests in one call)."""
+    the other's, else 1 (a shared engine already takes both roles' requests in one call). Engines
+    that cannot step at the same time as another in this process (`overlaps: False`: in-process vLLM
+    engines whose engine core runs in this process, which share vLLM's forward context) take turns:
+    auto gives 1, and more is refused."""
     if requested < 0:
         raise ValueError(f"cohorts must be >= 0 (0: auto), got {requested}")
-    return requested or len({id(engines[role]) for role in ("user", "assistant")})
+    distinct = {id(engines[role]): engines[role] for role in ("user", "assistant")}
+    exclusive = [e.name for e in distinct.values() if not getattr(e, "overlaps", True)]
+    if len(distinct) > 1 and exclusive:
+        if requested > 1:
+            raise PersonalensError(
+                f"lockstep.cohorts={requested}: {', '.join(exclusive)} run(s) vLLM's engine core in this process "
+                "(VLLM_ENABLE_V1_MULTIPROCESSING=0), whose steps cannot overlap another engine's: set "
+                "lockstep.cohorts=1, or leave that variable unset"
+            )
+        return 1
+    return requested or len(distinct)
 
 
 @dataclass

@@ -53,6 +53,9 @@ class VllmEngine:
             # read by vLLM's engine processes when they start; a value the user exported wins
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(config.cpu_reserved_cores))
         self._stop = stop or Stop()
+        # with vLLM's engine core in this process its steps share process-wide state (the forward
+        # context), so no other engine of this process may step at the same time
+        self.overlaps = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
         started = time.monotonic()
         from vllm import LLM  # heavy; only engines that run in-process need it
         from vllm.platforms import current_platform
