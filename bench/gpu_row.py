@@ -13,7 +13,9 @@ in-process engines of the same architecture (the user agent's config named and s
 placement planner splits the machine's memory between them), loaded once, and `generate` runs on
 them with `lockstep.cohorts=1` and then `lockstep.cohorts=2` (each from a cold prefix cache, into
 an out dir of its own), printing each run's wall time, turns/s, tokens/s and each engine's busy
-share from the step trace; no raw replay, judge or report.
+share from the step trace; no raw replay, judge or report. It needs vLLM's engine processes (the
+default): with VLLM_ENABLE_V1_MULTIPROCESSING=0 two engine cores stepping at once in one process
+fail (docs/performance.md).
 
     python bench/gpu_row.py ../shared/personalens-data               # on a GPU: llama31_8b, paper protocol
     python bench/gpu_row.py ../shared/personalens-data --arch mistral7b_v02
