@@ -8,8 +8,18 @@ It prints the wall time of each stage, generate's generated tokens per second, l
 the same requests replayed straight to the engine (raw batched, from a cold prefix cache too), and
 the step trace's summary (calls, share of their wall time in the straggler tail).
 
+`--cohorts` measures lockstep cohorts instead: the user agent and the assistant are two distinct
+in-process engines of the same architecture (the user agent's config named and seeded apart, so the
+placement planner splits the machine's memory between them), loaded once, and `generate` runs on
+them with `lockstep.cohorts=1` and then `lockstep.cohorts=2` (each from a cold prefix cache, into
+an out dir of its own), printing each run's wall time, turns/s, tokens/s and each engine's busy
+share from the step trace; no raw replay, judge or report. It needs vLLM's engine processes (the
+default): with VLLM_ENABLE_V1_MULTIPROCESSING=0 two engine cores stepping at once in one process
+fail (docs/performance.md).
+
     python bench/gpu_row.py ../shared/personalens-data               # on a GPU: llama31_8b, paper protocol
     python bench/gpu_row.py ../shared/personalens-data --arch mistral7b_v02
+    python bench/gpu_row.py ../shared/personalens-data --cohorts --users 0-1 --rounds 2,3
     python bench/gpu_row.py --tiny                                   # CPU smoke size (tests/test_gpu_row.py)
 
 Random weights rarely sample the end-of-text token and never say TERMINATE, so every reply runs
@@ -149,7 +159,78 @@ def overrides(args: argparse.Namespace, model: Path, out: Path) -> list[str]:
         if args.judge_tokens is not None:
             sizes.append(f"protocol.judge.max_tokens={args.judge_tokens}")
     dummy = [f"{r}.load_format=dummy" for r in roles]
+    if args.cohorts:  # the user agent a model of its own: the same architecture, named and seeded apart
+        models += ["user_agent.name=user-agent", "user_agent.seed=1"]
     return [*models, *dummy, *sizes, f"run.out_dir={out}", "progress=false", "report.bootstrap=100"]
+
+
+def compose_config(args: argparse.Namespace, model: Path, out: Path, *extra: str):
+    from hydra import compose, initialize_config_dir
+
+    from personalens.config import register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=[*overrides(args, model, out), *extra])
+
+
+def measured(out: Path, seconds: float) -> dict:
+    """A generate run's figures from its dialogues and step trace."""
+    from personalens.simulate.trace import CallTrace, TraceTotals
+    from personalens.store import read_table
+
+    dialogues = read_table(out / "dialogues", ["turns"]).column("turns").to_pylist()
+    generated = sum(t["completion_tokens"] for turns in dialogues for t in turns)
+    totals = TraceTotals()
+    for row in read_table(out / "trace").to_pylist():
+        totals.add(CallTrace(**{k: row[k] for k in CallTrace.__dataclass_fields__}))
+    busy = {engine: busy / totals.span for engine, busy in totals.busy.items()} if totals.span else {}
+    turns = sum(map(len, dialogues))
+    return {
+        "generate_s": seconds,
+        "dialogues": len(dialogues),
+        "turns": turns,
+        "generated": generated,
+        "turns_per_s": turns / seconds,
+        "tokens_per_s": generated / seconds,
+        "calls": totals.calls,
+        "busy": busy,
+        "span_s": totals.span,
+        "trace": totals.line(),
+    }
+
+
+def cohorts_line(cohorts: int, m: dict) -> str:
+    busy = ", ".join(f"{engine} {share:.0%}" for engine, share in sorted(m["busy"].items()))
+    return (
+        f"lockstep.cohorts={cohorts}: {m['dialogues']} dialogues, {m['turns']} turns, {m['generated']} generated "
+        f"tokens in {m['generate_s']:.1f} s = {m['turns_per_s']:.2f} turns/s, {m['tokens_per_s']:.1f} tokens/s; "
+        f"{m['calls']} batched calls; busy: {busy} of the calls' {m['span_s']:.1f} s"
+    )
+
+
+def run_cohorts(args: argparse.Namespace, work: Path) -> dict:
+    """Two distinct engines loaded once; generate with one cohort, then two, each from a cold prefix cache."""
+    from personalens.config import run as R
+    from personalens.simulate.command import generate
+
+    model = model_dir(args.arch, work / "model", args.tokenizer)
+    configs = {n: compose_config(args, model, work / f"cohorts-{n}", f"lockstep.cohorts={n}") for n in (1, 2)}
+    loader = R.engines(configs[1], ("user_agent", "assistant"))  # the layout is logged (and kept) here
+    result: dict = {"load_s": timed("model load (random weights, two engines)", loader)}
+    engines = loader()
+    distinct = [engines["user_agent"], engines["assistant"]]
+    if distinct[0] is distinct[1]:
+        raise SystemExit("the user agent and the assistant share one engine: --cohorts needs two")
+    for n, cfg in configs.items():
+        for engine in distinct:
+            engine.reset_prefix_cache()
+        seconds = timed(f"generate, lockstep.cohorts={n}", lambda cfg=cfg: generate(cfg, loader))
+        result[f"cohorts_{n}"] = measured(Path(cfg.run.out_dir), seconds)
+        print(cohorts_line(n, result[f"cohorts_{n}"]), flush=True)
+    for engine in distinct:
+        engine.close()
+    return result
 
 
 def generate_line(result: dict) -> str:
@@ -162,20 +243,14 @@ def generate_line(result: dict) -> str:
 
 
 def run(args: argparse.Namespace, work: Path) -> dict:
-    from hydra import compose, initialize_config_dir
-
-    from personalens.config import register_resolvers
     from personalens.config import run as R
     from personalens.judge.command import judge
     from personalens.report.command import report
     from personalens.simulate.command import generate
-    from personalens.simulate.trace import CallTrace, TraceTotals
     from personalens.store import read_table
 
     out = work / "run"
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides(args, model_dir(args.arch, work / "model", args.tokenizer), out))
+    cfg = compose_config(args, model_dir(args.arch, work / "model", args.tokenizer), out)
     result: dict = {}
     engines: dict = {}
     result["load_s"] = timed(
@@ -183,17 +258,9 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     )
     engine = engines["assistant"]
     recorder = Recorder(engine)
-    result["generate_s"] = timed(
-        "generate", lambda: generate(cfg, lambda: {"user_agent": recorder, "assistant": recorder})
-    )
-    dialogues = read_table(out / "dialogues", ["turns"]).column("turns").to_pylist()
-    generated = sum(t["completion_tokens"] for turns in dialogues for t in turns)
-    result.update(dialogues=len(dialogues), turns=sum(map(len, dialogues)), generated=generated)
-    totals = TraceTotals()
-    trace = read_table(out / "trace").to_pylist()
-    for row in trace:
-        totals.add(CallTrace(**{k: row[k] for k in CallTrace.__dataclass_fields__}))
-    result["trace"] = totals.line()
+    seconds = timed("generate", lambda: generate(cfg, lambda: {"user_agent": recorder, "assistant": recorder}))
+    m = measured(out, seconds)
+    result.update({k: m[k] for k in ("generate_s", "dialogues", "turns", "generated", "trace")})
 
     def raw() -> None:
         engine.reset_prefix_cache()
@@ -226,6 +293,9 @@ def main() -> None:
         "--tokenizer", type=Path, help="a directory with SmolLM2's tokenizer files (default: the embedded model's)"
     )
     parser.add_argument("--tiny", action="store_true", help="CPU smoke size: tiny architecture, user 0, 1 round")
+    parser.add_argument(
+        "--cohorts", action="store_true", help="two distinct engines; generate with lockstep.cohorts=1, then 2"
+    )
     parser.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
     args = parser.parse_args()
     if args.tiny:
@@ -242,8 +312,15 @@ def main() -> None:
 
             users = max(SUBSETS[args.users]) + 1 if args.users in SUBSETS else 1500  # the release: 1,500 users
             args.root = replicate(args.data_root, users, work / "data")
-        result = run(args, work)
+        result = (run_cohorts if args.cohorts else run)(args, work)
     print(f"arch {args.arch} (random weights), {'tiny' if args.tiny else f'users {args.users}, {args.protocol}'}")
+    if args.cohorts:
+        print("\n".join(cohorts_line(n, result[f"cohorts_{n}"]) for n in (1, 2)))
+        print(
+            f"cohorts=2 / cohorts=1 wall time: {result['cohorts_2']['generate_s'] / result['cohorts_1']['generate_s']:.2f}"
+        )
+        print("RESULT " + json.dumps(result))
+        return
     print(generate_line(result))
     print(f"trace: {result['trace']}")
     print(f"judge: {result['judgments']} judgments in {result['judge_s']:.1f} s; report {result['report_s']:.1f} s")

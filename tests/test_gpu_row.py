@@ -1,23 +1,27 @@
 """bench/gpu_row.py at its CPU size: a tiny architecture with random weights (`load_format: dummy`)
 through generate, the raw replay, judge and report (on a GPU it runs a Table-3 row of a shipped
-model's architecture)."""
+model's architecture); its `--cohorts` mode's composition (two distinct engines, loaded once, two
+generate runs) on scripted engines, whose real-vLLM run is docs/performance.md's on an H200."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from cli_helpers import REPO, read_rows
 from omegaconf import OmegaConf
 
 from personalens.data import load_scenarios
+from personalens.engines import factory
+from personalens.engines.base import Generation
 
-pytestmark = pytest.mark.vllm
 
-
+@pytest.mark.vllm
 def test_a_tiny_row_with_random_weights_runs_every_stage(tmp_path):
     # vLLM's engine core in the bench's own process: spawning it (and its worker) costs a second and
     # third import of vLLM, tens of seconds on a 2-core CPU, for a row that runs in seconds
@@ -45,3 +49,56 @@ def test_a_tiny_row_with_random_weights_runs_every_stage(tmp_path):
     saved = OmegaConf.load(tmp_path / "run" / "generate.yaml")
     assert saved.config.assistant.load_format == "dummy"
     assert json.loads((tmp_path / "model" / "config.json").read_text())["num_hidden_layers"] == 2
+
+
+class ReplyingEngine:
+    """Eight tokens per reply, a few milliseconds per call; counts its prefix-cache resets."""
+
+    def __init__(self, config):
+        self.name, self.seed = config.name, config.seed
+        self.calls, self.resets, self.closed = 0, 0, False
+
+    def generate(self, requests, on_finished=None):
+        self.calls += 1
+        time.sleep(0.005)
+        return [Generation("fine, thanks", prompt_tokens=10, completion_tokens=8) for _ in requests]
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+
+    def close(self):
+        self.closed = True
+
+
+def test_cohorts_mode_runs_two_distinct_engines_with_one_cohort_then_two(tmp_path, monkeypatch, capsys):
+    built = []
+
+    def build(config, stop=None):
+        built.append(ReplyingEngine(config))
+        return built[-1]
+
+    monkeypatch.setattr(factory, "build_engine", build)
+    monkeypatch.setattr(sys, "argv", ["gpu_row.py", "--tiny", "--cohorts", "--keep", str(tmp_path)])
+    spec = importlib.util.spec_from_file_location("bench_gpu_row", REPO / "bench" / "gpu_row.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main()
+    out = capsys.readouterr().out
+    result = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    # one load: the user agent a model of its own, its prefix cache reset before each run like the assistant's
+    assert [(e.name, e.seed, e.resets, e.closed) for e in built] == [
+        ("user-agent", 1, 2, True),
+        ("SmolLM2-135M-Instruct", 0, 2, True),
+    ]
+    one, two = result["cohorts_1"], result["cohorts_2"]
+    dialogues = len(load_scenarios(REPO / "data" / "sample", "0", "both"))
+    assert (one["dialogues"], one["turns"], one["generated"]) == (dialogues, 3 * dialogues, 8 * 3 * dialogues)
+    assert (two["dialogues"], two["turns"], two["generated"]) == (one["dialogues"], one["turns"], one["generated"])
+    assert (one["calls"], two["calls"]) == (3, 6)  # each step a call per cohort
+    assert sorted(one["busy"]) == sorted(two["busy"]) == ["engine 0 (user-agent)", "engine 1 (SmolLM2-135M-Instruct)"]
+    assert sum(e.calls for e in built) == 9
+    for n in (1, 2):
+        saved = OmegaConf.load(tmp_path / f"cohorts-{n}" / "generate.yaml")
+        assert saved.config.lockstep.cohorts == n and saved.config.user_agent.name == "user-agent"
+        assert saved.resolved.placement  # the loader's layout, kept with each run
+    assert "lockstep.cohorts=1: " in out and "lockstep.cohorts=2: " in out and "cohorts=2 / cohorts=1 wall time" in out
