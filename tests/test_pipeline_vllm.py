@@ -94,8 +94,8 @@ def test_the_terminal_shows_results_on_stdout_and_a_few_lines_on_stderr(pipeline
     # (personalization prompts share their long instructions across dialogues and turns)
     judged = re.search(
         r"judge: \d+ judgments in [\d.]+ s, 0 outputs without a valid score "
-        r"\(0 refused by the engine, 0 cut at max_tokens\), "
-        r"0 out-of-range scores kept as the released code keeps them; "
+        r"\(0 refused by the engine, 0 cut at max_tokens, 0 stopped in their thinking\), "
+        r"0 thinking tokens, 0 out-of-range scores kept as the released code keeps them; "
         r"prompts (\d+) tokens, (\d+)% from the prefix cache",
         proc.stderr,
     )
