@@ -409,7 +409,7 @@ def test_served_requests_in_flight_follow_the_servers_kv_cache(served, caplog):
 
 @pytest.mark.vllm
 def test_served_request_is_aborted_when_its_client_hangs_up(served):
-    # what the engine relies on before it sends a stalled request again (server_http.py)
+    # what the engine relies on before it sends a stalled request again (serving/http.py)
     body = {"model": _served_name(served), "messages": [{"role": "user", "content": "Tell a long story."}]}
     body |= {"max_tokens": 1000, "min_tokens": 1000, "stream": True}
     before = _metrics(served)["vllm:generation_tokens_total"]

@@ -1,7 +1,7 @@
 """An engine for an OpenAI-compatible server (`vllm serve` on another node, or one personalens
 started, managed.py): one generate() runs its batch as concurrent streamed /chat/completions
-requests on pooled connections (server_http.py), as many at a time as the server's KV cache holds
-(server_flow.py), at most `server.max_concurrency`.
+requests on pooled connections (serving/http.py), as many at a time as the server's KV cache holds
+(serving/flow.py), at most `server.max_concurrency`.
 
 A request the server refuses (HTTP 400 or 422: vLLM's answer to a prompt longer than the model's
 context, or to a bad parameter) is answered as `rejected` and the others go on. So is a request that
@@ -137,7 +137,7 @@ class ServerEngine:
             return generations
 
     async def _slots(self, client: ServerClient, requests: Sequence[Request], limit: int) -> int:
-        """Requests of this call to keep in flight (server_flow.py); the server's KV cache size is
+        """Requests of this call to keep in flight (serving/flow.py); the server's KV cache size is
         asked once."""
         if not self._kv_asked:
             self._kv_asked = True

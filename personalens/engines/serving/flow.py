@@ -1,7 +1,7 @@
 """How many requests a server engine (server.py) keeps in flight: about what its server runs at once.
 
 vLLM runs a request only while its KV cache holds the request's tokens; the others wait in the
-server's queue. Waiting there costs no timeout (replies are streamed, server_http.py), but every
+server's queue. Waiting there costs no timeout (replies are streamed, serving/http.py), but every
 waiting request holds a connection, and all of them are aborted at once if this process stops. So one
 generate() keeps at most
 

@@ -1,12 +1,12 @@
 """vLLM servers that personalens starts for the models its layout puts on their own GPUs (placement/layout.py)
 and talks to as `engine: server` models (server.py): their command lines, environments and log
-names, started, watched and stopped as processes by server_processes.py.
+names, started, watched and stopped as processes by serving/processes.py.
 
 All servers of a command (a model's copies among them) start at once and load in parallel; each listens on a free port of
 127.0.0.1 and writes its log to `<run.out_dir>/logs/`. Each gets a fresh random API key, in its
 environment (VLLM_API_KEY), not on its command line, which every user of the node can read (`ps`);
 only this process's server engines are given it, and every route but /health asks for it
-(server_guard.py), so other jobs on a shared node cannot use the server.
+(serving/guard.py), so other jobs on a shared node cannot use the server.
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ log = logging.getLogger(__name__)
 
 def serve_args(config: ModelConfig, model: str, port: int, dtype: str) -> list[str]:
     """The API server's command line for a model config: the in-process engine's arguments
-    (vllm_args.py) as flags, then the server's own."""
+    (vllm/args.py) as flags, then the server's own."""
     args = cli_flags(engine_args(config, model, dtype))
     args += ["--served-model-name", config.name, "--host", "127.0.0.1", "--port", str(port)]
     # cached prompt tokens in each reply's usage (generate's summary); no access-log line per request;
-    # the key on every route (server_guard.py)
+    # the key on every route (serving/guard.py)
     args += ["--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
     return [*args, "--middleware", f"{RequireKey.__module__}.{RequireKey.__qualname__}"]
 

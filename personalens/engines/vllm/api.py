@@ -1,5 +1,5 @@
 """What personalens calls of vLLM, as data: the releases it was tested with and one table of every
-vLLM interface it calls, with the releases each row holds for. `vllm_check.py` compares the installed
+vLLM interface it calls, with the releases each row holds for. `vllm/check.py` compares the installed
 vLLM with it when an engine starts, before any model loads. Code that calls something new of vLLM
 adds a row here."""
 
@@ -17,7 +17,7 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SERVER_KEY_ENV = "VLLM_API_KEY"
 ENGINE_ARGS = "vllm.engine.arg_utils:EngineArgs"
 
-# what vllm_args.py and embedding.py give vllm.LLM (which passes them on to EngineArgs) and a server
+# what vllm/args.py and embedding.py give vllm.LLM (which passes them on to EngineArgs) and a server
 # as its engine flags
 LLM_ARGUMENTS = (
     "model", "tokenizer", "dtype", "tensor_parallel_size", "gpu_memory_utilization", "kv_cache_memory_bytes",
@@ -29,7 +29,7 @@ LLM_ARGUMENTS = (
 SERVED_NAME = ("served_model_name",)
 FRONTEND_FLAGS = ("host", "port", "enable_prompt_tokens_details", "disable_uvicorn_access_log", "middleware")
 
-# (use, target, names, releases): `use` is "in_process" (vllm_local.py, embedding.py) or "server"
+# (use, target, names, releases): `use` is "in_process" (vllm/local.py, embedding.py) or "server"
 # (managed.py). A target "module:Name" or "module:Name.attribute" must exist and take each of `names`
 # as a keyword parameter (or hold it as a key of a TypedDict or a mapping); a target without ":" is a
 # module that must be found (it is not imported). `releases` narrows a row to part of TESTED ("": all

@@ -1,5 +1,5 @@
 """The vLLM engine arguments of a model config, in one place: an in-process engine passes them to
-`vllm.LLM` (vllm_local.py) and a managed server gets the same as command-line flags (managed.py), so a
+`vllm.LLM` (vllm/local.py) and a managed server gets the same as command-line flags (managed.py), so a
 setting added here reaches both, and tests/test_managed_vllm.py checks that vLLM's own parser reads
 the flags back into the same engine arguments."""
 

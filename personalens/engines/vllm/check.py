@@ -1,4 +1,4 @@
-"""The installed vLLM checked against vllm_api.py when an engine starts, before any model loads: its
+"""The installed vLLM checked against vllm/api.py when an engine starts, before any model loads: its
 version inside the tested range, and every interface personalens calls present and taking the
 parameters it passes. A mismatch fails with one line that names the version found and the range
 needed, rather than mid-run."""
