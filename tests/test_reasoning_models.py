@@ -13,7 +13,6 @@ from personalens.config import model_identity
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.placement.architecture import Architecture
 from personalens.engines.vllm.args import cli_flags, engine_args
-from personalens.engines.vllm.local import VllmEngine
 from personalens.paths import PROJECT_ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures" / "architectures"
@@ -92,12 +91,6 @@ def test_qwen3_and_the_r1_distill_keep_every_token():
     assert arch("qwen3_32b").windows == (None,) * 64
     r1 = arch("deepseek_r1_distill_qwen_7b")  # a Qwen2 whose sliding window is switched off
     assert (r1.layers, r1.kv_heads, r1.vocab, r1.context, r1.windows) == (28, 4, 152_064, 131_072, (None,) * 28)
-
-
-def test_gpt_oss_in_process_is_refused_in_one_line_before_anything_loads(tmp_path):
-    config = load("gpt_oss_20b", tmp_path, placement="in_process")
-    with pytest.raises(ModelConfigError, match=r"openai_gptoss .* split by vLLM's server only; set placement"):
-        VllmEngine(config)
 
 
 def test_the_reasoning_profile_is_checked_and_part_of_the_models_identity(tmp_path):

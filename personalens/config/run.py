@@ -4,14 +4,21 @@ Heavy imports (vLLM, torch) happen only when engines are built."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
+from personalens import console
 from personalens.config.core import fingerprint, reproducible
 from personalens.config.fidelity import Fidelity
 from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
+
+if TYPE_CHECKING:
+    from personalens.data import Scenario
+    from personalens.engines.models.config import ModelConfig
 
 
 def fidelity(cfg: DictConfig) -> Fidelity:
@@ -86,14 +93,16 @@ def resolved(cfg: DictConfig, roles: tuple[str, ...], engines) -> dict:
     return {**out, "placement": layout.as_dict(), **({"batch_invariance": invariant} if invariant else {})}
 
 
-def engines(cfg: DictConfig, roles: tuple[str, ...], stop: Stop | None = None):
+def engines(cfg: DictConfig, roles: tuple[str, ...], stop: Stop | None = None, first: Scenario | None = None):
     """The engines of `roles`, loaded together in this process on the first call; their layout is
-    decided, logged and, when it cannot fit, refused now, before anything is saved or loaded. Under
-    scheduling=continuous the user agent's and the assistant's models must run in this process (their
-    requests go in while the engine steps), which is checked then too. `stop` is the command's."""
+    decided, logged and, when it cannot fit, refused now, before anything is saved or loaded, and so
+    is a chat template that cannot take the run's prompts (`check_templates` on `first`, the shard's
+    first scenario, read from the data when not given). Under scheduling=continuous the user agent's
+    and the assistant's models must run in this process (their requests go in while the engine
+    steps), which is checked then too. `stop` is the command's."""
     from personalens.engines.factory import EngineLoader
 
-    return EngineLoader(
+    loader = EngineLoader(
         {role: cfg[role] for role in roles},
         Path(cfg.run.out_dir) / "logs",
         shard=f"shard-{int(cfg.shard.index):03d}-of-{int(cfg.shard.count):03d}",
@@ -102,6 +111,25 @@ def engines(cfg: DictConfig, roles: tuple[str, ...], stop: Stop | None = None):
         stop=stop,
         work=work(cfg, roles),
     )
+    if first is None:
+        first = next(iter(scenarios(cfg)), None)
+    if first is not None:
+        check_templates(cfg, loader.configs, first)
+    return loader
+
+
+def check_templates(cfg: DictConfig, configs: Mapping[str, ModelConfig], first: Scenario) -> None:
+    """Each role's chat template rendered on its prompts of `first` (config/chat_templates.py): a
+    template that refuses them raises, in one line; a role whose template cannot be read here is
+    named on stderr."""
+    from personalens.config.chat_templates import check_templates as check
+    from personalens.config.chat_templates import probes
+
+    dimensions = list(cfg.judging.dimensions) if "judge" in configs else []
+    loaded, _ = templates(cfg, fidelity(cfg))
+    probed = probes(tuple(configs), first, loaded, setting(cfg), prompt_family(cfg), dimensions)
+    for role, why in check(configs, probed).items():
+        print(f"{role}: chat template not checked before loading: {why}", file=console.err())
 
 
 def work(cfg: DictConfig, roles: tuple[str, ...]) -> dict[str, float]:

@@ -43,12 +43,14 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
         **C.run_options(cfg),
     }
     digest = C.fingerprint(parts)
-    load = engines or R.engines(cfg, ("judge",), stop)  # checks the model and its layout before the config is saved
+    scenarios = R.scenarios(cfg)
+    # checks the model, its layout and its chat template before the config is saved
+    load = engines or R.engines(cfg, ("judge",), stop, first=next(iter(scenarios), None))
     C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load), parts)
     print(f"judge: fidelity option {fidelity.name}", file=console.err())
     summary = score(
         dialogues.to_pylist(),
-        {s.key: s for s in R.scenarios(cfg)},
+        {s.key: s for s in scenarios},
         templates=templates,
         load_engine=lambda: load()["judge"],
         sampling=sampling_from(cfg.protocol.judge),

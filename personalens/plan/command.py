@@ -27,6 +27,7 @@ def plan(cfg: DictConfig) -> int:
     if not scenarios:
         raise PersonalensError("the selection holds no scenario (data.users, data.kinds)")
     models = model_configs({role: cfg[role] for role in ROLES})
+    R.check_templates(cfg, models, scenarios[0])  # a template that refuses the run's prompts: refused here too
     gpus = simulated(options.gpus, options.gpu_memory_gib) if options.gpus else visible_gpu_spec()
     chosen = selection(cfg, scenarios)
     estimated, workload, measured = estimate(cfg, options, scenarios, models)

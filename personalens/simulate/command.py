@@ -58,7 +58,8 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         **C.run_options(cfg),
     }
     digest = C.fingerprint(parts)
-    load = engines or R.engines(cfg, ROLES, stop)  # checks the models and their layout before the config is saved
+    # checks the models, their layout and chat templates before the config is saved
+    load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
     C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts)
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
     turns = shard_dir(out_dir, "turns", cfg.shard.index, cfg.shard.count)

@@ -25,11 +25,15 @@ def _tokenizer_config(directory: Path) -> dict:
 
 
 def chat_template(directory: Path) -> str | None:
-    """The chat template: chat_template.jinja, else tokenizer_config.json's (its `default` when named)."""
+    """The chat template: chat_template.jinja, else tokenizer_config.json's (its `default` when named),
+    else chat_template.json's (a multimodal model's processor template: Gemma 3, Mistral Small 3.1)."""
     jinja = directory / "chat_template.jinja"
     if jinja.is_file():
         return jinja.read_text()
     template = _tokenizer_config(directory).get("chat_template")
+    processor = directory / "chat_template.json"
+    if template is None and processor.is_file():
+        template = json.loads(processor.read_text()).get("chat_template")
     if isinstance(template, list):
         template = next((t.get("template") for t in template if t.get("name") == "default"), None)
     return template

@@ -15,6 +15,8 @@ import time
 from collections.abc import Sequence
 
 from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
+from personalens.engines.chat import harmony
+from personalens.engines.chat.harmony import split_harmony
 from personalens.engines.chat.messages import format_messages, resolve_system_role
 from personalens.engines.chat.reasoning import (
     PAIRS,
@@ -36,17 +38,12 @@ from personalens.engines.vllm.check import check_in_process
 log = logging.getLogger(__name__)
 
 _PROMPT_TAIL = 32  # tokens at a prompt's end read to see whether its template opened a thinking block
-# parsers that do not split on ids in process (harmony's channels need openai_harmony's parser)
-_SERVER_ONLY_PARSERS = ("openai_gptoss",)
 
 
 class VllmEngine:
     def __init__(self, config: ModelConfig, stop: Stop | None = None):
-        if config.reasoning_parser in _SERVER_ONLY_PARSERS:
-            raise ModelConfigError(
-                f"model {config.name!r}: reasoning_parser {config.reasoning_parser} (the harmony format) is split "
-                "by vLLM's server only; set placement: managed_server or engine: server"
-            )
+        # gpt-oss: its harmony channels are read on the output ids (engines/chat/harmony.py)
+        self._harmony = harmony.encoding() if config.reasoning_parser == harmony.PARSER else None
         check_in_process()  # the installed vLLM is one this code runs on, before a model loads
         model = model_path(config)
         if config.cpu_reserved_cores is not None:
@@ -134,8 +131,9 @@ class VllmEngine:
         return [(out.request_id, self._split(out)) for out in self._llm.llm_engine.step() if out.finished]
 
     def _reasoning_parser(self, config: ModelConfig, tokenizer):
-        """vLLM's reasoning parser of the config (None: the text fallback of engines/chat/reasoning.py)."""
-        if not config.reasoning_parser:
+        """vLLM's reasoning parser of the config (None: the text fallback of engines/chat/reasoning.py,
+        or harmony's channels for gpt-oss)."""
+        if not config.reasoning_parser or self._harmony is not None:
             return None
         try:
             return load_parser(config.reasoning_parser, tokenizer, config.template_kwargs)
@@ -147,8 +145,10 @@ class VllmEngine:
         gen = _generation(out)
         if gen.error is not None:
             return gen
-        tokenizer = self.chat_tokenizer.tokenizer
         reply = out.outputs[0]
+        if self._harmony is not None:
+            return with_split(gen, split_harmony(reply.token_ids, self._harmony))
+        tokenizer = self.chat_tokenizer.tokenizer
         pairs = PAIRS
         if self._parser is not None and getattr(self._parser, "reasoning_end_str", None):
             pairs = ((self._parser.reasoning_start_str or "", self._parser.reasoning_end_str),)
