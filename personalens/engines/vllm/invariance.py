@@ -64,8 +64,10 @@ ENGINE_CORE_HERE = Mode(
     in_process_core=True,
     # measured on the project's 2-core Xeon (docs/reproducibility.md)
     cost="each engine's core in this process and prefix caching off: every prompt is computed whole at every "
-    "step, and steps of two engines no longer overlap (one lockstep cohort); managed servers are refused; "
-    "docs/reproducibility.md gives the tokens/s measured with and without it; the times here do not include it",
+    "step (2.2x the prefill of the bundled sample under protocol=quick; more at the paper's lengths), and steps "
+    "of two engines no longer overlap (one lockstep cohort); managed servers are refused; on a 2-core Xeon "
+    "53-70 generated tokens/s against 57-106 without it (docs/reproducibility.md); the times here do not "
+    "include it",
 )
 
 
