@@ -29,6 +29,19 @@ intervals from the report's bootstrap (1000 resamples, seed 0).
 Ways run in the order given. A way whose folder holds its record (`bench.json`) is not run again,
 so a stopped bench resumes; `--fresh` starts over; `--no-run` compares the ways recorded so far.
 It prints its measurements and writes them to `<out>/results.json`.
+
+Two checks stand apart from the ways (each alone, then nothing else runs):
+
+    python bench/reproducibility.py --same-command 2  # the CLI in fresh processes, without and with reproducible=true
+    python bench/reproducibility.py --vllm-alone 3    # vLLM alone: the same batch 3 times, compared bit for bit
+
+`--same-command N` runs `personalens generate` N times without and N times with `reproducible=true`
+(alternately, each in a fresh process), and gives each mode's generated tokens/s and how many
+dialogues of each later run equal the first run's of its mode. `--vllm-alone N` gives one batch of
+prompts to `vllm.LLM` N times in one process, its engine core in this process so that the batches are
+the same (greedy, prefix caching off), and counts the prompts whose token ids and log-probabilities
+came back bit-identical: whether vLLM's kernels on this machine give the same numbers for the same batch.
+Both write `<out>/same-command.json` or `<out>/vllm-alone.json`.
 """
 
 from __future__ import annotations
@@ -63,6 +76,7 @@ from personalens.store import (
     JUDGMENT_SCHEMA,
     KEY_COLUMNS,
     PartWriter,
+    read_summaries,
     read_table,
     shard_dir,
 )
@@ -143,10 +157,10 @@ class Bench:
         cfg = self.config(folder, *overrides)
         return timed(" ".join(["generate", *overrides]), lambda: generate(cfg, self.engines()))
 
-    def cli_generate(self, folder: Path, kill_when_written: bool = False) -> dict:
+    def cli_generate(self, folder: Path, *overrides: str, kill_when_written: bool = False) -> dict:
         """`personalens generate` in its own process group; with `kill_when_written`, SIGKILLed once
         its first dialogue part file is on disk."""
-        args = ["generate", *self.base, f"run.out_dir={folder}"]
+        args = ["generate", *self.base, *overrides, f"run.out_dir={folder}"]
         env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
         before, started, killed = loadavg(), time.monotonic(), False
         with open(folder / "cli.log", "a") as log:
@@ -203,6 +217,97 @@ class Bench:
             ]
             PartWriter(shard_dir(self.out / name, "judgments", 0, 1), JUDGMENT_SCHEMA).write(mine)
         return {**spent, "ways": list(ways), "distinct_dialogues": len(known) + len(new), "judged_now": len(new)}
+
+
+# ---- the checks apart from the ways ----------------------------------------------------------------
+
+
+def same_command(bench: Bench, repeats: int) -> dict:
+    """`personalens generate` `repeats` times per mode (without and with reproducible=true, alternately),
+    each in a fresh process: each run's tokens/s, and each later run's dialogues against the first run
+    of its mode."""
+    modes = {"default": (), "reproducible": ("reproducible=true",)}
+    runs: dict[str, list[dict]] = {mode: [] for mode in modes}
+    for i in range(1, repeats + 1):
+        for mode, overrides in modes.items():
+            folder = bench.out / "same-command" / f"{mode}-{i}"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            record = bench.cli_generate(folder, *overrides)
+            (summary,) = read_summaries(folder, "generate")
+            runs[mode].append({**record, **rate(summary), "folder": str(folder)})
+            print(f"{mode}-{i}: {runs[mode][-1]}", flush=True)
+    for mode_runs in runs.values():
+        first = dialogue_turns(Path(mode_runs[0]["folder"]))
+        for run in mode_runs[1:]:
+            run["against_first"] = compare_dialogues(first, dialogue_turns(Path(run["folder"])))
+    return {"machine": machine(), "overrides": bench.base, "runs": runs}
+
+
+def rate(summary: dict) -> dict:
+    """A generate summary's generated tokens, its generating seconds (the engine's load left out) and
+    their rate."""
+    seconds = summary["seconds"]
+    tokens = summary["completion_tokens"]
+    return {"tokens": tokens, "generate_s": round(seconds, 1), "tokens_per_s": round(tokens / seconds, 1)}
+
+
+PROMPTS = tuple(
+    f"In two sentences, {ask}"
+    for ask in (
+        "how do trains keep to a timetable?", "why is the sky blue?", "what makes a good restaurant review?",
+        "how should I pick a movie for a rainy evening?", "what is a library card for?", "how do you book a hotel?",
+        "why do birds migrate?", "what is the best way to learn to cook?", "how does a bicycle stay upright?",
+        "what should I pack for a weekend trip?", "why do people keep diaries?", "how do you make a budget?",
+        "what is jazz?", "how can I sleep better?", "why do leaves change color?", "what is a good first novel to read?",
+    )
+)  # fmt: skip
+
+
+def vllm_alone(repeats: int) -> dict:
+    """The same batch (PROMPTS, greedy, 64 tokens, each token's log-probability) given to one in-process
+    `vllm.LLM` `repeats` times, its engine core in this process: per repeat, the prompts whose token
+    ids and log-probabilities equal the first repeat's bit for bit."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # read when the engine is made
+    from vllm import LLM, SamplingParams
+
+    from personalens.engines.dtype import local_dtype
+    from personalens.engines.models.config import ModelConfig
+    from personalens.engines.models.embedded import model_path
+
+    config = ModelConfig(name="SmolLM2-135M-Instruct")
+    llm = LLM(
+        model=model_path(config), dtype=local_dtype("auto").dtype, enforce_eager=True, enable_prefix_caching=False,
+        kv_cache_memory_bytes=512 * 2**20, max_model_len=2048, block_size=32, seed=0,
+    )  # fmt: skip
+    params = SamplingParams(temperature=0.0, max_tokens=64, logprobs=1)
+    messages = [[{"role": "user", "content": p}] for p in PROMPTS]
+    outputs = []
+    for _ in range(repeats):
+        before, started = loadavg(), time.monotonic()
+        replies = llm.chat(messages, params, use_tqdm=False)
+        numbers = [replies_numbers(r.outputs[0]) for r in replies]
+        outputs.append({"seconds": round(time.monotonic() - started, 1), "load": [before, loadavg()], "out": numbers})
+    first = outputs[0]["out"]
+    return {
+        "machine": machine(),
+        "dtype": local_dtype("auto").dtype,
+        "prompts": len(PROMPTS),
+        "repeats": [
+            {"seconds": o["seconds"], "load": o["load"], "identical": same_numbers(first, o["out"])}
+            for o in outputs[1:]
+        ],
+    }
+
+
+def replies_numbers(output) -> list[tuple[int, float]]:
+    """A completion's token ids, each with the log-probability vLLM gave it."""
+    return [(token, step[token].logprob) for token, step in zip(output.token_ids, output.logprobs)]
+
+
+def same_numbers(first: Sequence[list], other: Sequence[list]) -> int:
+    """How many prompts' (token id, log-probability) lists are equal bit for bit."""
+    return sum(a == b for a, b in zip(first, other, strict=True))
 
 
 # ---- comparisons ----------------------------------------------------------------------------------
@@ -459,14 +564,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--judge-users", help="judge ways: judge the baseline's dialogues of these users only")
     parser.add_argument("--fresh", action="store_true", help="run every way again")
     parser.add_argument("--no-run", action="store_true", help="run nothing: compare the ways already recorded")
+    parser.add_argument("--same-command", type=int, metavar="N", help="only: the CLI N times per mode (see above)")
+    parser.add_argument("--vllm-alone", type=int, metavar="N", help="only: vLLM alone, one batch N times")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the commands' summary lines
+    bench = Bench(args.out.resolve(), args.users, args.judge_users)
+    for name, count, check in (
+        ("same-command", args.same_command, lambda n: same_command(bench, n)),
+        ("vllm-alone", args.vllm_alone, vllm_alone),
+    ):
+        if count:
+            args.out.mkdir(parents=True, exist_ok=True)
+            results = check(count)
+            (args.out / f"{name}.json").write_text(json.dumps(results, indent=1))
+            print(json.dumps(results, indent=1))
+            return 0
     ways = [w for w in args.only.split(",") if w in (*GENERATE_WAYS, *JUDGE_WAYS)]  # in the order given
     unknown = {w for w in args.only.split(",") if w} - set(ways)
     if unknown:
         parser.error(f"unknown way(s) {sorted(unknown)}; the ways are {every}")
     ways = [BASELINE, *(w for w in ways if w != BASELINE)]
-    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the commands' summary lines
-    bench = Bench(args.out.resolve(), args.users, args.judge_users)
     results = measure(bench, ways, args.fresh, run=not args.no_run)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))

@@ -76,7 +76,13 @@ def cluster(tmp_path_factory):
 
 
 # variables that change how every later engine, server or SLURM job (which inherits this environment) runs
-ENGINE_ENV = ("VLLM_BATCH_INVARIANT", "CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "VLLM_CPU_NUM_OF_RESERVED_CPU")
+ENGINE_ENV = (
+    "VLLM_BATCH_INVARIANT",
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "CUDA_VISIBLE_DEVICES",
+    "HF_HUB_OFFLINE",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -52,3 +52,15 @@ def test_every_table3_cell_gets_its_change_beside_the_reference_interval():
     assert bench.cell_changes(ref, other) == [
         {"row": "m", "cell": "SD_TCR", "mean": 50, "lo": 20, "hi": 80, "n": 10, "change": 10}
     ]
+
+
+def test_a_generate_summary_gives_its_rate_and_numbers_compare_bit_for_bit():
+    assert bench.rate({"seconds": 40.0, "completion_tokens": 1000}) == {
+        "tokens": 1000,
+        "generate_s": 40.0,
+        "tokens_per_s": 25.0,
+    }
+    first = [[(5, -0.25), (7, -1.5)], [(9, -0.125)]]
+    assert bench.same_numbers(first, [[(5, -0.25), (7, -1.5)], [(9, -0.125)]]) == 2
+    # one log-probability a unit in the last place apart: that prompt is not identical
+    assert bench.same_numbers(first, [[(5, -0.25), (7, -1.5000000000000002)], [(9, -0.125)]]) == 1

@@ -60,7 +60,8 @@ def fingerprint(parts: dict) -> str:
 
 
 def reproducible(cfg: DictConfig) -> bool:
-    """`reproducible: true`: batch-invariant engines (docs/reproducibility.md); configs saved before
+    """`reproducible: true`: engines that give the same dialogues for the same command (batch-invariant
+    on GPUs, the same batches on vLLM's CPU build; docs/reproducibility.md); configs saved before
     the option existed have none."""
     return bool(cfg.get("reproducible", False))
 

@@ -9,6 +9,7 @@ with copies is one engine over them all (replicated.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -56,8 +57,8 @@ class EngineLoader:
     with `shard`; the models of the roles in `in_process` must run in this process; `work` (per role
     the tokens it generates per dialogue) shares the GPUs the layout leaves free out among copies. `gpus`, `build`
     and `serve` are the GPU reader, the engine maker and the server starter (tests replace them).
-    `reproducible` runs every engine it starts batch-invariant (invariance.py), or refuses the platform
-    that cannot, when the loader is made. `stop` is the command's: every engine checks it, the managed
+    `reproducible` runs every engine it starts in the platform's reproducible mode (invariance.py), or
+    refuses the platform or layout that cannot, when the loader is made. `stop` is the command's: every engine checks it, the managed
     servers are stopped when it closes, and a stop requested while the engines load is raised once
     they have."""
 
@@ -77,10 +78,25 @@ class EngineLoader:
     ):
         self.configs = model_configs(models)  # hub ids replaced by their snapshot folders
         spec = gpus()
-        self.batch_invariance = _batch_invariance(self.configs, spec) if reproducible else None
+        self.mode = _reproducible_mode(self.configs, spec) if reproducible else None
+        # engines' cores in this process (vLLM's CPU build): they take turns, so generate runs one cohort
+        self.in_process_core = self.mode is not None and self.mode.in_process_core
+        if self.in_process_core:
+            # each prompt computed whole in its own call: a resumed run's empty cache changes nothing
+            self.configs = {
+                role: dataclasses.replace(c, enable_prefix_caching=False) if c.engine == "vllm" else c
+                for role, c in self.configs.items()
+            }
         self.layout = plan_layout(self.configs, spec, in_process, work)
         log.info("\n".join(self.layout.lines()))
-        if self.batch_invariance:
+        self.batch_invariance = None  # what runs reproducibly, kept in the saved config
+        if self.mode is not None:
+            if self.in_process_core:
+                servers = [p.config.name for p in self.layout.placements if p.mode == "managed_server" or p.copies]
+                if servers:
+                    raise PersonalensError(invariance.server_refusal(sorted(set(servers))))
+            local = sorted({c.name for c in self.configs.values() if c.engine == "vllm"})
+            self.batch_invariance = invariance.describe(self.mode, local, spec)
             log.info(f"reproducible: {self.batch_invariance}")
         self.stop = stop or Stop()
         self._log_dir, self._shard = Path(log_dir), shard
@@ -90,9 +106,9 @@ class EngineLoader:
 
     def __call__(self) -> dict[str, Engine]:
         if self._engines is None:
-            if self.batch_invariance is not None:
-                # read by vLLM when an engine starts; inherited by its processes and the managed servers
-                os.environ.update(invariance.ENV)
+            if self.mode is not None:
+                # read by vLLM when an engine is made; inherited by its processes and the managed servers
+                os.environ.update(self.mode.env)
             placed = self.layout.placements
             managed = [p for p in placed if p.mode == "managed_server"] + [c for p in placed for c in p.copies]
             served = dict(zip(managed, self._serve(managed, self._log_dir, self._shard))) if managed else {}
@@ -106,8 +122,8 @@ class EngineLoader:
         return self._engines
 
 
-def _batch_invariance(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None) -> str | None:
-    """What `reproducible: true` runs (None: no engine is started here), or a PersonalensError in one
+def _reproducible_mode(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None) -> invariance.Mode | None:
+    """How `reproducible: true` runs (None: no engine is started here), or a PersonalensError in one
     line where the platform cannot."""
     local = sorted({c.name for c in configs.values() if c.engine == "vllm"})
     external = sorted({c.name for c in configs.values() if c.engine == "server"})
@@ -118,10 +134,11 @@ def _batch_invariance(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None) 
         )
     if not local:
         return None
-    why = invariance.refusal(gpus, vllm_is_cpu_build())
+    cpu_build = vllm_is_cpu_build()
+    why = invariance.refusal(gpus, cpu_build)
     if why is not None:
         raise PersonalensError(why)
-    return invariance.describe(gpus, local)
+    return invariance.mode(gpus, cpu_build)
 
 
 def build_engines(

@@ -119,8 +119,9 @@ def placement(
 
 
 def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:
-    """The `reproducible` mode, its documented cost, and whether `gpus` would take it: GPUs given to
-    the plan (plan.gpus) say nothing of their compute capability, this machine's do."""
+    """The `reproducible` mode, its cost, and whether `gpus` would take it: GPUs given to the plan
+    (plan.gpus) run the batch-invariant kernels and say nothing of their compute capability, this
+    machine's do; vLLM's CPU build without GPUs makes the same batches instead."""
     from personalens.config import reproducible
     from personalens.engines.dtype import vllm_is_cpu_build
     from personalens.engines.vllm import invariance
@@ -128,14 +129,19 @@ def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:
     if not reproducible(cfg):
         return {"on": False, "note": f"engines are not batch-invariant: {invariance.STILL_VARIES}"}
     minimum = ".".join(map(str, invariance.MIN_CAPABILITY))
-    refusal = None if given else invariance.refusal(gpus, vllm_is_cpu_build())
-    here = (
-        f"on the GPUs given: needs compute capability {minimum} or higher where the jobs run (plan.gpus does not "
-        "say theirs)"
-        if given
-        else f"on this machine: {refusal or f'accepted on {gpus.describe()}'}"
-    )
-    return {"on": True, "env": dict(invariance.ENV), "cost": invariance.COST, "here": here}
+    cpu_build = vllm_is_cpu_build() and not given
+    mode = invariance.mode(gpus, cpu_build)
+    refusal = None if given else invariance.refusal(gpus, cpu_build)
+    if given:
+        here = f"on the GPUs given: needs compute capability {minimum} or higher where the jobs run (plan.gpus does not say theirs)"
+    elif mode.in_process_core:
+        here = (
+            "on this machine (vLLM's CPU build): each in-process engine's core in this process, so a call's requests "
+            "are all queued before its first step; prefix caching off; one lockstep cohort; managed servers refused"
+        )
+    else:
+        here = f"on this machine: {refusal or f'accepted on {gpus.describe()}'}"
+    return {"on": True, "mode": mode.name, "env": dict(mode.env), "cost": mode.cost, "here": here}
 
 
 def throughput(job: str, layout, models: dict, workload, largest: dict, options: PlanOptions, cfg: DictConfig) -> dict:

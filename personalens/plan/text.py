@@ -79,7 +79,7 @@ def _reproducible(r: Mapping) -> list[str]:
         return [f"reproducible: off; {r['note']}"]
     env = " ".join(f"{k}={v}" for k, v in r["env"].items())
     return [
-        f"reproducible: on: every engine started batch-invariant ({env}); {r['cost']}",
+        f"reproducible: on: {r['mode']} ({env}) for every engine started; {r['cost']}",
         f"  {r['here']}",
     ]
 

@@ -26,10 +26,11 @@ class RunSetup:
 
     @property
     def engines(self) -> str:
-        """Whether the run's engines were batch-invariant (docs/reproducibility.md)."""
+        """Whether the run's engines ran reproducibly: batch-invariant kernels on GPUs, the same batches
+        on vLLM's CPU build (docs/reproducibility.md)."""
         if not self.reproducible:
             return "engines not batch-invariant"
-        return f"batch-invariant engines (reproducible: true) in {' and '.join(self.reproducible)}"
+        return f"reproducible engines (reproducible: true) in {' and '.join(self.reproducible)}"
 
     def line(self) -> str:
         return (
