@@ -1,5 +1,7 @@
-"""`personalens generate` end to end through the real vLLM engine on the embedded model:
-well-formed Parquet, resume mid-dialogue after SIGTERM, refusal to mix configurations."""
+"""`personalens generate` through the real vLLM engine on the embedded model: a run stopped by
+SIGTERM resumes mid-dialogue with no turn lost or duplicated. The rows, the trace, the saved config,
+a rerun that finds everything done and the refusal to mix configurations are checked on the
+dialogues of tests/test_pipeline_vllm.py's run, which generates the same selection."""
 
 from __future__ import annotations
 
@@ -9,81 +11,25 @@ from collections import Counter
 
 import pytest
 from cli_helpers import REPO, kill_once, read_rows, run_cli, start_cli
-from omegaconf import OmegaConf
 
 from personalens.data import load_scenarios
-from personalens.engines.dtype import choose_dtype, read_cpu_flags
 
 pytestmark = pytest.mark.vllm
 
 SAMPLE = REPO / "data" / "sample"
 
 
-def expected_keys(users: str, setting: str = "base", trials: int = 1) -> set[tuple]:
-    scenarios = load_scenarios(SAMPLE, users, "both")
-    return {(s.user.user_id, s.task.task_id, setting, t) for s in scenarios for t in range(trials)}
+def expected_keys(users: str) -> set[tuple]:
+    return {(s.user.user_id, s.task.task_id, "base", 0) for s in load_scenarios(SAMPLE, users, "both")}
 
 
 def keys(rows: list[dict]) -> list[tuple]:
     return [(r["user_id"], r["task_id"], r["setting"], r["trial"]) for r in rows]
 
 
-def test_generate_writes_one_wellformed_row_per_dialogue_and_resumes(tmp_path):
-    out = tmp_path / "run"
-    args = ["generate", "data.users=0", "protocol=quick", f"run.out_dir={out}", "progress=false"]
-    first = run_cli(*args)
-    rows = read_rows(out / "dialogues")
-    assert sorted(keys(rows)) == sorted(expected_keys("0"))
-    assert "dialogues simulated" in first.stderr and "tokens/s" in first.stderr
-    # later turns of a dialogue extend its earlier prompts, and every dialogue shares the fixed
-    # instructions: a good part of the prompt tokens must come from vLLM's prefix cache
-    cached = re.search(r"prompts (\d+) tokens, (\d+)% from the prefix cache", first.stderr)
-    assert cached and int(cached[1]) > 0 and int(cached[2]) >= 30, first.stderr
-    for row in rows:
-        roles = [t["role"] for t in row["turns"]]
-        assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:]))
-        assert row["rounds"] == roles.count("assistant")
-        # the default fidelity option (official): after the 3rd assistant reply the user agent still
-        # answers, and a TERMINATE there earns a 4th assistant reply
-        if row["ended"] == "terminated":
-            assert roles[-1] == "assistant" and row["rounds"] <= 4
-        else:
-            assert row["ended"] == "max_rounds" and roles[-1] == "user" and row["rounds"] == 3
-        assert all(t["completion_tokens"] > 0 and t["prompt_tokens"] > 0 for t in row["turns"])
-        assert all("TERMINATE" not in t["text"] for t in row["turns"][1:])
-        assert row["assistant_model"] == row["user_model"] == "SmolLM2-135M-Instruct"
-        assert row["kind"] == ("SD" if row["task_id"].startswith("SD-") else "MD")
-    # the step trace: one row per batched call (one engine serves both roles: one call per step),
-    # with vLLM's per-request finishes all reported, in order within the call's wall time
-    trace = sorted(read_rows(out / "trace" / "shard-000-of-001"), key=lambda r: r["step"])
-    assert [r["step"] for r in trace] == list(range(1, len(trace) + 1)) and all(r["call"] == 0 for r in trace)
-    assert sum(r["requests"] for r in trace) == sum(len(row["turns"]) for row in rows)
-    assert sum(r["completion_tokens"] for r in trace) == sum(
-        t["completion_tokens"] for row in rows for t in row["turns"]
-    )
-    for r in trace:
-        assert r["reported"] == r["requests"] and r["roles"] in (["user"], ["assistant"], ["assistant", "user"])
-        assert 0 < r["first_finished"] <= r["last_finished"] <= r["seconds"] and 0 <= r["tail"] <= r["last_finished"]
-        assert r["prompt_tokens"] > r["cached_tokens"] >= 0 and r["model"] == "SmolLM2-135M-Instruct"
-    assert all(a["started"] + a["seconds"] <= b["started"] for a, b in zip(trace, trace[1:]))
-    assert re.search(rf"{len(trace)} batched calls, \d+% of their wall time in the straggler tail", first.stderr)
-    saved = OmegaConf.load(out / "generate.yaml")
-    assert saved.config.assistant.dtype == "auto"  # as configured; what it became is recorded beside it
-    expected = choose_dtype("auto", on_cpu=True, cpu_flags=read_cpu_flags())
-    assert saved.resolved.assistant.dtype == OmegaConf.create(vars(expected))
-    assert "vllm" in (out / "logs" / "generate.log").read_text()
-
-    # same command again: nothing left to do, nothing duplicated
-    again = run_cli(*args)
-    assert "0 dialogues simulated" in again.stderr
-    assert sorted(keys(read_rows(out / "dialogues"))) == sorted(keys(rows))
-
-    # a changed configuration into the same output is refused, and writes nothing
-    refused = run_cli(*args, "protocol.assistant.max_tokens=50", check=False)
-    assert refused.returncode == 2
-    assert "different configuration" in refused.stderr
-    assert "Traceback" not in refused.stderr
-    assert len(read_rows(out / "dialogues")) == len(rows)
+# short replies: nearly every reply of the embedded model runs to its budget, so a run's time grows
+# with it; this test checks the turns kept and resumed, not what they say
+SHORT_REPLIES = ("protocol.user_agent.max_tokens=16", "protocol.assistant.max_tokens=24")
 
 
 def test_a_stopped_run_resumes_mid_dialogue_with_no_turn_lost_or_duplicated(tmp_path):
@@ -96,6 +42,7 @@ def test_a_stopped_run_resumes_mid_dialogue_with_no_turn_lost_or_duplicated(tmp_
         "protocol=quick",
         "protocol.max_rounds_sd=1",
         "protocol.max_rounds_md=4",
+        *SHORT_REPLIES,
         f"run.out_dir={out}",
         "progress=false",
     ]
@@ -111,6 +58,7 @@ def test_a_stopped_run_resumes_mid_dialogue_with_no_turn_lost_or_duplicated(tmp_
     # resumed with verbose=true: the libraries' logs come to the terminal's stderr, stdout stays empty
     log_file = out / "logs" / "generate.log"  # written by the stopped run
     logged = log_file.read_text()
+    assert "vllm" in logged  # the libraries' logs go to the command's log file
     resumed = run_cli(*args, "verbose=true")
     assert "(EngineCore pid=" in resumed.stderr and resumed.stdout == ""
     assert log_file.read_text() == logged

@@ -1,6 +1,6 @@
 """The step trace (personalens/simulate/trace.py): the arithmetic of finish times, lockstep's records
 of each batched call with a scripted engine that reports finishes on a scripted clock, and the
-trace part files `generate` writes beside the dialogues (pure logic; tests/test_generate_vllm.py
+trace part files `generate` writes beside the dialogues (pure logic; tests/test_pipeline_vllm.py
 checks the trace of a real run)."""
 
 from __future__ import annotations
