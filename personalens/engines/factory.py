@@ -19,6 +19,7 @@ from personalens.engines.base import Engine
 from personalens.engines.dtype import vllm_is_cpu_build
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.placement.gpus import GpuSpec, visible_gpu_spec
+from personalens.engines.placement.inflight import Cache, caches
 from personalens.engines.placement.layout import Placement, plan_layout
 from personalens.engines.replicated import ReplicatedEngine
 from personalens.engines.serving.managed import start_servers
@@ -87,6 +88,12 @@ class EngineLoader:
         self._build = build or (lambda config: build_engine(config, self.stop))
         self._serve = serve or (lambda decisions, logs, shard: start_servers(decisions, logs, shard, self.stop))
         self._engines: dict[str, Engine] | None = None
+
+    @property
+    def caches(self) -> tuple[Cache, ...]:
+        """The KV caches of the layout's planned models, which size lockstep's dialogues in flight
+        (simulate/window.py); none where nothing was planned."""
+        return caches(self.layout.placements)
 
     def __call__(self) -> dict[str, Engine]:
         if self._engines is None:

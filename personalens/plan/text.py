@@ -102,7 +102,7 @@ def _throughput(t: Mapping | None) -> list[str]:
     if "in_flight" in t:
         out.append(
             f"    dialogues in flight whose histories the dialogue models' KV caches keep: {t['in_flight']:,} "
-            "(engines/placement/inflight.py)"
+            f"(engines/placement/inflight.py); the run takes lockstep.in_flight={t['lockstep_in_flight']}"
         )
     return out
 

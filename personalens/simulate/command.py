@@ -94,6 +94,8 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
             bool(cfg.lockstep.token_ids),
             int(cfg.continuous.in_flight),
             cohorts(cfg.lockstep.get("cohorts", "auto")),
+            in_flight(cfg.lockstep.get("in_flight", "auto")),
+            tuple(getattr(load, "caches", ())),  # the layout's (engines/factory.py); none without GPUs
         ),
     )
     if summary.dialogues:
@@ -109,6 +111,18 @@ def cohorts(value: object) -> int:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise PersonalensError(f"lockstep.cohorts: expected auto or a whole number >= 1, got {value!r}")
+    return value
+
+
+def in_flight(value: object) -> int:
+    """lockstep.in_flight, checked: auto (window.py AUTO), all (0) or a whole number >= 1."""
+    from personalens.errors import PersonalensError
+    from personalens.simulate.window import AUTO
+
+    if value in ("auto", "all"):
+        return AUTO if value == "auto" else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PersonalensError(f"lockstep.in_flight: expected auto, all or a whole number >= 1, got {value!r}")
     return value
 
 

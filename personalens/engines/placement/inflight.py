@@ -1,4 +1,4 @@
-"""How many dialogues an engine keeps in flight so that their histories stay in its KV cache, pure.
+"""How many dialogues lockstep keeps in flight so that their histories stay in the KV caches, pure.
 
 In lockstep each turn's prompt repeats the dialogue's history. vLLM's prefix cache serves that part
 again only while the history's blocks are still cached; once the dialogues in flight hold more
@@ -6,17 +6,29 @@ tokens than the cache, each turn evicts histories that the next turn computes ag
 grows with the square of the turns. Keeping no more dialogues in flight than the cache holds, and
 letting the rest of a shard's dialogues wait their turn, keeps every history cached.
 
-`dialogues_in_flight` is for one engine; `in_flight` for a layout's dialogue models (the user
-agent's and the assistant's), each over all its copies (a copy takes its share of the dialogues).
+`window` is the rule, over the dialogue models' `Cache`s: `plan` applies it to the dialogues it
+models (plan/throughput.py), `generate` to the dialogues it runs (simulate/window.py), both with the
+caches of the same layout (`caches`). `dialogues_in_flight` is one engine's share.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from personalens.engines.placement.layout import Placement
 
 DIALOGUE_ROLES = ("user_agent", "assistant")  # the roles every turn of a dialogue waits on
+
+
+@dataclass(frozen=True)
+class Cache:
+    """One model's engines as the window sees them."""
+
+    roles: tuple[str, ...]  # the roles the model serves
+    kv_tokens: int  # one engine's KV cache, tokens of every layer
+    max_num_seqs: int  # requests one engine runs at once
+    engines: int = 1  # its own engine and its copies, each taking its share of the dialogues
 
 
 def dialogues_in_flight(kv_tokens: int, tokens_per_dialogue: float, max_num_seqs: int) -> int:
@@ -29,16 +41,26 @@ def dialogues_in_flight(kv_tokens: int, tokens_per_dialogue: float, max_num_seqs
     return max(1, min(max_num_seqs, int(kv_tokens // tokens_per_dialogue)))
 
 
-def in_flight(placements: Sequence[Placement], tokens: Mapping[str, float]) -> int | None:
-    """The most dialogues a layout keeps in flight with every history cached: the least over its
-    dialogue models of `dialogues_in_flight` times its engines (its own and its copies). `tokens` is
-    per role the tokens one dialogue keeps in that role's cache at its longest. None where no
-    dialogue model was planned (no GPU: nothing is sized)."""
+def window(caches: Sequence[Cache], tokens: Mapping[str, float]) -> int | None:
+    """The most dialogues in flight with every history cached: the least over the dialogue models of
+    `dialogues_in_flight` times the model's engines. `tokens` is per role the tokens one dialogue
+    keeps in that role's cache at its longest. None where no dialogue model's cache is known."""
     limits = []
-    for p in placements:
-        served = [role for role in p.roles if role in DIALOGUE_ROLES]
-        if not served or not p.planned:
-            continue
-        per_dialogue = sum(tokens.get(role, 0.0) for role in served)
-        limits.append((1 + len(p.copies)) * dialogues_in_flight(p.kv_tokens, per_dialogue, p.run_config.max_num_seqs))
+    for cache in caches:
+        served = [role for role in cache.roles if role in DIALOGUE_ROLES]
+        if served:
+            per_dialogue = sum(tokens.get(role, 0.0) for role in served)
+            limits.append(cache.engines * dialogues_in_flight(cache.kv_tokens, per_dialogue, cache.max_num_seqs))
     return min(limits) if limits else None
+
+
+def caches(placements: Sequence[Placement]) -> tuple[Cache, ...]:
+    """The caches of a layout's planned models (none where nothing was planned: no GPU)."""
+    return tuple(
+        Cache(p.roles, p.kv_tokens, p.run_config.max_num_seqs, 1 + len(p.copies)) for p in placements if p.planned
+    )
+
+
+def in_flight(placements: Sequence[Placement], tokens: Mapping[str, float]) -> int | None:
+    """`window` over a layout's planned models."""
+    return window(caches(placements), tokens)
