@@ -107,6 +107,8 @@ class EngineLoader:
             for p in placed:
                 self.stop.check()
                 engines = [self._build(served.get(e, e.run_config)) for e in (p, *p.copies)]
+                if p.copies and hasattr(engines[0], "capped"):  # in process beside its server copies
+                    engines[0].capped = True
                 built[p.config] = engines[0] if len(engines) == 1 else ReplicatedEngine(engines, self.stop)
             self.stop.check()  # asked while the last one loaded
             self._engines = {role: built[config] for role, config in self.configs.items()}
