@@ -12,7 +12,7 @@ from test_engine_layout import Recorder, conf, loader
 from test_lockstep import SAMPLING, dialogues
 
 from personalens.engines.placement.gpus import simulated
-from personalens.engines.placement.inflight import Cache, caches, window
+from personalens.engines.placement.inflight import Cache, caches, held, window
 from personalens.errors import PersonalensError
 from personalens.simulate.command import in_flight as in_flight_setting
 from personalens.simulate.lockstep import run_lockstep
@@ -59,17 +59,20 @@ def ended(*turns: tuple[str, int, int]):
 
 
 def test_auto_starts_from_max_model_len_and_learns_from_the_dialogues():
-    rule = functools.partial(window, (Cache(("user_agent",), 1_000, 256), Cache(("assistant",), 1_000, 256, 2)))
-    sized = Window(rule, {"user_agent": 400, "assistant": 400})
-    assert sized.size([]) == 2  # 1,000 // 400 on the user agent's one engine
+    cached = (Cache(("user_agent",), 1_000, 16), Cache(("assistant",), 1_000, 16, 2))
+    rule, start = functools.partial(window, cached), functools.partial(held, cached)
+    sized = Window(rule, {"user_agent": 400, "assistant": 400}, start)
+    # 1,000 // 400 on the user agent's one engine: as few as the caches keep, before any has ended
+    assert sized.size([]) == 2 and rule({"user_agent": 400, "assistant": 400}) is None
     # ended: the user agent keeps 100 at most (its last prompt and reply), the assistant 150
     sized.add([ended(("user", 50, 10), ("assistant", 70, 20), ("user", 90, 10), ("assistant", 140, 10))])
     assert sized.tokens([]) == {"user_agent": 100, "assistant": 150}
     assert sized.size([]) == 10  # min(1,000 // 100, 2 x 1,000 // 150)
-    # a dialogue still running that already holds more counts, as the first to end are the short ones
+    # a dialogue still running that already holds more counts, as the first to end are the short ones:
+    # then an assistant engine keeps 1,000 // 320 = 3, below a quarter of its 16: nothing held back
     longer = ended(("user", 240, 10), ("assistant", 300, 20))
     assert sized.tokens([longer]) == {"user_agent": 250, "assistant": 320}
-    assert sized.size([longer]) == 4
+    assert held(cached, sized.tokens([longer])) == 4 and sized.size([longer]) is None
 
 
 def test_the_setting_and_what_it_makes():

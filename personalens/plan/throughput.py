@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from personalens.engines.placement.inflight import in_flight
+from personalens.engines.placement.inflight import in_flight, run_window
 from personalens.engines.placement.layout import Layout, Placement
 from personalens.engines.placement.sizing import ModelNeed
 from personalens.plan.budget import Workload, judge_prompts, turn_prompts
@@ -147,13 +147,16 @@ def compare(
     """The modelled throughput of the chosen layout with its copies on the GPUs it leaves free, with
     the dialogues in flight that `lockstep.in_flight` (`in_flight_setting`: auto, all or N) gives the
     run, and beside it with the other of a window and every dialogue in flight; then without the
-    copies, and the other layout. auto's window is the rule's (engines/placement/inflight.py) for the
-    tokens the modelled dialogues keep at their longest, which is what the run learns from its own
-    (simulate/window.py). The fastest is marked."""
+    copies, and the other layout. auto's window is `run_window`'s (engines/placement/inflight.py) for
+    the tokens the modelled dialogues keep at their longest, which is what the run learns from its own
+    (simulate/window.py); the run's first dialogues, before any has ended, are not modelled. The
+    fastest is marked."""
     by_key = {n.key: n for n in layout.needs}
     planned = tuple(p for p in layout.placements if p.planned)
-    limit = in_flight(planned, longest_sequences(work[0])) if work and work[0] else None
-    run = {"auto": limit, "all": None}.get(in_flight_setting, in_flight_setting)  # type: ignore[arg-type]
+    longest = longest_sequences(work[0]) if work and work[0] else {}
+    limit = in_flight(planned, longest) if longest else None
+    auto = run_window(planned, longest) if longest else None
+    run = {"auto": auto, "all": None}.get(in_flight_setting, in_flight_setting)  # type: ignore[arg-type]
     dialogues = max(1, len(work[0])) if work and work[0] else 1
     window = _below(run, dialogues)
     with_copies = any(p.copies for p in planned)
@@ -179,7 +182,7 @@ def compare(
         variants.append((in_flight_name(other), False, why, planned, other))
     if with_copies:
         bare = tuple(dataclasses.replace(p, copies=()) for p in planned)
-        alone = in_flight(bare, longest_sequences(work[0])) if in_flight_setting == "auto" and work[0] else run
+        alone = run_window(bare, longest) if in_flight_setting == "auto" and longest else run
         variants.append((f"{layout.name} without the copies", False, layout.why, bare, _below(alone, dialogues)))
     rows = []
     for name_, chosen, why_, placements, n in variants:
@@ -210,6 +213,7 @@ def compare(
     return {
         "layouts": rows,
         "lockstep_in_flight": in_flight_setting,
+        "run_in_flight": window,
         **({"in_flight": limit} if limit is not None else {}),
     }
 

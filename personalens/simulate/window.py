@@ -7,8 +7,10 @@ that role). `plan` takes them from the dialogues it models; a run learns them fr
 dialogues: per role the mean over the finished dialogues' longest sequences, or over the running
 ones' longest so far where that is larger (the first dialogues to end are the short ones). Before
 any dialogue has ended it takes each role's `max_model_len`, which no dialogue outgrows, so the
-first dialogues in flight keep their histories whatever they turn out to be. Dialogues in flight
-are never stopped: a smaller window only admits fewer new ones."""
+first dialogues in flight keep their histories whatever they turn out to be (as many as the caches
+keep, `held`, however few); from then on the window is `window`'s, which holds nothing back where
+the caches keep too few for a useful batch. Dialogues in flight are never stopped: a smaller window
+only admits fewer new ones."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from statistics import fmean
 
-from personalens.engines.placement.inflight import Cache, window
+from personalens.engines.placement.inflight import Cache, held, window
 from personalens.simulate.dialogue import Dialogue
 
 AUTO = -1  # lockstep.in_flight: auto
@@ -35,10 +37,15 @@ def longest(dialogue: Dialogue) -> dict[str, int]:
 
 class Window:
     """The dialogues to keep in flight: `rule(tokens)` (None: all) with the tokens per role learned
-    as the module says, `prior` per role before any dialogue has ended."""
+    as the module says; before any dialogue has ended, `start(prior)` (default: `rule`)."""
 
-    def __init__(self, rule: Callable[[Mapping[str, float]], int | None], prior: Mapping[str, float]):
-        self.rule, self.prior = rule, dict(prior)
+    def __init__(
+        self,
+        rule: Callable[[Mapping[str, float]], int | None],
+        prior: Mapping[str, float],
+        start: Callable[[Mapping[str, float]], int | None] | None = None,
+    ):
+        self.rule, self.prior, self.start = rule, dict(prior), start or rule
         self.ended: dict[str, list[int]] = {}
 
     @classmethod
@@ -63,7 +70,7 @@ class Window:
         }
 
     def size(self, running: Iterable[Dialogue]) -> int | None:
-        return self.rule(self.tokens(running))
+        return self.rule(self.tokens(running)) if self.ended else self.start(self.prior)
 
 
 def lockstep_window(size: int, caches: Sequence[Cache], max_model_len: Mapping[str, int | None]) -> Window | None:
@@ -75,4 +82,4 @@ def lockstep_window(size: int, caches: Sequence[Cache], max_model_len: Mapping[s
     if size != AUTO or not caches:
         return None
     prior = {MODEL_ROLES[role]: float(n or 0) for role, n in max_model_len.items() if role in MODEL_ROLES}
-    return Window(functools.partial(window, tuple(caches)), prior)
+    return Window(functools.partial(window, tuple(caches)), prior, functools.partial(held, tuple(caches)))
