@@ -25,10 +25,16 @@ the roles apart (the user agent samples at temperature 0.5, the assistant greedi
 are characters / 4. `--balanced` draws the user agent's replies as the assistant's, so that the two
 roles have about equal work.
 
-Layouts: two 8B engines on one H100 each ("equal"); a 70B user agent on 4 H100s (tensor parallel)
+Layouts: two 8B engines on one H100 each ("equal"); the same with the assistant, whose role has the
+more work, on two H100s, a copy on each, the run's replicated engine splitting its requests by
+dialogue ("equal, assistant x2": copies by work); a 70B user agent on 4 H100s (tensor parallel)
 with an 8B assistant on one ("70B + 8B"); one 8B engine for both roles ("shared"). Each runs with
 `lockstep.cohorts=1` (strict alternation) and `auto` (2 for distinct engines, 1 when shared), and
-the shared engine also with 2 forced. Results: docs/performance.md.
+the shared engine also with 2 forced; each of those with every dialogue in flight
+(`lockstep.in_flight=all`) and, with `--in-flight all,auto`, as many as the engines' KV caches keep
+(simulate/window.py, sized from each engine model's `kv_tokens` and `max_num_seqs`, its
+`max_model_len` 65,536 before the first dialogue ends). Each row says the share of prompt tokens
+the engines prefilled (the rest served from their prefix caches). Results: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -47,14 +53,17 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from personalens.engines.base import Generation, OnFinished, Request  # noqa: E402
+from personalens.engines.base import Engine, Generation, OnFinished, Request  # noqa: E402
 from personalens.engines.chat.token_ids import common_prefix  # noqa: E402
+from personalens.engines.placement.inflight import Cache  # noqa: E402
+from personalens.engines.replicated import ReplicatedEngine  # noqa: E402
 from personalens.plan.engine_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel, Turn, batched_call  # noqa: E402
 from personalens.plan.engine_model import Engine as ModelledEngine  # noqa: E402
 from personalens.plan.throughput import GPUS  # noqa: E402
 
 CHARS_PER_TOKEN = 4
 SHARED_PREFIX = 400  # tokens every dialogue's prompts share (bench/stragglers.py's assumption)
+MAX_MODEL_LEN = 65_536  # the configs' (conf/model/llama31_8b.yaml)
 H100 = GPUS["h100"]
 
 # Llama-3.1-8B-Instruct on one H100: engine_model's defaults (its published config; 400,000 KV tokens)
@@ -106,8 +115,10 @@ def tokens(text: str) -> int:
 class TimedEngine:
     """An engine whose calls take the modelled time of `gpu`, scaled by `scale`, in wall time."""
 
+    max_model_len = MAX_MODEL_LEN  # the prior of lockstep.in_flight=auto; no prompt comes near it
+
     def __init__(self, name: str, gpu: GpuModel, replies: Replies, scale: float):
-        self.name, self.replies, self.scale = name, replies, scale
+        self.name, self.gpu, self.replies, self.scale = name, gpu, replies, scale
         self.model = ModelledEngine(gpu, SHARED_PREFIX)
         self.modelled = 0.0  # the modelled seconds of its calls
         self._ids: dict[tuple[str | None, bool], int] = {}
@@ -124,12 +135,13 @@ class TimedEngine:
                     on_finished(1, texts[i][1])
             _sleep_until(started + self.scale * max(finishes, default=0.0))
         return [
-            Generation(text, prompt_tokens=prompt, completion_tokens=reply, finish_reason="stop")
-            for text, reply, prompt in texts
+            Generation(text, prompt_tokens=prompt, completion_tokens=reply, finish_reason="stop", cached_tokens=cached)
+            for text, reply, prompt, cached in texts
         ]
 
-    def _replay(self, requests: Sequence[Request]) -> tuple[list[tuple[str, int, int]], list[float]]:
-        """The replies, and each request's modelled finish (seconds from the call's start)."""
+    def _replay(self, requests: Sequence[Request]) -> tuple[list[tuple[str, int, int, int]], list[float]]:
+        """The replies (text, tokens, prompt tokens, of them cached), and each request's modelled
+        finish (seconds from the call's start)."""
         turns, texts = [], []
         for r in requests:
             key = (r.affinity, user_turn(r))
@@ -141,9 +153,10 @@ class TimedEngine:
             turn = Turn("user" if key[1] else "assistant", tokens(prompt_text), reusable, reply)
             turns.append((self._ids.setdefault(key, len(self._ids)), turn))
             texts.append((text, reply, turn.prompt))
-        finishes = batched_call(self.model, turns)
+        done = batched_call(self.model, turns)
+        finishes = [at for at, _ in done]
         self.modelled += max(finishes, default=0.0)
-        return texts, finishes
+        return [(*t, cached) for t, (_, cached) in zip(texts, done)], finishes
 
 
 def _sleep_until(deadline: float) -> None:
@@ -152,24 +165,72 @@ def _sleep_until(deadline: float) -> None:
         time.sleep(left)
 
 
+@dataclass(frozen=True)
+class Layout:
+    user: GpuModel
+    assistant: GpuModel | None  # None: the user agent's engine serves both roles
+    assistant_copies: int = 1  # engines of the assistant's model, each on GPUs of its own
+
+
 LAYOUTS = {
-    "equal": (LLAMA_8B, LLAMA_8B),
-    "70B + 8B": (LLAMA_70B_TP4, LLAMA_8B),
-    "shared": (LLAMA_8B, None),
+    "equal": Layout(LLAMA_8B, LLAMA_8B),
+    "equal, assistant x2": Layout(LLAMA_8B, LLAMA_8B, 2),
+    "70B + 8B": Layout(LLAMA_70B_TP4, LLAMA_8B),
+    "shared": Layout(LLAMA_8B, None),
 }
+
+
+class TimedLoader:
+    """The engines of a layout, and their KV caches as `generate`'s lockstep.in_flight=auto reads
+    them from a planned layout (engines/factory.py `EngineLoader.caches`)."""
+
+    def __init__(self, layout: Layout, replies: Replies, scale: float):
+        self.user = TimedEngine("user-agent", layout.user, replies, scale)
+        self.parts = (
+            [TimedEngine("assistant", layout.assistant, replies, scale) for _ in range(layout.assistant_copies)]
+            if layout.assistant is not None
+            else []
+        )
+        self.assistant: Engine = (
+            self.user if not self.parts else self.parts[0] if len(self.parts) == 1 else ReplicatedEngine(self.parts)
+        )
+        if len(self.parts) > 1:
+            self.assistant.max_model_len = MAX_MODEL_LEN
+
+    def __call__(self) -> dict[str, Engine]:
+        return {"user_agent": self.user, "assistant": self.assistant}
+
+    @property
+    def caches(self) -> tuple[Cache, ...]:
+        if not self.parts:
+            return (Cache(("user_agent", "assistant"), self.user.gpu.kv_tokens, self.user.gpu.max_num_seqs),)
+        gpu = self.parts[0].gpu
+        return (
+            Cache(("user_agent",), self.user.gpu.kv_tokens, self.user.gpu.max_num_seqs),
+            Cache(("assistant",), gpu.kv_tokens, gpu.max_num_seqs, len(self.parts)),
+        )
+
+    def modelled(self) -> dict[str, float]:
+        """Per model, the modelled seconds of its engines' calls, summed over its copies."""
+        out = {self.user.name: self.user.modelled}
+        for part in self.parts:
+            out[part.name] = out.get(part.name, 0.0) + part.modelled
+        return out
 
 
 @dataclass(frozen=True)
 class Measured:
     layout: str
     cohorts: str
+    in_flight: str
     dialogues: int
     turns: int
     wall: float
     cpu: float  # the process's CPU seconds during the run
     scale: float
     busy: dict[str, float]  # per engine, share of the run (the step trace's)
-    engine_seconds: dict[str, float]  # per engine, the modelled seconds of its calls (no CPU time in them)
+    engine_seconds: dict[str, float]  # per model, the modelled seconds of its calls (no CPU time in them)
+    prefilled: float  # the share of prompt tokens the engines computed (the rest: their prefix caches)
 
     @property
     def modelled(self) -> float:
@@ -180,7 +241,7 @@ class Measured:
         return self.turns / self.modelled
 
 
-def run(layout: str, cohorts: str, args: argparse.Namespace, work: Path) -> Measured:
+def run(layout: str, cohorts: str, in_flight: str, args: argparse.Namespace, work: Path) -> Measured:
     from hydra import compose, initialize_config_dir
 
     from personalens.config import register_resolvers
@@ -188,16 +249,14 @@ def run(layout: str, cohorts: str, args: argparse.Namespace, work: Path) -> Meas
     from personalens.simulate.trace import CallTrace, TraceTotals
     from personalens.store import read_table
 
-    user_gpu, assistant_gpu = LAYOUTS[layout]
-    replies = Replies(balanced=args.balanced)
-    user = TimedEngine("user-agent", user_gpu, replies, args.scale)
-    assistant = user if assistant_gpu is None else TimedEngine("assistant", assistant_gpu, replies, args.scale)
-    out = work / f"{layout}-{cohorts}".replace(" ", "")
+    loader = TimedLoader(LAYOUTS[layout], Replies(balanced=args.balanced), args.scale)
+    out = work / f"{layout}-{cohorts}-{in_flight}".replace(" ", "").replace(",", "")
     overrides = [
         f"protocol={args.protocol}",
         f"data.root={args.root}",
         f"trials={args.trials}",
         f"lockstep.cohorts={cohorts}",
+        f"lockstep.in_flight={in_flight}",
         f"run.out_dir={out}",
         "progress=false",
         *args.override,
@@ -206,15 +265,28 @@ def run(layout: str, cohorts: str, args: argparse.Namespace, work: Path) -> Meas
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     cpu, started = time.process_time(), time.monotonic()
-    generate(cfg, lambda: {"user_agent": user, "assistant": assistant})
+    generate(cfg, loader)
     wall, cpu = time.monotonic() - started, time.process_time() - cpu
     turns = read_table(out / "dialogues", ["turns"]).column("turns").to_pylist()
     totals = TraceTotals()
     for row in read_table(out / "trace").to_pylist():
         totals.add(CallTrace(**{k: row[k] for k in CallTrace.__dataclass_fields__}))
     busy = {engine: seconds / totals.span for engine, seconds in totals.busy.items()}
-    engines = {e.name: e.modelled for e in (user, assistant)}
-    return Measured(layout, cohorts, len(turns), sum(map(len, turns)), wall, cpu, args.scale, busy, engines)
+    prompt = sum(totals.prompt.values())
+    prefilled = 1 - sum(totals.cached.values()) / prompt if prompt else 0.0
+    return Measured(
+        layout,
+        cohorts,
+        in_flight,
+        len(turns),
+        sum(map(len, turns)),
+        wall,
+        cpu,
+        args.scale,
+        busy,
+        loader.modelled(),
+        prefilled,
+    )
 
 
 def line(m: Measured, base: Measured | None) -> str:
@@ -222,8 +294,9 @@ def line(m: Measured, base: Measured | None) -> str:
     calls = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in m.engine_seconds.items())
     versus = f" {m.turns_per_s / base.turns_per_s:5.2f}x" if base else ""
     return (
-        f"{m.layout:<9} cohorts={m.cohorts:<5} {m.dialogues:5d} dialogues {m.turns:6d} turns  "
-        f"modelled {m.modelled:8.1f} s  {m.turns_per_s:7.2f} turns/s{versus}  busy: {busy}  "
+        f"{m.layout:<19} cohorts={m.cohorts:<5} in_flight={m.in_flight:<4} {m.dialogues:5d} dialogues "
+        f"{m.turns:6d} turns  modelled {m.modelled:8.1f} s  {m.turns_per_s:7.2f} turns/s{versus}  "
+        f"prefilled {m.prefilled:.0%}  busy: {busy}  "
         f"(modelled calls: {calls}; wall {m.wall:.1f} s, CPU {m.cpu:.1f} s)"
     )
 
@@ -236,7 +309,8 @@ def main(argv: Sequence[str] | None = None) -> list[Measured]:
     )
     parser.add_argument("--protocol", default="paper")
     parser.add_argument("--scale", type=float, default=0.05, help="wall seconds slept per modelled second")
-    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated, of: " + ", ".join(LAYOUTS))
+    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="semicolon-separated, of: " + "; ".join(LAYOUTS))
+    parser.add_argument("--in-flight", default="all", help="comma-separated lockstep.in_flight values: all, auto, N")
     parser.add_argument("--override", action="append", default=[], help="one more Hydra override (repeatable)")
     parser.add_argument("--balanced", action="store_true", help="user replies as long as the assistant's")
     parser.add_argument("--tiny", action="store_true", help="2 trials, 2 rounds, a tiny scale: seconds")
@@ -248,14 +322,15 @@ def main(argv: Sequence[str] | None = None) -> list[Measured]:
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         work = args.keep or Path(scratch)
-        for layout in args.layouts.split(","):
-            runs = ["1", "auto"] + (["2"] if LAYOUTS[layout][1] is None else [])
-            base = None
-            for cohorts in runs:
-                measured = run(layout, cohorts, args, work)
-                print(line(measured, base), flush=True)
-                base = base or measured
-                results.append(measured)
+        for layout in args.layouts.split(";"):
+            runs = ["1", "auto"] + (["2"] if LAYOUTS[layout].assistant is None else [])
+            base = None  # strict alternation with every dialogue in flight
+            for in_flight in args.in_flight.split(","):
+                for cohorts in runs:
+                    measured = run(layout, cohorts, in_flight, args, work)
+                    print(line(measured, base), flush=True)
+                    base = base or measured
+                    results.append(measured)
     return results
 
 

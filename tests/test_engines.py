@@ -265,6 +265,20 @@ def test_batch_comes_back_in_request_order_with_token_counts(engine):
     assert out[4].completion_tokens == 7  # an essay does not end within 7 tokens: max_tokens cut it
     assert out[4].prompt_tokens > out[5].prompt_tokens
     assert out[6].completion_tokens == 9  # min_tokens holds off the end of the reply
+    # capped, as the in-process copy of a model beside its server copies (engines/flow.py): its KV cache
+    # size read from vLLM, at most max_num_seqs in flight, the next queued as one ends, every reply back
+    assert engine.kv_tokens > 1_000 and not engine.capped
+    engine.capped, engine.max_num_seqs = True, 2
+    running: list[int] = []  # requests in vLLM as each one finishes
+    try:
+        again = engine.generate(
+            requests, lambda n, t: running.append(engine._llm.llm_engine.get_num_unfinished_requests())
+        )
+    finally:
+        engine.capped, engine.max_num_seqs = False, 256
+    assert len(running) == 7 and max(running) <= 2
+    assert [g.text.startswith(f"Item {i}:") for i, g in enumerate(again[:4])] == [True] * 4
+    assert (again[4].completion_tokens, again[6].completion_tokens) == (7, 9) and all(g.error is None for g in again)
 
 
 def _cpu_sampler_ignores_seeds_beside_greedy() -> bool:

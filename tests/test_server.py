@@ -32,10 +32,10 @@ from engine_fixtures import (
 )
 
 from personalens.engines.base import RefusedAll, Request
+from personalens.engines.flow import kv_cache_tokens
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.placement.architecture import Architecture
 from personalens.engines.serving.engine import ServerEngine, chat_body
-from personalens.engines.serving.flow import kv_cache_tokens
 from personalens.engines.serving.http import ServerError
 from personalens.engines.serving.launcher import stop_group
 

@@ -1,4 +1,4 @@
-"""How many requests a server engine keeps in flight (engines/serving/flow.py), pure: from a KV cache
+"""How many requests a server engine keeps in flight (engines/flow.py), pure: from a KV cache
 sized with a published architecture, and from vLLM's /metrics text. tests/test_server.py checks it
 against a real `vllm serve`."""
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 from engine_fixtures import chat
 
-from personalens.engines.placement.architecture import Architecture
-from personalens.engines.serving.flow import (
+from personalens.engines.flow import (
     PromptSizes,
     ReplySizes,
     in_flight,
@@ -18,6 +17,7 @@ from personalens.engines.serving.flow import (
     needs,
     shared_prefix_chars,
 )
+from personalens.engines.placement.architecture import Architecture
 
 FIXTURES = Path(__file__).parent / "fixtures" / "architectures"
 GIB = 1024**3

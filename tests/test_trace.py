@@ -13,7 +13,7 @@ from personalens.data.records import Scenario
 from personalens.prompts.setting import PromptSetting
 from personalens.simulate.generate import Protocol, Scheduling, generate
 from personalens.simulate.lockstep import run_lockstep
-from personalens.simulate.trace import TraceTotals, finishes
+from personalens.simulate.trace import CallTrace, TraceTotals, finishes
 from personalens.store import DIALOGUE_SCHEMA, TRACE_SCHEMA, PartWriter
 
 
@@ -123,6 +123,17 @@ def test_totals_give_the_closing_lines_share_of_tail():
     # each call: 5.5 s, of which 4 s with one request of five running
     assert (totals.calls, totals.seconds, totals.tail) == (2, 11.0, 8.0)
     assert "2 batched calls, 73% of their wall time in the straggler tail" in totals.line()
+
+
+def test_totals_say_each_engines_prompt_tokens_prefilled_and_cached():
+    totals = TraceTotals()
+    assert totals.line().endswith("prompt tokens prefilled / cached: none")
+    for engine, prompt, cached in ((0, 1_000, 250), (1, 400, 300), (0, 1_000, 750)):
+        totals.add(
+            CallTrace(1, engine, "m", ("user",), 2, prompt, cached, 10, 0.0, 1.0, 0.5, 1.0, 0.5, 2, engine=engine)
+        )
+    assert totals.prefilled("engine 0 (m)") == 0.5 and totals.prefilled("engine 1 (m)") == 0.25
+    assert totals.line().endswith("prompt tokens prefilled / cached: engine 0 (m) 50% / 50%, engine 1 (m) 25% / 75%")
 
 
 def run_generate(scenarios: list[Scenario], out, done: set, engine, scheduling: Scheduling | None = None) -> str:

@@ -2,7 +2,8 @@
 
 This package keeps what every caller sees: the interface (`base.py`: `Engine.generate` over
 `Request`s, `Sampling`, `Generation`), the factory that builds a command's engines (`factory.py`),
-one engine over a model's copies (`replicated.py`), the command's stop (`stop.py`), a batched call
+one engine over a model's copies (`replicated.py`), the in-flight cap of its copies (`flow.py`),
+the command's stop (`stop.py`), a batched call
 that moves a progress bar (`progress.py`), grammar pieces (`grammar.py`) and the CPU dtype rule
 (`dtype.py`). Its sub-packages, each a job:
 

@@ -20,6 +20,7 @@ from personalens.engines.base import Engine
 from personalens.engines.dtype import vllm_is_cpu_build
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.placement.gpus import GpuSpec, visible_gpu_spec
+from personalens.engines.placement.inflight import Cache, caches
 from personalens.engines.placement.layout import Placement, plan_layout
 from personalens.engines.replicated import ReplicatedEngine
 from personalens.engines.serving.managed import start_servers
@@ -104,6 +105,12 @@ class EngineLoader:
         self._serve = serve or (lambda decisions, logs, shard: start_servers(decisions, logs, shard, self.stop))
         self._engines: dict[str, Engine] | None = None
 
+    @property
+    def caches(self) -> tuple[Cache, ...]:
+        """The KV caches of the layout's planned models, which size lockstep's dialogues in flight
+        (simulate/window.py); none where nothing was planned."""
+        return caches(self.layout.placements)
+
     def __call__(self) -> dict[str, Engine]:
         if self._engines is None:
             if self.mode is not None:
@@ -116,6 +123,8 @@ class EngineLoader:
             for p in placed:
                 self.stop.check()
                 engines = [self._build(served.get(e, e.run_config)) for e in (p, *p.copies)]
+                if p.copies and hasattr(engines[0], "capped"):  # in process beside its server copies
+                    engines[0].capped = True
                 built[p.config] = engines[0] if len(engines) == 1 else ReplicatedEngine(engines, self.stop)
             self.stop.check()  # asked while the last one loaded
             self._engines = {role: built[config] for role, config in self.configs.items()}

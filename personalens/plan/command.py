@@ -158,7 +158,7 @@ def throughput(job: str, layout, models: dict, workload, largest: dict, options:
     turns, judged = dialogues(shapes, workload, longest)
     work = {"generate": [turns], "judge": [judged], "run": [turns, judged]}[job]
     gpu = GPUS[options.gpu_type]
-    compared = compare(layout, gpu, work)
+    compared = compare(layout, gpu, work, cfg.get("lockstep", {}).get("in_flight", "auto"))
     of = sum(largest.values())
     for row in compared["layouts"]:
         if "seconds" in row:  # the sample's time scaled to the largest shard's dialogues

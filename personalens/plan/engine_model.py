@@ -112,6 +112,7 @@ class _Request:
     remaining: int = 0  # tokens still to generate
     context: int = 0  # KV held: prompt (and reply) tokens so far
     finished: float = 0.0
+    cached: int = 0  # prompt tokens served from the prefix cache
 
 
 @dataclass
@@ -219,7 +220,7 @@ class Engine:
                 self.cached_tokens -= size
             self.waiting.popleft()
             hit = max(min(own, r.turn.reusable), min(self.shared, r.turn.prompt))
-            r.prefill, r.remaining, r.context = r.turn.prompt - hit, r.turn.reply, r.turn.prompt
+            r.prefill, r.remaining, r.context, r.cached = r.turn.prompt - hit, r.turn.reply, r.turn.prompt, hit
             self.running.append(r)
             self.held += r.context
 
@@ -296,14 +297,15 @@ def simulate(
     return result
 
 
-def batched_call(engine: Engine, turns: Sequence[tuple[int, Turn]]) -> list[float]:
+def batched_call(engine: Engine, turns: Sequence[tuple[int, Turn]]) -> list[tuple[float, int]]:
     """One batched call on `engine`: the (dialogue, turn) requests submitted together and stepped
-    until all have finished; each one's finish, in seconds from the call's start. The engine keeps
-    its prefix cache and clock for the next call."""
+    until all have finished; each one's finish, in seconds from the call's start, and its prompt
+    tokens served from the prefix cache. The engine keeps its prefix cache and clock for the next
+    call."""
     begun = engine.now
     requests = [_Request(dialogue, turn) for dialogue, turn in turns]
     for request in requests:
         engine.submit(request)
     while engine.busy:
         engine.step()
-    return [r.finished - begun for r in requests]
+    return [(r.finished - begun, r.cached) for r in requests]

@@ -102,7 +102,17 @@ def _throughput(t: Mapping | None) -> list[str]:
     if "in_flight" in t:
         out.append(
             f"    dialogues in flight whose histories the dialogue models' KV caches keep: {t['in_flight']:,} "
-            "(engines/placement/inflight.py)"
+            f"(engines/placement/inflight.py); the run takes lockstep.in_flight={t['lockstep_in_flight']}: "
+            + (
+                f"{t['run_in_flight']:,} in flight"
+                if t.get("run_in_flight")
+                else "every dialogue in flight"
+                + (
+                    " (too few for a batch: below a quarter of max_num_seqs)"
+                    if t["lockstep_in_flight"] == "auto"
+                    else ""
+                )
+            )
         )
     return out
 

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from personalens.engines.placement.inflight import in_flight
+from personalens.engines.placement.inflight import in_flight, run_window
 from personalens.engines.placement.layout import Layout, Placement
 from personalens.engines.placement.sizing import ModelNeed
 from personalens.plan.budget import Workload, judge_prompts, turn_prompts
@@ -141,15 +141,24 @@ def modelled(
     return Modelled(seconds, *(sum(getattr(r, f) for r in results) for f in ("generated", "prompt", "computed")), busy)
 
 
-def compare(layout: Layout, gpu: GpuFigures, work: Sequence[Sequence[Sequence[Turn]]]) -> dict:
-    """The modelled throughput of the chosen layout with its copies on the GPUs it leaves free, at
-    most as many dialogues in flight as the dialogue models' KV caches keep cached (`in_flight`) and
-    with every dialogue in flight (the faster of the two chosen), then without the copies, and the
-    other layout; the best by generated tokens per second is marked."""
+def compare(
+    layout: Layout, gpu: GpuFigures, work: Sequence[Sequence[Sequence[Turn]]], in_flight_setting: str | int = "auto"
+) -> dict:
+    """The modelled throughput of the chosen layout with its copies on the GPUs it leaves free, with
+    the dialogues in flight that `lockstep.in_flight` (`in_flight_setting`: auto, all or N) gives the
+    run, and beside it with the other of a window and every dialogue in flight; then without the
+    copies, and the other layout. auto's window is `run_window`'s (engines/placement/inflight.py) for
+    the tokens the modelled dialogues keep at their longest, which is what the run learns from its own
+    (simulate/window.py); the run's first dialogues, before any has ended, are not modelled. The
+    fastest is marked."""
     by_key = {n.key: n for n in layout.needs}
     planned = tuple(p for p in layout.placements if p.planned)
-    limit = in_flight(planned, longest_sequences(work[0])) if work and work[0] else None
-    variants = []
+    longest = longest_sequences(work[0]) if work and work[0] else {}
+    limit = in_flight(planned, longest) if longest else None
+    auto = run_window(planned, longest) if longest else None
+    run = {"auto": auto, "all": None}.get(in_flight_setting, in_flight_setting)  # type: ignore[arg-type]
+    dialogues = max(1, len(work[0])) if work and work[0] else 1
+    window = _below(run, dialogues)
     with_copies = any(p.copies for p in planned)
     made = ", ".join(
         f"{len(p.copies)} cop{'y' if len(p.copies) == 1 else 'ies'} of {p.key} on GPU "
@@ -159,45 +168,59 @@ def compare(layout: Layout, gpu: GpuFigures, work: Sequence[Sequence[Sequence[Tu
     )
     name = f"{layout.name} + {made}" if with_copies else layout.name
     why = layout.copies_why or layout.why
-    if limit is not None and limit < max(1, len(work[0])):
-        variants.append((f"{name}, {limit} dialogue{'' if limit == 1 else 's'} in flight", True, why, planned, limit))
-        variants.append((f"{name}, every dialogue in flight", True, why, planned, None))
-    else:
-        variants.append((name, True, why, planned, None))
+
+    def in_flight_name(n: int | None) -> str:
+        return (
+            f"{name}, every dialogue in flight"
+            if n is None
+            else f"{name}, {n} dialogue{'' if n == 1 else 's'} in flight"
+        )
+
+    other = limit if window is None and limit is not None and limit < dialogues else None
+    variants = [(in_flight_name(window) if window or other else name, True, why, planned, window)]
+    if window is not None or other is not None:
+        variants.append((in_flight_name(other), False, why, planned, other))
     if with_copies:
         bare = tuple(dataclasses.replace(p, copies=()) for p in planned)
-        variants.append((f"{layout.name} without the copies", False, layout.why, bare, None))
+        alone = run_window(bare, longest) if in_flight_setting == "auto" and longest else run
+        variants.append((f"{layout.name} without the copies", False, layout.why, bare, _below(alone, dialogues)))
     rows = []
-    for name, chosen, why, placements, window in variants:
+    for name_, chosen, why_, placements, n in variants:
         rows.append(
             {
-                "name": name,
+                "name": name_,
                 "chosen": chosen,
-                "why": why,
+                "why": why_,
                 "fits": True,
-                **({"in_flight": window} if window else {}),
+                **({"in_flight": n} if n else {}),
                 **(
                     {"copies": {p.key: [list(c.gpus) for c in p.copies] for p in placements if p.copies}}
                     if any(p.copies for p in placements)
                     else {}
                 ),
-                **_numbers(modelled(_engines(by_key, placements, gpu), work, window), placements),
+                **_numbers(modelled(_engines(by_key, placements, gpu), work, n), placements),
             }
         )
     if len(layout.needs) > 1:  # one model: the same GPUs either way
-        for other in layout.others:
-            row = {"name": other.name, "chosen": False, "why": other.why, "fits": other.fits}
-            if other.fits:
-                row |= _numbers(modelled(_engines(by_key, other.placements, gpu), work), other.placements)
+        for alternative in layout.others:
+            row = {"name": alternative.name, "chosen": False, "why": alternative.why, "fits": alternative.fits}
+            if alternative.fits:
+                row |= _numbers(modelled(_engines(by_key, alternative.placements, gpu), work), alternative.placements)
             rows.append(row)
-    both = [r for r in rows if r["chosen"]]
-    if len(both) == 2:
-        # a cache too small for a useful batch: histories computed again may cost less than a small batch
-        min(both, key=lambda r: r.get("tokens_per_s", 0.0))["chosen"] = False
     timed = [r for r in rows if "tokens_per_s" in r]
     if timed:
         max(timed, key=lambda r: r["tokens_per_s"])["best"] = True
-    return {"layouts": rows, **({"in_flight": limit} if limit is not None else {})}
+    return {
+        "layouts": rows,
+        "lockstep_in_flight": in_flight_setting,
+        "run_in_flight": window,
+        **({"in_flight": limit} if limit is not None else {}),
+    }
+
+
+def _below(n: int | None, dialogues: int) -> int | None:
+    """A window that holds back some of the modelled dialogues, else None (every one in flight)."""
+    return n if isinstance(n, int) and n < dialogues else None
 
 
 def _engines(

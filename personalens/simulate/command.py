@@ -96,6 +96,8 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
             bool(cfg.lockstep.token_ids),
             int(cfg.continuous.in_flight),
             count,
+            in_flight(cfg.lockstep.get("in_flight", "auto")),
+            tuple(getattr(load, "caches", ())),  # the layout's (engines/factory.py); none without GPUs
         ),
     )
     if summary.dialogues:
@@ -118,6 +120,18 @@ def cohorts(value: object, *, one: bool = False) -> int:
             f"lockstep.cohorts={value}: reproducible: true on vLLM's CPU build runs one cohort (each engine's core "
             "in this process, whose steps take turns); set lockstep.cohorts=1 or auto, or leave reproducible out"
         )
+    return value
+
+
+def in_flight(value: object) -> int:
+    """lockstep.in_flight, checked: auto (window.py AUTO), all (0) or a whole number >= 1."""
+    from personalens.errors import PersonalensError
+    from personalens.simulate.window import AUTO
+
+    if value in ("auto", "all"):
+        return AUTO if value == "auto" else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PersonalensError(f"lockstep.in_flight: expected auto, all or a whole number >= 1, got {value!r}")
     return value
 
 

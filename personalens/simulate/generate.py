@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from personalens.data.records import Role, Scenario
 from personalens.engines.base import Engine, Sampling, derive_seed
+from personalens.engines.placement.inflight import Cache
 from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 from personalens.progress import Progress, prompt_usage
@@ -31,6 +32,7 @@ from personalens.simulate.continuous import run_continuous
 from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules, TurnRecord
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
 from personalens.simulate.trace import CallTrace, TraceTotals
+from personalens.simulate.window import AUTO, lockstep_window
 from personalens.store import ENDING_NAMES, ENDINGS, PartWriter
 
 log = logging.getLogger(__name__)
@@ -67,14 +69,19 @@ class Scheduling:
     keep_ids: bool = True  # prompts as token ids kept per dialogue, for engines that tokenize here
     in_flight: int = 0  # continuous: dialogues running at once (0: all)
     cohorts: int = 0  # lockstep: cohorts taking turns on the engines (0: one per engine, lockstep.py)
+    # lockstep: dialogues in flight (0: all; AUTO: as many as the dialogue models' `caches` keep
+    # with their histories cached, window.py)
+    window: int = 0
+    caches: tuple[Cache, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in ("lockstep", "continuous"):
             raise PersonalensError(f"scheduling: expected lockstep or continuous, got {self.mode!r}")
-        if self.chunk < 1 or self.in_flight < 0 or self.cohorts < 0:
+        if self.chunk < 1 or self.in_flight < 0 or self.cohorts < 0 or self.window < AUTO:
             raise PersonalensError(
-                f"lockstep.max_requests_per_call must be >= 1, continuous.in_flight >= 0 and lockstep.cohorts "
-                f"auto or >= 1, got {self.chunk}, {self.in_flight}, {self.cohorts or 'auto'}"
+                f"lockstep.max_requests_per_call must be >= 1, continuous.in_flight >= 0, lockstep.cohorts "
+                f"auto or >= 1 and lockstep.in_flight auto, all or >= 1, got {self.chunk}, {self.in_flight}, "
+                f"{self.cohorts or 'auto'}, {self.window}"
             )
 
 
@@ -323,7 +330,18 @@ def generate(
     run, options = (
         (run_continuous, {"in_flight": scheduling.in_flight})
         if continuous
-        else (run_lockstep, {"chunk": scheduling.chunk, "cohorts": scheduling.cohorts})
+        else (
+            run_lockstep,
+            {
+                "chunk": scheduling.chunk,
+                "cohorts": scheduling.cohorts,
+                "window": lockstep_window(
+                    scheduling.window,
+                    scheduling.caches,
+                    {role: getattr(engines.get(role), "max_model_len", None) for role in ("user", "assistant")},
+                ),
+            },
+        )
     )
     try:
         run(

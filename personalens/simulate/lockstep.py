@@ -6,6 +6,10 @@ With distinct engines for the user agent and the assistant, the dialogues are de
 engine, another's user turns run on the user agent's, each engine in a thread of its own
 (workers.py), so that neither waits for the other. A step is then one cohort's.
 
+With a `Window` (window.py) at most that many dialogues are in flight, shared out among the cohorts;
+the others wait in the shard and start as dialogues end, so that the histories in flight stay in
+the engines' prefix caches.
+
 When the user agent and the assistant share an engine, both roles' requests of a step go into the
 same call, so the engine always sees the largest batch there is; a step of more than `chunk`
 requests for one engine is sent in calls of `chunk`, so a step's prompts in memory stay bounded.
@@ -28,8 +32,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -40,7 +46,10 @@ from personalens.engines.chat.token_ids import PromptIds
 from personalens.errors import PersonalensError
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.trace import CallTrace, call_trace
+from personalens.simulate.window import Window
 from personalens.simulate.workers import EngineWorkers
+
+log = logging.getLogger(__name__)
 
 Render = Callable[[Dialogue, Role], Sequence[Message]]
 
@@ -209,6 +218,7 @@ def run_lockstep(
     keep_ids: bool = True,
     room: Mapping[Role, int] | None = None,
     cohorts: int = 0,
+    window: Window | None = None,
 ) -> None:
     """Run every dialogue to its end. `on_finished` receives each step's finished dialogues
     (so the caller can write them out at once); `on_step` receives per-step statistics.
@@ -219,7 +229,10 @@ def run_lockstep(
     cohort's next step is queued as soon as its previous one finished, its calls to each engine
     behind the calls queued there before (workers.py), so while one cohort's assistant turns run,
     another's user turns run on the user agent's engine. A step is one cohort's; steps are numbered
-    in the order they start."""
+    in the order they start.
+
+    With a `window`, the dialogues wait in the shard's order and each cohort takes its share of the
+    window's size, again whenever its dialogues end (window.py)."""
     if all(d.waiting_on is None for d in dialogues):
         return  # nothing to simulate: `generate` loads no engines then
     room = {role: s.max_tokens for role, s in sampling.items()} if room is None else room
@@ -229,7 +242,30 @@ def run_lockstep(
     for role in ("user", "assistant"):
         numbers.setdefault(id(engines[role]), len(numbers))
     count = cohort_count(cohorts, engines)
-    groups = [_Cohort(k, [d for d in dialogues[k::count] if d.waiting_on is not None]) for k in range(count)]
+    if window is None:
+        groups = [_Cohort(k, [d for d in dialogues[k::count] if d.waiting_on is not None]) for k in range(count)]
+    else:
+        groups = [_Cohort(k, []) for k in range(count)]
+    waiting = deque(d for d in dialogues if d.waiting_on is not None) if window is not None else deque()
+    sizes: list[int | None] = []
+
+    def admit(cohort: _Cohort) -> None:
+        """Fills the cohort up to its share of the window's size from the waiting dialogues."""
+        if not waiting or window is None:
+            return
+        size = window.size(d for c in groups for d in c.active)
+        if size != (sizes[-1] if sizes else None):
+            sizes.append(size)
+            log.info(
+                f"lockstep: {size if size is not None else 'every'} dialogue(s) in flight, "
+                f"{len(waiting)} waiting (lockstep.in_flight)"
+            )
+        share = (
+            len(waiting) + len(cohort.active) if size is None else max(1, size // count + (cohort.index < size % count))
+        )
+        while waiting and len(cohort.active) < share:
+            cohort.active.append(waiting.popleft())
+
     begun = clock()
     steps = itertools.count(1)
 
@@ -265,6 +301,7 @@ def run_lockstep(
                 workers.submit(engine, (cohort.index, call), functools.partial(send, cohort, engine, waiting, call))
 
         for cohort in groups:
+            admit(cohort)
             if cohort.active:
                 start(cohort)
         while workers.busy:
@@ -276,6 +313,8 @@ def run_lockstep(
             traces = [t for t in cohort.traces if t is not None]
             finished = [d for d in cohort.active if d.ended is not None]
             cohort.active = [d for d in cohort.active if d.ended is None]
+            if window is not None:
+                window.add(finished)  # before on_finished releases their turns
             for key, ids in kept.items():
                 with locks[key]:
                     ids.forget([(d.key, role) for d in finished for role in ("user", "assistant")])
@@ -294,6 +333,7 @@ def run_lockstep(
                     tuple(traces),
                 )
             )
+            admit(cohort)
             if cohort.active:
                 start(cohort)
 

@@ -119,6 +119,8 @@ class TraceTotals:
     busy: dict[str, float] = field(default_factory=dict)  # per engine ("engine N (model)"): busy seconds
     reach: dict[str, float] = field(default_factory=dict)  # per engine: the latest end of its calls
     span: float = 0.0  # seconds from the run's start to the end of its last call
+    prompt: dict[str, int] = field(default_factory=dict)  # per engine: prompt tokens of its calls
+    cached: dict[str, int] = field(default_factory=dict)  # per engine: of them, served from its prefix cache
 
     def add(self, trace: CallTrace) -> None:
         self.calls += trace.requests > 0  # a record of dialogues ended on context alone sent nothing
@@ -131,6 +133,8 @@ class TraceTotals:
             self.busy[engine] = self.busy.get(engine, 0.0) + max(0.0, end - max(trace.started, reach))
             self.reach[engine] = max(reach, end)
             self.span = max(self.span, end)
+            self.prompt[engine] = self.prompt.get(engine, 0) + trace.prompt_tokens
+            self.cached[engine] = self.cached.get(engine, 0) + trace.cached_tokens
 
     def line(self) -> str:
         share = self.tail / self.seconds if self.seconds > 0 else 0.0
@@ -138,5 +142,17 @@ class TraceTotals:
         return (
             f"{self.calls} batched calls, {share:.0%} of their wall time in the straggler tail "
             f"(fewer than {TAIL_SHARE:.0%} of a call's requests still running); busy: {busy or 'none'} "
-            f"of {self.span:.1f} s"
+            f"of {self.span:.1f} s; prompt tokens prefilled / cached: {self.prefill_line() or 'none'}"
+        )
+
+    def prefilled(self, engine: str) -> float:
+        """The share of an engine's prompt tokens it computed (not served from its prefix cache)."""
+        prompt = self.prompt.get(engine, 0)
+        return 1 - self.cached.get(engine, 0) / prompt if prompt else 0.0
+
+    def prefill_line(self) -> str:
+        return ", ".join(
+            f"{engine} {self.prefilled(engine):.0%} / {1 - self.prefilled(engine):.0%}"
+            for engine in sorted(self.prompt)
+            if self.prompt[engine]
         )

@@ -1,4 +1,4 @@
-"""How many dialogues an engine keeps in flight so that their histories stay in its KV cache, pure.
+"""How many dialogues lockstep keeps in flight so that their histories stay in the KV caches, pure.
 
 In lockstep each turn's prompt repeats the dialogue's history. vLLM's prefix cache serves that part
 again only while the history's blocks are still cached; once the dialogues in flight hold more
@@ -6,17 +6,35 @@ tokens than the cache, each turn evicts histories that the next turn computes ag
 grows with the square of the turns. Keeping no more dialogues in flight than the cache holds, and
 letting the rest of a shard's dialogues wait their turn, keeps every history cached.
 
-`dialogues_in_flight` is for one engine; `in_flight` for a layout's dialogue models (the user
-agent's and the assistant's), each over all its copies (a copy takes its share of the dialogues).
+`held` is how many the caches keep; `window` is what a run holds back to, over the dialogue models'
+`Cache`s: `plan` applies it to the dialogues it models (plan/throughput.py), `generate` to the
+dialogues it runs (simulate/window.py), both with the caches of the same layout (`caches`).
+`dialogues_in_flight` is one engine's share. A cache that keeps fewer than `MIN_BATCH_SHARE` of an
+engine's `max_num_seqs` holds nothing back: an engine decoding so small a batch idles most of its
+width, which the saved prefill rarely pays back (`plan` on 8 x 80 GB at the paper protocol's cap: 11
+dialogues in flight model 11% slower than all; on 4 x 80 GB, 1 dialogue 45% slower; the complete
+release's 96 of 256, 1.7x faster: docs/cluster.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from personalens.engines.placement.layout import Placement
 
 DIALOGUE_ROLES = ("user_agent", "assistant")  # the roles every turn of a dialogue waits on
+MIN_BATCH_SHARE = 0.25  # of max_num_seqs: a window below it on any engine holds nothing back
+
+
+@dataclass(frozen=True)
+class Cache:
+    """One model's engines as the window sees them."""
+
+    roles: tuple[str, ...]  # the roles the model serves
+    kv_tokens: int  # one engine's KV cache, tokens of every layer
+    max_num_seqs: int  # requests one engine runs at once
+    engines: int = 1  # its own engine and its copies, each taking its share of the dialogues
 
 
 def dialogues_in_flight(kv_tokens: int, tokens_per_dialogue: float, max_num_seqs: int) -> int:
@@ -29,16 +47,44 @@ def dialogues_in_flight(kv_tokens: int, tokens_per_dialogue: float, max_num_seqs
     return max(1, min(max_num_seqs, int(kv_tokens // tokens_per_dialogue)))
 
 
-def in_flight(placements: Sequence[Placement], tokens: Mapping[str, float]) -> int | None:
-    """The most dialogues a layout keeps in flight with every history cached: the least over its
-    dialogue models of `dialogues_in_flight` times its engines (its own and its copies). `tokens` is
-    per role the tokens one dialogue keeps in that role's cache at its longest. None where no
-    dialogue model was planned (no GPU: nothing is sized)."""
-    limits = []
-    for p in placements:
-        served = [role for role in p.roles if role in DIALOGUE_ROLES]
-        if not served or not p.planned:
-            continue
-        per_dialogue = sum(tokens.get(role, 0.0) for role in served)
-        limits.append((1 + len(p.copies)) * dialogues_in_flight(p.kv_tokens, per_dialogue, p.run_config.max_num_seqs))
+def _per_engine(caches: Sequence[Cache], tokens: Mapping[str, float]) -> list[tuple[Cache, int]]:
+    out = []
+    for cache in caches:
+        served = [role for role in cache.roles if role in DIALOGUE_ROLES]
+        if served:
+            per_dialogue = sum(tokens.get(role, 0.0) for role in served)
+            out.append((cache, dialogues_in_flight(cache.kv_tokens, per_dialogue, cache.max_num_seqs)))
+    return out
+
+
+def held(caches: Sequence[Cache], tokens: Mapping[str, float]) -> int | None:
+    """The most dialogues in flight with every history cached: the least over the dialogue models of
+    `dialogues_in_flight` times the model's engines. `tokens` is per role the tokens one dialogue
+    keeps in that role's cache at its longest. None where no dialogue model's cache is known."""
+    limits = [cache.engines * n for cache, n in _per_engine(caches, tokens)]
     return min(limits) if limits else None
+
+
+def window(caches: Sequence[Cache], tokens: Mapping[str, float]) -> int | None:
+    """`held`, or None (every dialogue in flight) where an engine would keep fewer than
+    `MIN_BATCH_SHARE` of its `max_num_seqs`."""
+    if any(n < MIN_BATCH_SHARE * cache.max_num_seqs for cache, n in _per_engine(caches, tokens)):
+        return None
+    return held(caches, tokens)
+
+
+def caches(placements: Sequence[Placement]) -> tuple[Cache, ...]:
+    """The caches of a layout's planned models (none where nothing was planned: no GPU)."""
+    return tuple(
+        Cache(p.roles, p.kv_tokens, p.run_config.max_num_seqs, 1 + len(p.copies)) for p in placements if p.planned
+    )
+
+
+def in_flight(placements: Sequence[Placement], tokens: Mapping[str, float]) -> int | None:
+    """`held` over a layout's planned models."""
+    return held(caches(placements), tokens)
+
+
+def run_window(placements: Sequence[Placement], tokens: Mapping[str, float]) -> int | None:
+    """`window` over a layout's planned models: what lockstep.in_flight=auto holds back to."""
+    return window(caches(placements), tokens)

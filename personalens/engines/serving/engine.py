@@ -1,7 +1,7 @@
 """An engine for an OpenAI-compatible server (`vllm serve` on another node, or one personalens
 started, managed.py): one generate() runs its batch as concurrent streamed /chat/completions
 requests on pooled connections (serving/http.py), as many at a time as the server's KV cache holds
-(serving/flow.py), at most `server.max_concurrency`.
+(engines/flow.py), at most `server.max_concurrency`.
 
 A request the server refuses (HTTP 400 or 422: vLLM's answer to a prompt longer than the model's
 context, or to a bad parameter) is answered as `rejected` and the others go on. So is a request that
@@ -33,8 +33,8 @@ from typing import Any
 from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
 from personalens.engines.chat.messages import format_messages
 from personalens.engines.chat.token_ids import ChatTokenizer
+from personalens.engines.flow import PromptSizes, ReplySizes, in_flight, kv_cache_tokens, needs
 from personalens.engines.models.config import ModelConfig, ModelConfigError
-from personalens.engines.serving.flow import PromptSizes, ReplySizes, in_flight, kv_cache_tokens, needs
 from personalens.engines.serving.http import Failed, Refused, ServerClient, ServerError
 from personalens.engines.serving.processes import GRACE_S
 from personalens.engines.stop import Stop
@@ -137,7 +137,7 @@ class ServerEngine:
             return generations
 
     async def _slots(self, client: ServerClient, requests: Sequence[Request], limit: int) -> int:
-        """Requests of this call to keep in flight (serving/flow.py); the server's KV cache size is
+        """Requests of this call to keep in flight (engines/flow.py); the server's KV cache size is
         asked once."""
         if not self._kv_asked:
             self._kv_asked = True

@@ -2,6 +2,10 @@
 queued one by one and the engine stepped until all have finished; the command's stop is looked at
 before every step, and what is still queued when a call ends early is aborted.
 
+An engine that is one copy of a model among server copies (replicated.py; `capped`, set by the
+factory) keeps in flight only as many requests as its KV cache holds, by the rule that caps its
+server copies (engines/flow.py), the next queued as one finishes; any other queues them all.
+
 vLLM starts worker processes; a script that builds this engine needs an
 `if __name__ == "__main__":` guard.
 """
@@ -12,6 +16,7 @@ import gc
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Sequence
 
 from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
@@ -29,6 +34,7 @@ from personalens.engines.chat.reasoning import (
 )
 from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.dtype import local_dtype
+from personalens.engines.flow import PromptSizes, ReplySizes, in_flight, needs
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.models.embedded import model_path
 from personalens.engines.stop import Stop
@@ -67,6 +73,12 @@ class VllmEngine:
         self._template_kwargs = config.template_kwargs or None
         self._parser = self._reasoning_parser(config, tokenizer)
         self.max_model_len = self._llm.llm_engine.model_config.max_model_len
+        cache = self._llm.llm_engine.vllm_config.cache_config
+        # tokens its KV cache holds (vLLM's engine core reports its blocks when it starts)
+        self.kv_tokens = (cache.num_gpu_blocks or 0) * (cache.block_size or 0) or None
+        self.max_num_seqs = config.max_num_seqs
+        self.capped = False  # the factory's: one copy of a model whose other copies are servers
+        self._sizes, self._replies = PromptSizes(), ReplySizes()
         # failures of the engine itself, which stop the command; anything else raised while adding a
         # request is vLLM refusing that request
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
@@ -87,20 +99,26 @@ class VllmEngine:
             return []
         self._stop.check()
         replies: list[Generation | None] = [None] * len(requests)
-        queued = {}
+        queued: dict[str, int] = {}
+        waiting = deque(range(len(requests)))
+        limit = self.slots(requests)
         try:
-            for i, request in enumerate(requests):
-                request_id, refusal = self._queue(request)
-                if refusal is None:
-                    queued[request_id] = i
-                else:
-                    replies[i] = refusal
-            refused = len(requests) - len(queued)
-            if on_finished is not None and refused:
-                on_finished(refused, 0)
-            while queued:
-                for request_id, gen in self.finished():
-                    replies[queued.pop(request_id)] = gen
+            while queued or waiting:
+                refused = 0
+                while waiting and len(queued) < limit:
+                    i = waiting.popleft()
+                    request_id, refusal = self._queue(requests[i])
+                    if refusal is None:
+                        queued[request_id] = i
+                    else:
+                        replies[i], refused = refusal, refused + 1
+                if on_finished is not None and refused:
+                    on_finished(refused, 0)
+                for request_id, gen in self.finished() if queued else ():
+                    i = queued.pop(request_id)
+                    replies[i] = gen
+                    self._sizes.add(requests[i], gen.prompt_tokens)
+                    self._replies.add(requests[i], gen.completion_tokens)
                     if on_finished is not None:
                         on_finished(1, gen.completion_tokens)
         finally:
@@ -110,6 +128,21 @@ class VllmEngine:
                 self._llm.llm_engine.abort_request(list(queued), internal=False)
         check_refusals(self.name, replies)
         return replies
+
+    def slots(self, requests: Sequence[Request]) -> int:
+        """Requests of this call to keep in flight: all of them, or where `capped`, what engines/flow.py
+        gives for its KV cache and max_num_seqs (logged when it holds some back)."""
+        if not self.capped:
+            return len(requests)
+        shared, each = needs(requests, self._sizes, self._replies)
+        n = in_flight(self.kv_tokens, each, self.max_num_seqs, shared)
+        if n < len(requests):
+            log.info(
+                f"{self.name}: its KV cache holds {self.kv_tokens or 0:,} tokens: {n} of {len(requests)} requests "
+                f"in flight (about {sum(each) // len(each):,} tokens each with its expected reply, beside a shared "
+                f"prefix of {shared:,})"
+            )
+        return n
 
     def submit(self, requests: Sequence[Request]) -> list[str]:
         """Queue requests without running them (scheduling=continuous); `finished` returns them,

@@ -1,4 +1,6 @@
-"""How many requests a server engine (server.py) keeps in flight: about what its server runs at once.
+"""How many requests an engine keeps in flight: about what its KV cache runs at once. The rule of
+every server engine (serving/engine.py), and of an in-process engine that is one copy of a model
+beside server copies (vllm/local.py `capped`), so that every copy of a model is capped alike.
 
 vLLM runs a request only while its KV cache holds the request's tokens; the others wait in the
 server's queue. Waiting there costs no timeout (replies are streamed, serving/http.py), but every
@@ -16,8 +18,9 @@ every request of the call shares (instructions, a system prompt) is counted once
 cache holds one copy of it. The KV cache size is the server's own (vLLM's /metrics,
 `vllm:cache_config_info`: num_gpu_blocks x block_size); a server that does not report it gets
 `max_concurrency`. Prompt tokens are estimated from the messages' characters at the tokens per
-character this engine's server has reported so far. Every copy of a model (replicated.py) is a
-server engine of its own and is capped by this rule against its own server's cache.
+character this engine's server has reported so far. Every copy of a model (replicated.py) is capped
+by this rule against its own cache: a server copy's from its /metrics, the in-process copy's from
+its vLLM engine (num_gpu_blocks x block_size), at most its `max_num_seqs`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,82 @@
+"""The in-process copy of a model capped by the rule that caps its server copies (engines/flow.py):
+the engine's queueing loop with vLLM's side scripted (the rule itself: tests/test_server_flow.py;
+against a real server: tests/test_server.py), and the factory marking the copy."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from test_engine_layout import Recorder, conf, loader
+
+from personalens.engines.base import Generation, Request, Sampling
+from personalens.engines.flow import PromptSizes, ReplySizes
+from personalens.engines.placement.gpus import simulated
+from personalens.engines.replicated import ReplicatedEngine
+from personalens.engines.stop import Stop
+from personalens.engines.vllm.local import VllmEngine
+
+
+def scripted(kv_tokens: int | None, capped: bool) -> VllmEngine:
+    """A VllmEngine whose vLLM side is scripted: each step finishes the oldest queued request with a
+    100-token reply, and the most ever queued at once is kept."""
+    engine = object.__new__(VllmEngine)
+    engine.name, engine.kv_tokens, engine.max_num_seqs, engine.capped = "m", kv_tokens, 256, capped
+    engine._stop, engine._sizes, engine._replies = Stop(), PromptSizes(), ReplySizes()
+    queue: list[str] = []
+    engine.most = 0
+
+    def enqueue(request):
+        queue.append(f"r{len(engine.order)}")
+        engine.order.append(request.messages[0]["content"])
+        engine.most = max(engine.most, len(queue))
+        return queue[-1], None
+
+    def finished():
+        return [(queue.pop(0), Generation("ok", prompt_tokens=100, completion_tokens=100))]
+
+    engine.order = []
+    engine._queue, engine.finished = enqueue, finished
+    return engine
+
+
+def requests(n: int) -> list[Request]:
+    # 300 characters: 100 tokens at the 3 characters a token counted before any reply
+    return [Request([{"role": "user", "content": f"{i:03d}" + "x" * 297}], Sampling(max_tokens=900)) for i in range(n)]
+
+
+def test_a_capped_engine_keeps_what_its_cache_holds_in_flight_and_learns_its_replies():
+    engine = scripted(10_000, capped=True)
+    done = []
+    replies = engine.generate(requests(25), lambda n, tokens: done.append(n))
+    # 10,000 tokens over 100 prompt + 900 expected reply tokens each: 10 at a time, the next as one ends
+    assert engine.most == 10 and len(replies) == 25 and sum(done) == 25
+    assert engine.order == [f"{i:03d}" + "x" * 297 for i in range(25)]  # in the call's order
+    # the replies took 100 of their 900 tokens: the next call keeps 10,000 // 200 = 50 (all 25) in flight
+    engine.most = 0
+    engine.generate(requests(25))
+    assert engine.most == 25
+
+
+def test_an_engine_not_capped_queues_every_request_and_an_unknown_cache_gives_max_num_seqs():
+    free = scripted(10_000, capped=False)
+    free.generate(requests(25))
+    assert free.most == 25
+    unknown = scripted(None, capped=True)
+    unknown.max_num_seqs = 7
+    unknown.generate(requests(25))
+    assert unknown.most == 7
+
+
+def test_the_factory_caps_the_in_process_copy_beside_server_copies(tmp_path):
+    """A 70B judge alone on 8 x 80 GB: in process on GPUs 0-3, a copy in a server on 4-7; the in-process
+    engine is capped, a model without copies is not."""
+
+    class Built(Recorder):
+        def build(self, config):
+            self.built.append(config)
+            return SimpleNamespace(name=config.name, config=config, capped=False)
+
+    judge = loader({"judge": conf(tmp_path, "llama31_70b")}, tmp_path, simulated(8, 80), Built())()["judge"]
+    assert isinstance(judge, ReplicatedEngine) and [e.capped for e in judge.engines] == [True, False]
+    alone = {"judge": {**conf(tmp_path, "llama31_70b"), "replicas": 1}}
+    assert loader(alone, tmp_path, simulated(8, 80), Built())()["judge"].capped is False
