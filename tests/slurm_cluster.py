@@ -196,7 +196,11 @@ def start(root: Path, timeout: float = 30.0) -> SlurmCluster:
     node = socket.gethostname().split(".")[0]
     conf = root / "slurm.conf"
     conf.write_text(_slurm_conf(root, node, munge_socket))
-    cluster = SlurmCluster(root=root, env={**os.environ, "SLURM_CONF": str(conf)})
+    # the jobs' vLLM engines keep their engine core in the job's own process: these tests are about
+    # the scripts, signals, requeues and shards, not vLLM's processes (tests/test_stop.py and
+    # test_managed_vllm.py cover those), and each job then imports torch and vLLM once, not three times
+    env = {**os.environ, "SLURM_CONF": str(conf), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    cluster = SlurmCluster(root=root, env=env)
     commands = {
         # --force: munged as root (the test runs as root; no munge user needed)
         "munged": [

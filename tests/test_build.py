@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import kill_once, start_cli
+from cli_helpers import ENGINE_CORE_HERE, kill_once, start_cli
 from hydra import compose, initialize_config_dir
 
 from personalens import cli
@@ -224,7 +224,7 @@ def test_build_resumes_assembles_the_official_layout_and_runs_through_generate(t
     # the real command in its own process, killed (with its vLLM workers) once the first stage is
     # on disk; the full build then resumes from there
     stages = out / "build"
-    proc = start_cli("build", *args, log=tmp_path / "killed.log")
+    proc = start_cli("build", *args, log=tmp_path / "killed.log", env=ENGINE_CORE_HERE)
     kill_once(proc, lambda: bool(part_files(stages / "interests")), tmp_path / "killed.log")
     interests_before = part_files(stages / "interests")
     assert len(read_table(stages / "interests")) == 2

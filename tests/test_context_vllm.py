@@ -21,7 +21,7 @@ ROLES = ("assistant", "user_agent", "judge")
 
 @pytest.mark.vllm
 def test_a_run_whose_prompts_outgrow_the_context_finishes_with_every_scenario_once(tmp_path):
-    from cli_helpers import run_cli
+    from cli_helpers import ENGINE_CORE_HERE, run_cli
 
     out = tmp_path / "run"
     args = (
@@ -35,7 +35,7 @@ def test_a_run_whose_prompts_outgrow_the_context_finishes_with_every_scenario_on
         # one engine for all three roles (same model config), with a context the official prompts outgrow
         *(f"{role}.max_model_len={CONTEXT}" for role in ROLES),
     )
-    first = run_cli(*args, timeout=3000)
+    first = run_cli(*args, timeout=3000, env=ENGINE_CORE_HERE)
 
     scenarios = load_scenarios(PROJECT_ROOT / "data" / "sample", [0], "both")
     dialogues = read_rows(out / "dialogues")
@@ -81,7 +81,7 @@ def test_a_run_whose_prompts_outgrow_the_context_finishes_with_every_scenario_on
     assert all(t["prompt_tokens"] + REPLY[t["role"]] <= CONTEXT for d in served_rows for t in d["turns"])
 
     # a resumed run finds everything done
-    second = run_cli(*args, timeout=3000)
+    second = run_cli(*args, timeout=3000, env=ENGINE_CORE_HERE)
     assert f"0 dialogues simulated ({len(dialogues)} already done" in second.stderr
     assert len(read_rows(out / "dialogues")) == len(dialogues)
     assert len(read_rows(out / "judgments")) == len(judgments)

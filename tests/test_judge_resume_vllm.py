@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from cli_helpers import kill_once, read_rows, run_cli, start_cli
+from cli_helpers import ENGINE_CORE_HERE, kill_once, read_rows, run_cli, start_cli
 from run_rows import dialogue_row
 
 from personalens.data import load_scenarios
@@ -54,14 +54,14 @@ def test_a_killed_judge_resumes_with_every_judgment_present_exactly_once(sample_
     # 6 judgments per generate call: 4 part files; killed once the first is on disk
     args = ["judge", *common, "judging.chunk=6"]
     folder = out / "judgments"
-    proc = start_cli(*args, log=tmp_path / "first.log")
+    proc = start_cli(*args, log=tmp_path / "first.log", env=ENGINE_CORE_HERE)
     kill_once(proc, lambda: any(folder.rglob("part-*.parquet")), tmp_path / "first.log")
     parts_before = {p: p.read_bytes() for p in folder.rglob("part-*.parquet")}
     before = read_rows(folder)
     assert before and len(before) < expected, f"{len(before)} of {expected} judged before the kill"
     assert len(before) % 6 == 0  # whole chunks only: a part is renamed into place once complete
 
-    resumed = run_cli(*args)
+    resumed = run_cli(*args, env=ENGINE_CORE_HERE)
     after = read_rows(folder)
     counts = Counter(judgment_keys(after))
     assert len(after) == expected and max(counts.values()) == 1
