@@ -101,7 +101,9 @@ def test_gpt_oss_in_process_is_refused_in_one_line_before_anything_loads(tmp_pat
 
 
 def test_the_reasoning_profile_is_checked_and_part_of_the_models_identity(tmp_path):
-    with pytest.raises(ModelConfigError, match=r"history_reasoning: expected one of \('family', 'none', 'last', 'all'\)"):
+    with pytest.raises(
+        ModelConfigError, match=r"history_reasoning: expected one of \('family', 'none', 'last', 'all'\)"
+    ):
         load("qwen3_8b", tmp_path, history_reasoning="latest")
     with pytest.raises(ModelConfigError, match=r"chat_template_kwargs\.enable_thinking: expected a name and a plain"):
         load("qwen3_8b", tmp_path, chat_template_kwargs={"enable_thinking": [True]})

