@@ -47,9 +47,16 @@ def gguf_part() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / "model_part_0000"
 
 
-def write_model(gguf: Path, folder: Path) -> Path:
+# the end of the GGUF's template, and that of the model's later template revisions on the hub, which open
+# the thinking block in the generation prompt (so a reply holds only `</think>`)
+_GENERATION_PROMPT = "{{'<｜Assistant｜>'}}{% endif %}"
+_OPENING_PROMPT = "{{'<｜Assistant｜><think>\\n'}}{% endif %}"
+
+
+def write_model(gguf: Path, folder: Path, opens_thinking: bool = False) -> Path:
     """A Hugging Face model folder: the family's tokenizer.json, tokenizer_config.json (with its chat
-    template) and a tiny Qwen2 config.json whose vocabulary is the family's."""
+    template; `opens_thinking`: its generation prompt ending in `<think>` as later revisions of the
+    template have it) and a tiny Qwen2 config.json whose vocabulary is the family's."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     meta = gguf_metadata(gguf)
@@ -79,9 +86,16 @@ def write_model(gguf: Path, folder: Path) -> Path:
         "add_bos_token": False,  # the template writes {{bos_token}} itself
         "add_eos_token": False,
         "model_max_length": TINY_QWEN2["max_position_embeddings"],
-        "chat_template": meta["tokenizer.chat_template"],
+        "chat_template": _template(meta["tokenizer.chat_template"], opens_thinking),
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False))
     (folder / "config.json").write_text(json.dumps({**TINY_QWEN2, "vocab_size": len(tokens)}))
     (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 151646, "eos_token_id": 151643}))
     return folder
+
+
+def _template(template: str, opens_thinking: bool) -> str:
+    if not opens_thinking:
+        return template
+    assert template.endswith(_GENERATION_PROMPT), "the GGUF's chat template ends otherwise"
+    return template.removesuffix(_GENERATION_PROMPT) + _OPENING_PROMPT

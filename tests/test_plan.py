@@ -273,3 +273,38 @@ def test_plan_names_the_largest_max_model_len_that_fits_and_the_dialogues_it_wou
     assert 16_384 <= fitting < 65_536 and f"max_model_len {fitting:,} (the largest that fits)" in refused["refused"]
     assert 62_000 > fitting - 800 and refused["context_ended_at_fit"] == 0.5
     assert f"the largest max_model_len that fits: {fitting:,}; at it 50% of the calibration run's" in proc.stdout
+
+
+def test_a_calibration_runs_thinking_is_in_its_reply_tokens_and_not_in_what_a_turn_adds(tmp_path):
+    """A reasoning model's thinking, stored per turn and judgment, counts in the tokens a run generates
+    (the time) and is left out of what a reply adds to later prompts where the prompts are not fitted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from personalens.plan.calibration import read_calibration
+    from personalens.plan.text import _thinking
+
+    run = tmp_path / "calib"
+    (run / "dialogues").mkdir(parents=True)
+    (run / "judgments").mkdir()
+
+    def turn(role: str, completion: int, thinking: int | None) -> dict:
+        return {"role": role, "prompt_tokens": 10, "completion_tokens": completion, "reasoning_tokens": thinking}
+
+    ids = {"user_id": "u", "user_index": 0, "task_id": "t", "kind": "SD"}
+    # the user agent's thinking seen as text only (not counted), the assistant's counted on its ids
+    turns = [turn("user", 100, None), turn("assistant", 400, 300), turn("user", 100, None), turn("assistant", 200, 100)]
+    pq.write_table(pa.Table.from_pylist([{**ids, "turns": turns}]), run / "dialogues" / "part-0.parquet")
+    # a part written before thinking was stored has no such field
+    older = [{k: v for k, v in t.items() if k != "reasoning_tokens"} for t in turns[:2]]
+    pq.write_table(pa.Table.from_pylist([{**ids, "turns": older}]), run / "dialogues" / "part-1.parquet")
+    judged = [{"user_id": "u", "reasoning_tokens": n} for n in (50, 70, None)]
+    pq.write_table(pa.Table.from_pylist(judged), run / "judgments" / "part-0.parquet")
+
+    measured = read_calibration(run)
+    assert measured.reply() == {"user": 100, "assistant": 1000 / 3}  # every reply, its thinking included
+    assert measured.thinking() == {"user": None, "assistant": 200}  # of the replies that counted it
+    assert measured.answer() == {"user": 100, "assistant": pytest.approx(1000 / 3 - 200)}
+    assert (measured.judgments, measured.judge_thinking) == (3, 60)
+    assert _thinking({"thinking_tokens": measured.thinking()}, "assistant") == " (thinking 200.0)"
+    assert _thinking({"thinking_tokens": measured.thinking()}, "user") == ""

@@ -115,8 +115,12 @@ def test_server_replies_reasoning_field_content_field_and_text():
     )
     older = _generation(_reply({"content": "Take the train.", "reasoning_content": "Weigh it."}), "s")
     assert (older.text, older.reasoning, older.reasoning_tokens) == ("Take the train.", "Weigh it.", None)
-    cut = _generation(_reply({"content": None, "reasoning": "Weigh the"}, finish="length"), "s")
-    assert (cut.text, cut.finish_reason) == ("", THINKING)
+    # vLLM counts thinking between the output's markers: 0 where the template opened it in the prompt
+    zero = {"completion_tokens_details": {"reasoning_tokens": 0}}
+    opened = _generation(_reply({"content": "Take the train.", "reasoning": "Weigh it."}, usage=zero), "s")
+    assert (opened.reasoning, opened.reasoning_tokens) == ("Weigh it.", None)
+    cut = _generation(_reply({"content": None, "reasoning": "Weigh the"}, finish="length", usage=zero), "s")
+    assert (cut.text, cut.finish_reason, cut.reasoning_tokens) == ("", THINKING, 50)  # all of it thinking
     unparsed = _generation(_reply({"content": "<think>Weigh it.</think>Take the train."}), "s")
     assert (unparsed.text, unparsed.reasoning) == ("Take the train.", "Weigh it.")
 

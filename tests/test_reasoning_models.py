@@ -94,8 +94,10 @@ def test_qwen3_and_the_r1_distill_keep_every_token():
 
 
 def test_the_reasoning_profile_is_checked_and_part_of_the_models_identity(tmp_path):
-    with pytest.raises(ModelConfigError, match=r"history_reasoning: expected one of \('family', 'none'\)"):
-        load("qwen3_8b", tmp_path, history_reasoning="last")
+    with pytest.raises(
+        ModelConfigError, match=r"history_reasoning: expected one of \('family', 'none', 'last', 'all'\)"
+    ):
+        load("qwen3_8b", tmp_path, history_reasoning="latest")
     with pytest.raises(ModelConfigError, match=r"chat_template_kwargs\.enable_thinking: expected a name and a plain"):
         load("qwen3_8b", tmp_path, chat_template_kwargs={"enable_thinking": [True]})
     raw = OmegaConf.load(MODEL_CONF / "qwen3_8b.yaml")

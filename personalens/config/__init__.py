@@ -9,6 +9,7 @@ from personalens.config.core import (
     register_resolvers,
     reproducible,
     run_options,
+    sampling_identity,
 )
 
 __all__ = [
@@ -19,4 +20,5 @@ __all__ = [
     "register_resolvers",
     "reproducible",
     "run_options",
+    "sampling_identity",
 ]

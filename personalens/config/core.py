@@ -72,6 +72,15 @@ def run_options(cfg: DictConfig) -> dict:
     return {"reproducible": True} if reproducible(cfg) else {}
 
 
+def sampling_identity(section: Any) -> Any:
+    """A protocol entry as a fingerprint holds it: a role's sampling without a thinking_budget left
+    at null, so runs started before the setting existed keep their fingerprint."""
+    value = plain(section)
+    if isinstance(value, dict) and value.get("thinking_budget", 0) is None:
+        return {k: v for k, v in value.items() if k != "thinking_budget"}
+    return value
+
+
 def model_identity(model_cfg: DictConfig) -> dict:
     return {
         k: v

@@ -74,6 +74,53 @@ def prompt_family(cfg: DictConfig) -> str:
     return family
 
 
+def history_reasoning(cfg: DictConfig, role: str) -> str:
+    """A role's `history_reasoning` (engines/models/config.py); last and all are the assistant's alone:
+    the user agent's and the judge's prompts carry the conversation as text in one user message, where
+    no earlier thinking of theirs can come back."""
+    keep = str(cfg[role].get("history_reasoning", "family"))
+    if role != "assistant" and keep in ("last", "all"):
+        raise PersonalensError(
+            f"{role}.history_reasoning={keep}: only the assistant sees its own earlier replies as chat turns; the "
+            f"{role.replace('_', ' ')}'s prompt holds the conversation as text: use family or none"
+        )
+    return keep
+
+
+def sampling(cfg: DictConfig, role: str):
+    """A role's sampling from `protocol.<role>`; a thinking_budget is refused where the role's model
+    has no reasoning_parser (vLLM counts thinking between that parser's markers, and refuses the budget
+    without one)."""
+    from personalens.engines.base import sampling_from
+
+    try:
+        chosen = sampling_from(cfg.protocol[role])
+    except PersonalensError as err:
+        raise PersonalensError(f"protocol.{role}.{err}") from None
+    if chosen.thinking_budget is not None and not cfg[role].get("reasoning_parser"):
+        raise PersonalensError(
+            f"protocol.{role}.thinking_budget={chosen.thinking_budget}: model {cfg[role].name} has no reasoning_parser, "
+            "which vLLM's thinking budget needs to know where its thinking starts and ends; set one or leave it null"
+        )
+    return chosen
+
+
+def chat_template(cfg: DictConfig, role: str) -> tuple[str | None, dict]:
+    """A role's chat template read from its tokenizer's files, before any model loads, with what it is
+    rendered with (the special tokens and the model's chat_template_kwargs); None where the files are
+    not here (an engine: server endpoint whose config names no tokenizer)."""
+    from personalens.engines.chat.template_files import chat_template as read_template
+    from personalens.engines.chat.template_files import special_tokens
+    from personalens.engines.models.config import ModelConfig
+    from personalens.engines.models.embedded import model_path
+
+    config = ModelConfig.from_mapping(cfg[role], where=f"model@{role}")
+    if config.engine == "server" and config.tokenizer is None:
+        return None, {}
+    folder = Path(config.tokenizer or model_path(config)).expanduser()
+    return read_template(folder), {**special_tokens(folder), **config.template_kwargs}
+
+
 def resolved(cfg: DictConfig, roles: tuple[str, ...], engines) -> dict:
     """What each in-process model's `dtype` means on this machine, the hub snapshot (id, revision,
     commit, folder) each hub id was found at, where each model runs (the layout of `engines`, an

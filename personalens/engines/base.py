@@ -20,15 +20,22 @@ class Sampling:
     top_p: float = 1.0
     seed: int | None = None
     min_tokens: int = 0  # benchmarks set min_tokens == max_tokens to fix every reply's length
+    # a reasoning model's most thinking tokens (vLLM's thinking_token_budget: its end-of-thinking marker is
+    # forced once they are spent); max_tokens counts the thinking and the answer together. None: no budget
+    thinking_budget: int | None = None
 
 
 def sampling_from(section: Mapping[str, Any], max_tokens: int | None = None) -> Sampling:
-    """Sampling from a config section (temperature, max_tokens, top_p); `max_tokens` replaces the
-    section's where a stage keeps its budget elsewhere."""
+    """Sampling from a config section (temperature, max_tokens, top_p, thinking_budget); `max_tokens`
+    replaces the section's where a stage keeps its budget elsewhere."""
+    budget = section.get("thinking_budget")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+        raise PersonalensError(f"thinking_budget: expected null or a number of tokens >= 0, got {budget!r}")
     return Sampling(
         temperature=float(section["temperature"]),
         max_tokens=int(section["max_tokens"] if max_tokens is None else max_tokens),
         top_p=float(section.get("top_p", 1.0)),
+        thinking_budget=budget,
     )
 
 

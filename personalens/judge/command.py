@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
     """`stop`: checked after each part file of judgments (engines/stop.py); running it again resumes."""
-    from personalens.engines.base import sampling_from
     from personalens.judge.run import judge as score
     from personalens.store import append_summary, read_table, shard_dir
 
@@ -33,10 +32,12 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
             "run `personalens generate` with the same run.out_dir and shard first"
         )
     templates, templates_digest = R.templates(cfg, fidelity)
+    R.history_reasoning(cfg, "judge")
+    sampling = R.sampling(cfg, "judge")
     formats, chunk = settings(cfg)
     parts = {
         "judge": C.model_identity(cfg.judge),
-        "sampling": C.plain(cfg.protocol.judge),
+        "sampling": C.sampling_identity(cfg.protocol.judge),
         "templates": templates_digest,
         "turn_level": bool(cfg.judging.turn_level),
         "fidelity": fidelity.identity(),
@@ -53,7 +54,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
         {s.key: s for s in scenarios},
         templates=templates,
         load_engine=lambda: load()["judge"],
-        sampling=sampling_from(cfg.protocol.judge),
+        sampling=sampling,
         dimensions=list(cfg.judging.dimensions),
         turn_level=bool(cfg.judging.turn_level),
         folder=shard_dir(out_dir, "judgments", cfg.shard.index, cfg.shard.count),

@@ -1,6 +1,10 @@
 """What a finished run measured, for estimating a larger one (`plan.calibrate=<run dir>`): from its
-dialogues (turns per dialogue, reply and prompt tokens of every turn), its judgments, and the
-summary each generate and judge invocation wrote (seconds, prefix-cache hits; store/summaries.py)."""
+dialogues (turns per dialogue, reply and prompt tokens of every turn, and a reasoning model's
+thinking tokens of them), its judgments, and the summary each generate and judge invocation wrote
+(seconds, prefix-cache hits; store/summaries.py).
+
+A reply's tokens are all it generated, its thinking included, so the time a run takes counts the
+thinking; what a reply adds to later prompts is its answer alone (engines/chat/reasoning.py)."""
 
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ class Calibration:
     judgments: int
     generate: Throughput | None
     judge: Throughput | None
+    judge_thinking: float | None = None  # a reasoning judge's thinking tokens per judgment, where counted
 
     def turn_counts(self) -> dict[str, dict[int, float]]:
         """kind -> share of dialogues with each number of turns."""
@@ -62,6 +67,26 @@ class Calibration:
             replies = [t["completion_tokens"] for d in self.dialogues for t in d["turns"] if t["role"] == role]
             out[role] = sum(replies) / len(replies) if replies else 0.0
         return out
+
+    def thinking(self) -> dict[str, float | None]:
+        """role -> measured thinking tokens per reply, over the replies whose thinking was counted
+        (None: none was: no reasoning model, or a run written before thinking was stored)."""
+        out = {}
+        for role in ("user", "assistant"):
+            counted = [
+                t["reasoning_tokens"]
+                for d in self.dialogues
+                for t in d["turns"]
+                if t["role"] == role and t.get("reasoning_tokens") is not None
+            ]
+            out[role] = sum(counted) / len(counted) if counted else None
+        return out
+
+    def answer(self) -> dict[str, float]:
+        """role -> measured tokens per reply less its measured thinking: what a reply adds to a later
+        prompt besides its chat markup."""
+        thinking = self.thinking()
+        return {role: tokens - (thinking[role] or 0.0) for role, tokens in self.reply().items()}
 
     def totals(self) -> dict[str, int]:
         turns = [t for d in self.dialogues for t in d["turns"]]
@@ -129,16 +154,25 @@ def read_calibration(run_dir: Path) -> Calibration:
             f"plan.calibrate: no dialogues under {run_dir / 'dialogues'}; give a finished run's out_dir"
         )
     dialogues = [
-        {**d, "turns": [{k: t[k] for k in ("role", "prompt_tokens", "completion_tokens")} for t in d["turns"]]}
+        {
+            **d,
+            "turns": [
+                {k: t.get(k) for k in ("role", "prompt_tokens", "completion_tokens", "reasoning_tokens")}
+                for t in d["turns"]
+            ],
+        }
         for d in table.to_pylist()
     ]
-    judgments = read_table(run_dir / "judgments", ["user_id"])
+    judgments = read_table(run_dir / "judgments", ["user_id"], optional=["reasoning_tokens"])
+    judged = judgments.to_pylist() if judgments is not None else []
+    counted = [j["reasoning_tokens"] for j in judged if j.get("reasoning_tokens") is not None]
     return Calibration(
         str(run_dir),
         dialogues,
-        judgments.num_rows if judgments is not None else 0,
+        len(judged),
         _summed(read_summaries(run_dir, "generate"), "dialogues"),
         _summed(read_summaries(run_dir, "judge"), "judgments"),
+        sum(counted) / len(counted) if counted else None,
     )
 
 

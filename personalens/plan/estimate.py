@@ -167,8 +167,10 @@ def _calibrated(
     reply = measured.reply()
     history = measured.history(own)
     if history is None:
-        history = sum(reply.values()) / 2
-        assumptions.append("`history` per earlier turn: the mean reply (the run's scenarios are not in data.root)")
+        history = sum(measured.answer().values()) / 2
+        assumptions.append(
+            "`history` per earlier turn: the mean reply less its thinking (the run's scenarios are not in data.root)"
+        )
     judge_reply = measured.judge_reply()
     if judge_reply is None:
         judge_reply = judging.max_tokens
@@ -186,8 +188,9 @@ def _calibrated(
         if (k := (d["user_id"], d["task_id"])) in own
     ]
     assumptions.append(
-        f"calibrated by {measured.run_dir}: its turns per dialogue, reply tokens and judge reply tokens, `history` "
-        "fitted to its prompts; its models, prompt setting and protocol should be this config's"
+        f"calibrated by {measured.run_dir}: its turns per dialogue, reply tokens and judge reply tokens (a "
+        "reasoning model's thinking among them), `history` fitted to its prompts; its models, prompt setting, "
+        "protocol and thinking budgets should be this config's"
     )
     return (
         per_kind,
@@ -198,9 +201,11 @@ def _calibrated(
             "measured": measured.totals(),
             "turns_per_dialogue": measured.turn_counts(),
             "reply_tokens": reply,
+            "thinking_tokens": measured.thinking(),  # of reply_tokens, where the run counted them
             "history_tokens_per_turn": history,
             "judgments": measured.judgments,
             "judge_reply_tokens": judge_reply,
+            "judge_thinking_tokens": measured.judge_thinking,
             "generate": measured.generate.as_dict() if measured.generate else None,
             "judge": measured.judge.as_dict() if measured.judge else None,
             # the same dialogues' first prompts: rendered here, and as the run's engine counted them

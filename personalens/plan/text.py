@@ -159,6 +159,12 @@ def _tokens(t: Mapping) -> list[str]:
     return out
 
 
+def _thinking(c: Mapping, role: str) -> str:
+    """A role's measured thinking tokens per reply, as part of its reply tokens (none where not counted)."""
+    thinking = (c.get("thinking_tokens") or {}).get(role)
+    return f" (thinking {thinking:.1f})" if thinking else ""
+
+
 def _calibration(c: Mapping | None) -> list[str]:
     if not c:
         return []
@@ -166,7 +172,7 @@ def _calibration(c: Mapping | None) -> list[str]:
     out = [
         f"calibration run {c['run_dir']}: {m['dialogues']} dialogues, {m['turns']} turns, prompts "
         f"{_n(m['prompt_tokens'])} tokens, generated {_n(m['completion_tokens'])}; replies "
-        + ", ".join(f"{role} {v:.1f}" for role, v in c["reply_tokens"].items())
+        + ", ".join(f"{role} {v:.1f}{_thinking(c, role)}" for role, v in c["reply_tokens"].items())
         + f" tokens; history {c['history_tokens_per_turn']:.1f} tokens per earlier turn",
         f"  first prompts of its dialogues: rendered here {_n(c['first_prompts']['rendered'])}, counted by its "
         f"engine {_n(c['first_prompts']['measured'])}",

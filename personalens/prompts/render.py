@@ -100,16 +100,29 @@ def assistant_messages(
         "interactions": style.interactions(user, task) if setting.interactions else None,
         "situation": style.situation(scenario.situation) if setting.situation else None,
     }
-    own = f"assistant/{family}/{setting.mode}"
-    folder = f"assistant/{family}/" if templates.first(f"{own}.txt", f"{own}.user.txt") else "assistant/"
-    system = templates.first(f"{folder}{setting.mode}.txt")
-    as_text = templates.first(f"{folder}{setting.mode}.user.txt")
+    folder, system, as_text = _assistant_templates(templates, setting, family)
     head = [_system(templates.render(system, **context))] if system else []
     if as_text is not None:
         return [*head, _user(templates.render(as_text, **context, conversation=style.history(turns)))]
     if not head:
         raise PromptError(f"{templates.folder}: {folder}{setting.mode}.txt is missing")
     return [*head, *({"role": turn.role, "content": turn.text} for turn in turns)]
+
+
+def assistant_chat_turns(templates: Templates, setting: PromptSetting, family: str = "default") -> bool:
+    """Whether the assistant's prompts carry the dialogue as chat turns (its own replies as assistant
+    turns), not as text in one user message."""
+    return _assistant_templates(templates, setting, family)[2] is None
+
+
+def _assistant_templates(
+    templates: Templates, setting: PromptSetting, family: str
+) -> tuple[str, str | None, str | None]:
+    """The folder of the assistant's prompts for `setting` and `family`, its system template and its
+    dialogue-as-text template (None where the set has none)."""
+    own = f"assistant/{family}/{setting.mode}"
+    folder = f"assistant/{family}/" if templates.first(f"{own}.txt", f"{own}.user.txt") else "assistant/"
+    return folder, templates.first(f"{folder}{setting.mode}.txt"), templates.first(f"{folder}{setting.mode}.user.txt")
 
 
 def judge_messages(

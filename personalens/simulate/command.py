@@ -22,10 +22,11 @@ ROLES = ("user_agent", "assistant")
 def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
     """`stop`: checked after each lockstep step (engines/stop.py); a stopped run keeps every finished
     step's turns, and running it again resumes its dialogues from them."""
-    from personalens.engines.base import sampling_from
+    from personalens.prompts.render import assistant_chat_turns
     from personalens.simulate.dialogue import EndRules
     from personalens.simulate.generate import Protocol, Scheduling
     from personalens.simulate.generate import generate as simulate
+    from personalens.simulate.history import KEPT, check_history
     from personalens.store import (
         DIALOGUE_SCHEMA,
         KEY_COLUMNS,
@@ -43,13 +44,21 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
     setting = R.setting(cfg)
     family = R.prompt_family(cfg)
     templates, templates_digest = R.templates(cfg, fidelity)
+    R.history_reasoning(cfg, "user_agent")
+    keep = R.history_reasoning(cfg, "assistant")
+    sampling = {"user": R.sampling(cfg, "user_agent"), "assistant": R.sampling(cfg, "assistant")}
+    if keep in KEPT:  # refused before anything loads where the assistant would not see its thinking
+        chat_turns = assistant_chat_turns(templates, setting, family)
+        check_history(keep, str(cfg.assistant.name), chat_turns, *R.chat_template(cfg, "assistant"))
     out_dir = Path(cfg.run.out_dir)
     parts = {
         "assistant": C.model_identity(cfg.assistant),
         "user_agent": C.model_identity(cfg.user_agent),
         # context_room at its default (null) is left out, so runs started before it still resume
         "protocol": {
-            k: C.plain(v) for k, v in cfg.protocol.items() if k != "judge" and not (k == "context_room" and v is None)
+            k: C.sampling_identity(v)
+            for k, v in cfg.protocol.items()
+            if k != "judge" and not (k == "context_room" and v is None)
         },
         "templates": templates_digest,
         "seed": int(cfg.seed),
@@ -74,7 +83,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         protocol=Protocol(
             cfg.protocol.max_rounds_sd,
             cfg.protocol.max_rounds_md,
-            {"user": sampling_from(cfg.protocol.user_agent), "assistant": sampling_from(cfg.protocol.assistant)},
+            sampling,
             EndRules(fidelity.terminate, fidelity.reply_after_cap),
             context_room(cfg.protocol.get("context_room")),
         ),
@@ -90,6 +99,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         config_hash=digest,
         progress=bool(cfg.progress),
         family=family,
+        history_reasoning=keep,
         scheduling=Scheduling(
             str(cfg.scheduling),
             int(cfg.lockstep.max_requests_per_call),

@@ -30,6 +30,7 @@ from personalens.prompts.setting import PromptSetting
 from personalens.prompts.templates import Templates
 from personalens.simulate.continuous import run_continuous
 from personalens.simulate.dialogue import Dialogue, DialogueKey, EndRules, TurnRecord
+from personalens.simulate.history import with_own_thinking
 from personalens.simulate.lockstep import Render, StepStats, run_lockstep
 from personalens.simulate.trace import CallTrace, TraceTotals
 from personalens.simulate.window import AUTO, lockstep_window
@@ -149,14 +150,16 @@ def plan_dialogues(
     return todo, skipped
 
 
-def renderer(templates: Templates, setting: PromptSetting, family: str = "default") -> Render:
-    """The prompt of whichever role a dialogue waits on; `family` picks the assistant's prompts."""
+def renderer(templates: Templates, setting: PromptSetting, family: str = "default", keep: str = "family") -> Render:
+    """The prompt of whichever role a dialogue waits on; `family` picks the assistant's prompts, `keep`
+    (its history_reasoning) how much of its own earlier thinking they carry (history.py)."""
 
     def render(dialogue: Dialogue, role: Role):
         history = dialogue.history()
         if role == "user":
             return user_agent_messages(templates, dialogue.scenario, history)
-        return assistant_messages(templates, dialogue.scenario, history, setting, family)
+        messages = assistant_messages(templates, dialogue.scenario, history, setting, family)
+        return with_own_thinking(messages, dialogue.turns, keep)
 
     return render
 
@@ -254,6 +257,7 @@ def generate(
     config_hash: str,
     progress: bool = True,
     family: str = "default",
+    history_reasoning: str = "family",
     scheduling: Scheduling = Scheduling(),
 ) -> GenerateSummary:
     """`load_engines` is called only when there is something to simulate; `trace_writer` receives
@@ -323,7 +327,7 @@ def generate(
             stop.check()
 
     started = time.monotonic()
-    render = renderer(templates, setting, family)
+    render = renderer(templates, setting, family, history_reasoning)
     ended_on_resume = [d for d in todo if d.ended is not None]  # stopped after their last turn was stored
     if ended_on_resume:
         on_finished(ended_on_resume)

@@ -84,3 +84,29 @@ def fold_system_prompt(messages: Sequence[Message]) -> list[Message]:
 def format_messages(messages: Sequence[Message], system_role: bool) -> list[Message]:
     """The conversation as the model's chat template accepts it."""
     return list(messages) if system_role else fold_system_prompt(messages)
+
+
+# carried by the probe conversation's assistant turns as their thinking
+_PROBE_THINKING = ("personalens-probe-thinking-one", "personalens-probe-thinking-two")
+
+
+def with_reasoning(message: Message, thinking: str) -> Message:
+    """An assistant message with its thinking in the fields chat templates and vLLM read:
+    `reasoning_content` (Hugging Face templates: Qwen3, ...; vLLM's server takes it as `reasoning`)
+    and `reasoning` (vLLM's chat parsing in process, which passes both to the template)."""
+    return {**message, "reasoning_content": thinking, "reasoning": thinking}
+
+
+def template_keeps_thinking(chat_template: str, keep: str, **variables: Any) -> bool:
+    """Whether the template renders the thinking of earlier assistant turns that a dialogue's prompt
+    gives it: `keep` "last" (the latest reply's) or "all" (every earlier reply's), probed on two
+    exchanges and the next user turn, as the assistant's prompts end."""
+    given = _PROBE_THINKING[1:] if keep == "last" else _PROBE_THINKING
+    messages: list[Message] = []
+    for index, thinking in enumerate(_PROBE_THINKING):
+        messages.append({"role": "user", "content": f"{_PROBE_USER}-{index}"})
+        answer = {"role": "assistant", "content": f"personalens-probe-answer-{index}"}
+        messages.append(with_reasoning(answer, thinking) if thinking in given else answer)
+    messages.append({"role": "user", "content": _PROBE_USER})
+    rendered = render_chat(chat_template, messages, **variables)
+    return all(thinking in rendered for thinking in given)

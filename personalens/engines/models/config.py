@@ -27,10 +27,11 @@ PLACEMENTS = ("auto", "in_process", "managed_server")
 # model (engines/placement/layout.py, `replicas`, shared out by work), and means 1 without GPUs; N asks for exactly N
 REPLICAS_AUTO = "auto"
 MAX_MODEL_LEN_AUTO = "auto"
-# how much of its own earlier thinking a reasoning model sees again in its history: family gives its chat
-# template the answers alone, as every configured family's template keeps of earlier turns (docs/models.md);
-# none gives the same answers and says so
-HISTORY_REASONING = ("family", "none")
+# how much of its own earlier thinking a reasoning model sees again in its history (docs/models.md): family gives
+# its chat template the answers alone, as every configured family's template keeps of earlier turns; none gives
+# the same answers and says so; last gives the thinking of its latest reply, all that of every earlier reply,
+# as the `reasoning_content` of its chat turns, for templates that render it (others are refused before loading)
+HISTORY_REASONING = ("family", "none", "last", "all")
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's names
 _MISSING = "???"  # Hydra's mandatory-value marker
 
@@ -107,7 +108,8 @@ class ModelConfig:
     # extra variables of the chat template (enable_thinking, reasoning_effort), sorted (name, value)
     # pairs; given to the template and to the reasoning parser alike
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
-    history_reasoning: str = "family"  # HISTORY_REASONING
+    # HISTORY_REASONING; a prompt setting, not the engine's: roles that differ in it alone share an engine
+    history_reasoning: str = field(default="family", compare=False)
     placement: str = "auto"
     # GPUs of a managed server, as indices into this job's visible GPUs; None: the planner picks
     gpus: tuple[int, ...] | None = None

@@ -185,6 +185,9 @@ def chat_body(
         body["seed"] = s.seed
     if s.min_tokens:
         body["min_tokens"] = s.min_tokens  # a vLLM extension, sent only when asked for
+    if s.thinking_budget is not None:
+        # vLLM's extension too; its server takes it where it runs a reasoning parser
+        body["thinking_token_budget"] = s.thinking_budget
     if request.grammar:
         body["structured_outputs"] = {"grammar": request.grammar}
     if template_kwargs:

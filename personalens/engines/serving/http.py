@@ -266,6 +266,12 @@ def _generation(reply: dict, where: str) -> Generation:
         return with_split(generation, split_text(generation.text))
     # split by the server's parser: no answer after thinking that was cut is no answer at all
     closed = bool(generation.text.strip()) or generation.finish_reason != "length"
+    if not closed:  # every token of the reply was thinking
+        counted = generation.completion_tokens
+    elif not counted:
+        # vLLM counts the output's tokens between its start and end markers, so a template that opens
+        # the thinking in the prompt (DeepSeek-R1's later ones, Qwen3's newer) gets 0: not counted
+        counted = None
     return with_split(generation, Split(generation.text.lstrip(), thinking.strip(), closed, counted))
 
 

@@ -22,7 +22,7 @@ ENGINE_ARGS = "vllm.engine.arg_utils:EngineArgs"
 LLM_ARGUMENTS = (
     "model", "tokenizer", "dtype", "tensor_parallel_size", "gpu_memory_utilization", "kv_cache_memory_bytes",
     "max_model_len", "enable_prefix_caching", "enforce_eager", "enable_chunked_prefill", "seed", "max_num_seqs",
-    "max_num_batched_tokens", "block_size", "load_format", "structured_outputs_config", "runner",
+    "max_num_batched_tokens", "block_size", "load_format", "structured_outputs_config", "runner", "reasoning_parser",
 )  # fmt: skip
 # the flags managed.serve_args gives every server besides its engine's: one of EngineArgs, the rest
 # of the server's front end

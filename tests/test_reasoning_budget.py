@@ -1,0 +1,68 @@
+"""A per-role thinking budget (`protocol.<role>.thinking_budget`): read and checked before anything
+loads, refused for a model without a reasoning parser, sent to vLLM as `thinking_token_budget` (in
+process in SamplingParams, to a server in the request's body), part of a run's fingerprint only when
+set. tests/test_reasoning_vllm.py runs it through a real `vllm serve`."""
+
+from __future__ import annotations
+
+import pytest
+from engine_fixtures import chat
+from test_fidelity import PromptRecorder, config
+
+from personalens.config import run as R
+from personalens.config import sampling_identity
+from personalens.engines.base import sampling_from
+from personalens.engines.serving.engine import chat_body
+from personalens.errors import PersonalensError
+from personalens.simulate import command as simulate_command
+
+R1 = ("reasoning_parser=deepseek_r1",)
+
+
+def _roles(*overrides: str):
+    return config(*(f"{role}.{o}" for role in ("user_agent", "assistant", "judge") for o in R1), *overrides)
+
+
+def test_a_roles_budget_is_read_checked_and_needs_a_reasoning_parser():
+    assert sampling_from({"temperature": 0, "max_tokens": 8}).thinking_budget is None
+    cfg = _roles("protocol.assistant.thinking_budget=64", "protocol.judge.thinking_budget=0")
+    assert R.sampling(cfg, "assistant").thinking_budget == 64
+    assert R.sampling(cfg, "judge").thinking_budget == 0  # answer at once
+    assert R.sampling(cfg, "user_agent").thinking_budget is None
+    for bad in ("-1", "true", "'many'"):
+        with pytest.raises(PersonalensError, match="protocol.assistant.thinking_budget: expected null or a number"):
+            R.sampling(_roles(f"protocol.assistant.thinking_budget={bad}"), "assistant")
+    # SmolLM2's config names no reasoning parser: vLLM would refuse every request
+    with pytest.raises(
+        PersonalensError, match="protocol.user_agent.thinking_budget=32: model SmolLM2.* no reasoning_parser"
+    ):
+        R.sampling(config("protocol.user_agent.thinking_budget=32"), "user_agent")
+
+
+def test_the_budget_reaches_each_roles_requests_and_the_fingerprint_only_when_set(tmp_path):
+    engine = PromptRecorder()
+    cfg = _roles(f"run.out_dir={tmp_path / 'run'}", "protocol.assistant.thinking_budget=48")
+    assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
+    user_agent = [r.messages[-1]["content"].startswith("<user_profile>") for r in engine.requests]
+    budgets = {(user, r.sampling.thinking_budget) for user, r in zip(user_agent, engine.requests)}
+    assert budgets == {(False, 48), (True, None)}  # the assistant's requests, the user agent's
+    # a budget left at null is no part of the fingerprint, so runs saved before the setting resume
+    plain = config()
+    assert sampling_identity(plain.protocol.assistant) == {"temperature": 0.0, "max_tokens": 96, "top_p": 1.0}
+    assert sampling_identity(cfg.protocol.assistant)["thinking_budget"] == 48
+    with pytest.raises(PersonalensError, match="thinking_budget=8: model SmolLM2"):
+        simulate_command.generate(
+            config(f"run.out_dir={tmp_path / 'no'}", "protocol.assistant.thinking_budget=8"), lambda: pytest.fail()
+        )
+    assert not (tmp_path / "no").exists()
+
+
+def test_the_budget_goes_to_vllm_as_its_thinking_token_budget():
+    from personalens.engines.vllm.local import sampling_params
+
+    request = chat("Hi", max_tokens=64)
+    budgeted = chat("Hi", max_tokens=64, thinking_budget=16)
+    assert "thinking_token_budget" not in chat_body("m", request, system_role=True)
+    assert chat_body("m", budgeted, system_role=True)["thinking_token_budget"] == 16
+    assert sampling_params(request).thinking_token_budget is None
+    assert sampling_params(budgeted).thinking_token_budget == 16
