@@ -132,7 +132,7 @@ def test_weights_size_from_the_index_then_files_then_config_in_the_configured_dt
     # dtype float32 on a bfloat16 checkpoint takes twice its files
     assert weights_bytes(tmp_path, a, 4) == (24690, "model.safetensors.index.json total_size, bfloat16 on disk x 4/2")
     # a quantized checkpoint, or one whose dtype is not known, is taken as it is on disk
-    assert weights_bytes(tmp_path, dataclasses.replace(a, quantized=True), 4)[0] == 12345
+    assert weights_bytes(tmp_path, dataclasses.replace(a, quantization="fp8"), 4)[0] == 12345
     assert weights_bytes(tmp_path, dataclasses.replace(a, checkpoint_dtype=None), 4)[0] == 12345
 
 

@@ -4,6 +4,7 @@ README.md): mixtures of experts, alternating sliding windows, MXFP4 experts."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from omegaconf import OmegaConf
 from personalens.config import model_identity
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.placement.architecture import Architecture
+from personalens.engines.placement.sizing import weights_bytes
 from personalens.engines.vllm.args import cli_flags, engine_args
 from personalens.paths import PROJECT_ROOT
 
@@ -78,6 +80,23 @@ def test_mixtures_of_experts_read_either_spelling_and_the_experts_own_size():
     # activations count the routed experts only: 8 of 128 experts of 768 are lighter than one 6,144 MLP
     dense = Architecture.from_config(dict(OmegaConf.to_container(OmegaConf.load(FIXTURES / "qwen3_8b.json"))))
     assert qwen.activation_bytes(8192, 1, 2) < dense.activation_bytes(8192, 1, 2)
+
+
+@pytest.mark.parametrize(("name", "card_gb"), [("gpt_oss_20b", 16), ("gpt_oss_120b", 80)])
+def test_mxfp4_weights_are_sized_from_the_config_within_the_model_cards_memory(name, card_gb, tmp_path):
+    a = arch(name)
+    size, source = weights_bytes(tmp_path, a, 2)  # no files: from config.json's quantization_config
+    assert source == "estimated from config.json's parameter count, mxfp4 weights"
+    # the model cards: gpt-oss-20b runs within 16 GB of memory, gpt-oss-120b on one 80 GB GPU; every
+    # weight in 4 bits is a floor no real checkpoint goes under
+    assert a.parameters() // 2 < size < card_gb * 1e9
+    assert size < a.parameters() * 2 // 3  # an unquantized estimate would be 2 bytes per parameter
+
+
+def test_fp8_keeps_only_the_embeddings_in_the_run_dtype():
+    a = dataclasses.replace(arch("qwen3_8b"), quantization="fp8")
+    embeddings = a.vocab * a.hidden * (1 if a.tied_embeddings else 2)
+    assert weights_bytes(Path("/nonexistent"), a, 2)[0] == a.parameters() + embeddings
 
 
 def test_gpt_oss_alternates_128_token_windows_with_full_layers():

@@ -59,7 +59,8 @@ class Architecture:
     windows: tuple[int | None, ...] = ()
     context: int | None = None  # max_position_embeddings: vLLM's max_model_len when none is set
     checkpoint_dtype: str | None = None  # config.json's torch_dtype: what the weights on disk are stored in
-    quantized: bool = False  # a quantization_config: the weights on disk are not in checkpoint_dtype
+    # a quantization_config's quant_method (mxfp4, fp8, ...): the weights on disk are not in checkpoint_dtype
+    quantization: str | None = None
 
     @classmethod
     def from_config(cls, config: Mapping, where: str = "config.json") -> Architecture:
@@ -103,8 +104,12 @@ class Architecture:
             windows=_windows(get, layers),
             context=int(context) if context else None,
             checkpoint_dtype=str(dtype) if dtype else None,
-            quantized=bool(config.get("quantization_config") or text.get("quantization_config")),
+            quantization=_quant_method(config.get("quantization_config") or text.get("quantization_config")),
         )
+
+    @property
+    def quantized(self) -> bool:
+        return self.quantization is not None
 
     def parameters(self) -> int:
         """Parameter count of the language model, Llama-style (gated MLP, optional MoE), for weights not
@@ -115,6 +120,23 @@ class Architecture:
         per_layer = attention + mlp + router + 2 * self.hidden
         embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         return self.layers * per_layer + embeddings + self.hidden
+
+    def expert_parameters(self) -> int:
+        """The parameters of the MLP experts of every layer (0 for a dense model)."""
+        return self.layers * 3 * self.hidden * self.intermediate * self.experts if self.experts > 1 else 0
+
+    def quantized_bytes(self, dtype_bytes: int) -> int | None:
+        """The weights' bytes of a quantized checkpoint from its config alone, for the methods whose
+        layout is fixed (None for others): mxfp4 (gpt-oss) stores the experts' MLPs in 4-bit values
+        with one 8-bit scale per 32 (4.25 bits) and the rest in `dtype_bytes`; fp8 stores every linear
+        layer in one byte and the embeddings (and an untied output layer) in `dtype_bytes`."""
+        if self.quantization == "mxfp4":
+            experts = self.expert_parameters()
+            return (self.parameters() - experts) * dtype_bytes + experts * 17 // 32
+        if self.quantization == "fp8":
+            embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+            return (self.parameters() - embeddings) + embeddings * dtype_bytes
+        return None
 
     def kv_heads_per_gpu(self, tp: int) -> int:
         # vLLM replicates KV heads when tensor parallelism exceeds their number
@@ -176,3 +198,11 @@ def dtype_bytes(dtype: str, where: str) -> int:
     if dtype not in DTYPE_BYTES:
         raise PersonalensError(f"{where}: dtype {dtype!r} is not one of {sorted(DTYPE_BYTES)} or auto")
     return DTYPE_BYTES[dtype]
+
+
+def _quant_method(config: object) -> str | None:
+    """A quantization_config's method (any config counts as quantized; "unknown" where it names none)."""
+    if not config:
+        return None
+    method = config.get("quant_method") if isinstance(config, Mapping) else None
+    return str(method).lower() if method else "unknown"

@@ -34,8 +34,8 @@ DEFAULT_BATCHED_TOKENS = 16_384
 def weights_bytes(model_dir: Path, arch: Architecture, dtype_bytes: int) -> tuple[int, str]:
     """The weights' size in memory when run in a `dtype_bytes` dtype, and where it came from: the
     safetensors index, else the files (both scaled from the checkpoint's own dtype: float32 on a
-    bfloat16 checkpoint takes twice its files), else config.json's parameter count. Quantized
-    checkpoints are taken at their size on disk."""
+    bfloat16 checkpoint takes twice its files), else config.json's parameter count (a quantized one's
+    by its method where the config gives it). Quantized checkpoints are taken at their size on disk."""
     index = model_dir / "model.safetensors.index.json"
     files = sorted(model_dir.glob("*.safetensors"))
     total = json.loads(index.read_text()).get("metadata", {}).get("total_size") if index.is_file() else None
@@ -43,6 +43,8 @@ def weights_bytes(model_dir: Path, arch: Architecture, dtype_bytes: int) -> tupl
         size, source = int(total), f"{index.name} total_size"
     elif files:
         size, source = sum(f.stat().st_size for f in files), f"{len(files)} safetensors file(s)"
+    elif (quantized := arch.quantized_bytes(dtype_bytes)) is not None:
+        return quantized, f"estimated from config.json's parameter count, {arch.quantization} weights"
     else:
         return arch.parameters() * dtype_bytes, "estimated from config.json's parameter count"
     stored = DTYPE_BYTES.get(arch.checkpoint_dtype or "")
