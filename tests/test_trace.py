@@ -160,7 +160,7 @@ def run_generate(scenarios: list[Scenario], out, done: set, engine, scheduling: 
 def scripted_render(monkeypatch):
     from personalens.simulate import generate as generate_module
 
-    monkeypatch.setattr(generate_module, "renderer", lambda templates, setting, family: render)
+    monkeypatch.setattr(generate_module, "renderer", lambda templates, setting, family, history: render)
 
 
 def test_generate_writes_one_trace_row_per_call_and_a_resumed_run_appends_its_own(tmp_path, scripted_render):
