@@ -109,16 +109,15 @@ def chat_template(cfg: DictConfig, role: str) -> tuple[str | None, dict]:
     """A role's chat template read from its tokenizer's files, before any model loads, with what it is
     rendered with (the special tokens and the model's chat_template_kwargs); None where the files are
     not here (an engine: server endpoint whose config names no tokenizer)."""
+    from personalens.engines.chat.template_check import template_variables, tokenizer_folder
     from personalens.engines.chat.template_files import chat_template as read_template
-    from personalens.engines.chat.template_files import special_tokens
     from personalens.engines.models.config import ModelConfig
-    from personalens.engines.models.embedded import model_path
 
     config = ModelConfig.from_mapping(cfg[role], where=f"model@{role}")
-    if config.engine == "server" and config.tokenizer is None:
+    folder = tokenizer_folder(config)
+    if folder is None:
         return None, {}
-    folder = Path(config.tokenizer or model_path(config)).expanduser()
-    return read_template(folder), {**special_tokens(folder), **config.template_kwargs}
+    return read_template(folder), template_variables(folder, config)
 
 
 def resolved(cfg: DictConfig, roles: tuple[str, ...], engines) -> dict:

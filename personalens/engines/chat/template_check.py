@@ -55,6 +55,12 @@ def tokenizer_folder(config: ModelConfig) -> Path | None:
     return Path(model_path(config)).expanduser()
 
 
+def template_variables(folder: Path, config: ModelConfig) -> dict:
+    """What a template is rendered with besides the messages: the tokenizer's special tokens and the
+    config's chat_template_kwargs."""
+    return {**special_tokens(folder), **config.template_kwargs}
+
+
 def check_template(config: ModelConfig, role: str, probes: Sequence[Probe]) -> str | None:
     """Renders each probe with the role's template: None when all render, or why the template could
     not be checked (an endpoint renders its own); a template that refuses one raises TemplateRefused."""
@@ -81,7 +87,7 @@ def check_template(config: ModelConfig, role: str, probes: Sequence[Probe]) -> s
         system_role = resolve_system_role(config.system_role, template)
     except ChatTemplateError as err:
         raise TemplateRefused(f"{where}: {_one_line(str(err))}") from None
-    variables = {**special_tokens(folder), **config.template_kwargs}
+    variables = template_variables(folder, config)
     for probe in probes:
         try:
             render(template, format_messages(probe.messages, system_role), variables)
