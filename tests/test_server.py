@@ -414,8 +414,12 @@ def test_served_request_is_aborted_when_its_client_hangs_up(served):
     body |= {"max_tokens": 1000, "min_tokens": 1000, "stream": True}
     before = _metrics(served)["vllm:generation_tokens_total"]
     with httpx.stream("POST", f"{served}/chat/completions", json=body) as reply:
-        next(reply.iter_lines())  # it runs: its first chunk came
-        assert _metrics(served)["vllm:num_requests_running"] == 1
+        next(reply.iter_lines())  # its first chunk came
+        # the server's gauges are published after an engine step, a moment behind the stream
+        deadline = time.monotonic() + 10
+        while _metrics(served)["vllm:num_requests_running"] != 1:
+            assert time.monotonic() < deadline, "the request never showed as running"
+            time.sleep(0.1)
     # the connection is closed: the server stops generating long before 1000 tokens
     deadline = time.monotonic() + 10
     while _metrics(served)["vllm:num_requests_running"] > 0:

@@ -136,7 +136,11 @@ class Engine(Protocol):
     call whose requests were all refused for one reason (`check_refusals`).
     An engine that knows its model's tokenizer also has `chat_tokenizer` (engines/chat/token_ids.py), so
     callers can hand it `Request.prompt_ids` made incrementally and measure prompts before they are
-    sent, and `max_model_len`, its context (None where unknown)."""
+    sent, and `max_model_len`, its context (None where unknown).
+    An engine whose `generate` may run in several threads at once, its calls' requests then sharing
+    the engine's batch (a call that starts while another runs joins its batch, as vLLM admits new
+    requests at its next step), has `joins_calls = True`; lockstep cohorts then send their calls to it
+    without waiting for its running call (simulate/workers.py). Without it, calls run one at a time."""
 
     name: str  # the model name recorded in outputs
 
