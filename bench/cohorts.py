@@ -40,6 +40,7 @@ the engines prefilled (the rest served from their prefix caches). Results: docs/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import tempfile
@@ -57,12 +58,13 @@ from personalens.engines.base import Engine, Generation, OnFinished, Request  # 
 from personalens.engines.chat.token_ids import common_prefix  # noqa: E402
 from personalens.engines.placement.inflight import Cache  # noqa: E402
 from personalens.engines.replicated import ReplicatedEngine  # noqa: E402
-from personalens.plan.engine_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel, Turn, batched_call  # noqa: E402
+from personalens.plan.engine_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel, ModelRequest, Turn  # noqa: E402
 from personalens.plan.engine_model import Engine as ModelledEngine  # noqa: E402
 from personalens.plan.throughput import GPUS  # noqa: E402
 
 CHARS_PER_TOKEN = 4
 SHARED_PREFIX = 400  # tokens every dialogue's prompts share (bench/stragglers.py's assumption)
+JUMP = 16  # the most decode-only steps the driver models at once (a request submitted meanwhile waits)
 MAX_MODEL_LEN = 65_536  # the configs' (conf/model/llama31_8b.yaml)
 H100 = GPUS["h100"]
 
@@ -113,36 +115,52 @@ def tokens(text: str) -> int:
 
 
 class TimedEngine:
-    """An engine whose calls take the modelled time of `gpu`, scaled by `scale`, in wall time."""
+    """An engine whose calls take the modelled time of `gpu`, scaled by `scale`, in wall time: a
+    driver thread steps the engine model and sleeps until each step's modelled end, then reports the
+    requests it finished. With `joins`, calls run at once and a call's requests join the running
+    batch at the model's next step (`joins_calls`, engines/base.py); without, one call at a time."""
 
     max_model_len = MAX_MODEL_LEN  # the prior of lockstep.in_flight=auto; no prompt comes near it
 
-    def __init__(self, name: str, gpu: GpuModel, replies: Replies, scale: float):
+    def __init__(self, name: str, gpu: GpuModel, replies: Replies, scale: float, joins: bool = False):
         self.name, self.gpu, self.replies, self.scale = name, gpu, replies, scale
+        self.joins_calls = joins
         self.model = ModelledEngine(gpu, SHARED_PREFIX)
-        self.modelled = 0.0  # the modelled seconds of its calls
+        self.modelled = 0.0  # the modelled seconds in which it was answering
         self._ids: dict[tuple[str | None, bool], int] = {}
         self._last: dict[tuple[str | None, bool], str] = {}  # per (dialogue, role): last prompt and reply
-        self._lock = threading.Lock()
+        self._one_call = threading.Lock()  # without `joins`: calls never overlap
+        self._changed = threading.Condition()  # guards the model; notified on submissions and finishes
+        self._reported: set[int] = set()  # ids of finished requests whose modelled end has passed
+        self._begun = time.monotonic()  # wall time of the model's second 0
+        threading.Thread(target=self._drive, name=f"timed {name}", daemon=True).start()
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
-        started = time.monotonic()
-        with self._lock:  # a shared engine is one engine: its calls never overlap
-            texts, finishes = self._replay(requests)
-            for at, i in sorted((at, i) for i, at in enumerate(finishes)):
-                _sleep_until(started + self.scale * at)
+        with contextlib.nullcontext() if self.joins_calls else self._one_call:
+            with self._changed:
+                texts, queued = self._submit(requests)
+                self._changed.notify_all()
+            left = {id(q) for q in queued}
+            while left:
+                with self._changed:
+                    self._changed.wait_for(lambda: not left.isdisjoint(self._reported))
+                    done = left & self._reported
+                    self._reported -= done
+                left.difference_update(done)
                 if on_finished is not None:
-                    on_finished(1, texts[i][1])
-            _sleep_until(started + self.scale * max(finishes, default=0.0))
+                    on_finished(len(done), sum(q.turn.reply for q in queued if id(q) in done))
         return [
-            Generation(text, prompt_tokens=prompt, completion_tokens=reply, finish_reason="stop", cached_tokens=cached)
-            for text, reply, prompt, cached in texts
+            Generation(
+                text, prompt_tokens=prompt, completion_tokens=reply, finish_reason="stop", cached_tokens=q.cached
+            )
+            for (text, reply, prompt), q in zip(texts, queued)
         ]
 
-    def _replay(self, requests: Sequence[Request]) -> tuple[list[tuple[str, int, int, int]], list[float]]:
-        """The replies (text, tokens, prompt tokens, of them cached), and each request's modelled
-        finish (seconds from the call's start)."""
-        turns, texts = [], []
+    def _submit(self, requests: Sequence[Request]) -> tuple[list[tuple[str, int, int]], list[ModelRequest]]:
+        """The replies (text, tokens, prompt tokens), and the requests queued in the model."""
+        if not self.model.busy:  # idle until now
+            self.model.now = max(self.model.now, (time.monotonic() - self._begun) / self.scale)
+        texts, queued = [], []
         for r in requests:
             key = (r.affinity, user_turn(r))
             prompt_text = "".join(m["content"] for m in r.messages)
@@ -151,12 +169,24 @@ class TimedEngine:
             reusable = tokens(prompt_text[: common_prefix(self._last.get(key, ""), prompt_text)])
             self._last[key] = prompt_text + text
             turn = Turn("user" if key[1] else "assistant", tokens(prompt_text), reusable, reply)
-            turns.append((self._ids.setdefault(key, len(self._ids)), turn))
+            queued.append(ModelRequest(self._ids.setdefault(key, len(self._ids)), turn))
+            self.model.submit(queued[-1])
             texts.append((text, reply, turn.prompt))
-        done = batched_call(self.model, turns)
-        finishes = [at for at, _ in done]
-        self.modelled += max(finishes, default=0.0)
-        return [(*t, cached) for t, (_, cached) in zip(texts, done)], finishes
+        return texts, queued
+
+    def _drive(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self.model.busy)
+                before = self.model.now
+                done = self.model.step(JUMP)
+                self.modelled += self.model.now - before
+                end = self._begun + self.scale * self.model.now
+            _sleep_until(end)
+            if done:
+                with self._changed:
+                    self._reported |= {id(q) for q in done}
+                    self._changed.notify_all()
 
 
 def _sleep_until(deadline: float) -> None:
@@ -184,10 +214,10 @@ class TimedLoader:
     """The engines of a layout, and their KV caches as `generate`'s lockstep.in_flight=auto reads
     them from a planned layout (engines/factory.py `EngineLoader.caches`)."""
 
-    def __init__(self, layout: Layout, replies: Replies, scale: float):
-        self.user = TimedEngine("user-agent", layout.user, replies, scale)
+    def __init__(self, layout: Layout, replies: Replies, scale: float, joins: bool = False):
+        self.user = TimedEngine("user-agent", layout.user, replies, scale, joins)
         self.parts = (
-            [TimedEngine("assistant", layout.assistant, replies, scale) for _ in range(layout.assistant_copies)]
+            [TimedEngine("assistant", layout.assistant, replies, scale, joins) for _ in range(layout.assistant_copies)]
             if layout.assistant is not None
             else []
         )
@@ -223,6 +253,7 @@ class Measured:
     layout: str
     cohorts: str
     in_flight: str
+    joins: bool  # whether a cohort's calls joined an engine's running batch
     dialogues: int
     turns: int
     wall: float
@@ -241,7 +272,7 @@ class Measured:
         return self.turns / self.modelled
 
 
-def run(layout: str, cohorts: str, in_flight: str, args: argparse.Namespace, work: Path) -> Measured:
+def run(layout: str, cohorts: str, in_flight: str, joins: bool, args: argparse.Namespace, work: Path) -> Measured:
     from hydra import compose, initialize_config_dir
 
     from personalens.config import register_resolvers
@@ -249,8 +280,8 @@ def run(layout: str, cohorts: str, in_flight: str, args: argparse.Namespace, wor
     from personalens.simulate.trace import CallTrace, TraceTotals
     from personalens.store import read_table
 
-    loader = TimedLoader(LAYOUTS[layout], Replies(balanced=args.balanced), args.scale)
-    out = work / f"{layout}-{cohorts}-{in_flight}".replace(" ", "").replace(",", "")
+    loader = TimedLoader(LAYOUTS[layout], Replies(balanced=args.balanced), args.scale, joins)
+    out = work / f"{layout}-{cohorts}-{in_flight}-{'joins' if joins else 'queued'}".replace(" ", "").replace(",", "")
     overrides = [
         f"protocol={args.protocol}",
         f"data.root={args.root}",
@@ -278,6 +309,7 @@ def run(layout: str, cohorts: str, in_flight: str, args: argparse.Namespace, wor
         layout,
         cohorts,
         in_flight,
+        joins,
         len(turns),
         sum(map(len, turns)),
         wall,
@@ -294,7 +326,8 @@ def line(m: Measured, base: Measured | None) -> str:
     calls = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in m.engine_seconds.items())
     versus = f" {m.turns_per_s / base.turns_per_s:5.2f}x" if base else ""
     return (
-        f"{m.layout:<19} cohorts={m.cohorts:<5} in_flight={m.in_flight:<4} {m.dialogues:5d} dialogues "
+        f"{m.layout:<19} cohorts={m.cohorts:<5} in_flight={m.in_flight:<4} joins={'yes' if m.joins else 'no ':<3} "
+        f"{m.dialogues:5d} dialogues "
         f"{m.turns:6d} turns  modelled {m.modelled:8.1f} s  {m.turns_per_s:7.2f} turns/s{versus}  "
         f"prefilled {m.prefilled:.0%}  busy: {busy}  "
         f"(modelled calls: {calls}; wall {m.wall:.1f} s, CPU {m.cpu:.1f} s)"
@@ -311,6 +344,12 @@ def main(argv: Sequence[str] | None = None) -> list[Measured]:
     parser.add_argument("--scale", type=float, default=0.05, help="wall seconds slept per modelled second")
     parser.add_argument("--layouts", default=",".join(LAYOUTS), help="semicolon-separated, of: " + "; ".join(LAYOUTS))
     parser.add_argument("--in-flight", default="all", help="comma-separated lockstep.in_flight values: all, auto, N")
+    parser.add_argument("--cohorts", default="1,auto", help="comma-separated lockstep.cohorts values")
+    parser.add_argument(
+        "--joins",
+        default="no,yes",
+        help="comma-separated: no (an engine answers one call at a time), yes (a call joins the running batch)",
+    )
     parser.add_argument("--override", action="append", default=[], help="one more Hydra override (repeatable)")
     parser.add_argument("--balanced", action="store_true", help="user replies as long as the assistant's")
     parser.add_argument("--tiny", action="store_true", help="2 trials, 2 rounds, a tiny scale: seconds")
@@ -323,14 +362,17 @@ def main(argv: Sequence[str] | None = None) -> list[Measured]:
     with tempfile.TemporaryDirectory() as scratch:
         work = args.keep or Path(scratch)
         for layout in args.layouts.split(";"):
-            runs = ["1", "auto"] + (["2"] if LAYOUTS[layout].assistant is None else [])
-            base = None  # strict alternation with every dialogue in flight
+            runs = args.cohorts.split(",") + (["2"] if LAYOUTS[layout].assistant is None else [])
+            base = None  # the first row: strict alternation with every dialogue in flight by default
             for in_flight in args.in_flight.split(","):
-                for cohorts in runs:
-                    measured = run(layout, cohorts, in_flight, args, work)
-                    print(line(measured, base), flush=True)
-                    base = base or measured
-                    results.append(measured)
+                for joins in args.joins.split(","):
+                    for cohorts in runs:
+                        if joins == "yes" and (cohorts == "1" or LAYOUTS[layout].assistant is None):
+                            continue  # one cohort, or one engine (its calls run in turn), never joins a call
+                        measured = run(layout, cohorts, in_flight, joins == "yes", args, work)
+                        print(line(measured, base), flush=True)
+                        base = base or measured
+                        results.append(measured)
     return results
 
 

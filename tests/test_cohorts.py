@@ -106,6 +106,41 @@ def test_two_cohorts_run_on_the_two_engines_at_the_same_time():
     assert steps[-1].active == 0 and sum(s.finished for s in steps) == 6
 
 
+@pytest.mark.parametrize("joins", [True, False])
+def test_an_engine_that_joins_calls_gets_a_cohorts_call_while_another_runs(joins):
+    """Its first call waits for a second call to arrive: one that joins calls gets cohort 1's call
+    while cohort 0's still runs (in threads of their own); one that does not gets them in turn."""
+
+    class Overlapping(GreedyEngine):
+        def __init__(self, name):
+            super().__init__(name)
+            self.joins_calls = joins
+            self.running = 0
+            self.most = 0  # calls running at once
+            self.lock = threading.Lock()
+            self.second = threading.Event()
+
+        def generate(self, requests, on_finished=None):
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+                if self.running == 2:
+                    self.second.set()
+            self.second.wait(timeout=10 if joins else 0.2)
+            try:
+                return super().generate(requests, on_finished)
+            finally:
+                with self.lock:
+                    self.running -= 1
+
+    ds = many(8)
+    user, assistant = Overlapping("u"), Overlapping("a")
+    run(ds, {"user": user, "assistant": assistant}, cohorts=2)
+    assert (user.most, assistant.most) == ((2, 2) if joins else (1, 1))
+    assert all(d.ended is not None for d in ds)
+    assert not any(t.name.startswith("lockstep") for t in threading.enumerate())  # every call's thread ended
+
+
 def test_one_shared_engine_keeps_one_cohort_and_both_roles_in_a_call():
     engine = GreedyEngine("m")
     ds = many(4)
@@ -116,6 +151,16 @@ def test_one_shared_engine_keeps_one_cohort_and_both_roles_in_a_call():
     steps = run(ds, {"user": engine, "assistant": engine})
     assert [len(c) for c in engine.calls[:2]] == [4, 4]  # every dialogue in every call until one ends
     assert all(t.cohort == 0 and t.engine == 0 for s in steps for t in s.calls)
+
+
+def test_auto_makes_small_cohorts_where_both_engines_join_calls():
+    joining, other, queued = GreedyEngine("u"), GreedyEngine("a"), GreedyEngine("q")
+    joining.joins_calls = other.joins_calls = True
+    both = {"user": joining, "assistant": other}
+    assert [cohort_count(0, both, n) for n in (0, 10, 64, 65, 1_020)] == [2, 2, 4, 5, 64]  # 16 dialogues each
+    assert cohort_count(0, {"user": joining, "assistant": queued}, 1_020) == 2  # one answers a call at a time
+    assert cohort_count(0, {"user": joining, "assistant": joining}, 1_020) == 1  # one engine, one cohort
+    assert cohort_count(5, both, 1_020) == 5
 
 
 def test_engines_that_cannot_step_side_by_side_take_turns():

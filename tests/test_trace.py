@@ -5,6 +5,8 @@ checks the trace of a real run)."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from cli_helpers import read_rows
 from test_lockstep import SAMPLING, ScriptedEngine, dialogues, render, scenario
@@ -181,3 +183,15 @@ def test_generate_writes_one_trace_row_per_call_and_a_resumed_run_appends_its_ow
     again = read_rows(out / "trace")
     assert len(again) == 4 and len({r["session_started"] for r in again}) == 2
     assert sorted(r["requests"] for r in again) == [1, 1, 2, 2]
+
+
+def test_an_engines_busy_time_is_the_union_of_its_calls_in_any_order_they_end():
+    # calls that overlap on one engine (a cohort's call joining a running one), added in any order
+    rng = random.Random(7)
+    for _ in range(200):
+        spans = [(s, s + rng.randint(0, 6)) for s in (rng.randint(0, 40) for _ in range(rng.randint(1, 12)))]
+        totals = TraceTotals()
+        for started, end in spans:
+            totals.add(CallTrace(1, 0, "m", ("user",), 1, 10, 0, 5, float(started), float(end - started), 0, 0, 0, 1))
+        covered = {t for started, end in spans for t in range(started, end)}  # unit slots of integer spans
+        assert totals.busy == {"engine 0 (m)": float(len(covered))}

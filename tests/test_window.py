@@ -45,6 +45,22 @@ def test_a_window_keeps_that_many_in_flight_and_changes_no_dialogue(count):
     assert max(s.active for s in steps) <= 4
 
 
+@pytest.mark.parametrize("grown", [6, None])
+def test_cohorts_beyond_the_windows_size_start_when_it_grows(grown):
+    # 4 cohorts; 1 dialogue in flight until the first ends, then `grown` (None: every one)
+    ds = many(12)
+    user, assistant = GreedyEngine("u"), GreedyEngine("a")
+    window = Window(lambda _: grown, {}, lambda _: 1)
+    steps = run(ds, {"user": user, "assistant": assistant}, cohorts=4, window=window)
+    free = many(12)
+    run(free, {"user": GreedyEngine("u"), "assistant": GreedyEngine("a")}, cohorts=4)
+    assert outcome(ds) == outcome(free)
+    assert steps[0].calls[0].requests == 1 and {t.cohort for t in steps[0].calls} == {0}
+    assert {t.cohort for s in steps for t in s.calls} == {0, 1, 2, 3}  # the other three joined later
+    assert max(s.active for s in steps) == (6 if grown else 11)
+    assert all(d.ended is not None for d in ds)
+
+
 def test_every_dialogue_in_flight_without_a_window():
     steps = run(many(10), {"user": GreedyEngine("u"), "assistant": GreedyEngine("a")}, cohorts=1)
     assert steps[0].calls[0].requests == 10

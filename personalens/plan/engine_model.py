@@ -17,8 +17,7 @@ Schedulers, on the same requests (same prompts, replies, order):
   continuous  each dialogue's next request submitted as soon as its previous one finished
   window W    continuous, with at most W dialogues in flight (new ones start as others end)
 
-`batched_call` times one blocking generate() call on an engine model (bench/cohorts.py's timed
-engines). Every number of a GpuModel is an assumption its maker states; nothing here was measured on
+bench/cohorts.py's timed engines step an `Engine` as calls submit to it. Every number of a GpuModel is an assumption its maker states; nothing here was measured on
 a GPU.
 """
 
@@ -105,7 +104,9 @@ Dialogue = Sequence[Turn]
 
 
 @dataclass
-class _Request:
+class ModelRequest:
+    """A request in the modelled engine: its turn and how far it has run."""
+
     dialogue: int
     turn: Turn
     prefill: int = 0  # prompt tokens still to compute
@@ -150,8 +151,8 @@ class Engine:
     def __init__(self, gpu: GpuModel, shared_prefix: int):
         self.gpu, self.shared = gpu, shared_prefix
         self.now = 0.0
-        self.waiting: deque[_Request] = deque()
-        self.running: list[_Request] = []
+        self.waiting: deque[ModelRequest] = deque()
+        self.running: list[ModelRequest] = []
         self.cache: OrderedDict[tuple[int, str], int] = OrderedDict()  # (dialogue, role) -> tokens
         self.cached_tokens = 0  # in the cache, not held by running requests
         self.held = 0  # KV of the running requests
@@ -161,13 +162,14 @@ class Engine:
     def busy(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def submit(self, request: _Request) -> None:
+    def submit(self, request: ModelRequest) -> None:
         self.waiting.append(request)
 
-    def step(self) -> list[_Request]:
+    def step(self, most: int | None = None) -> list[ModelRequest]:
         """Admit what fits, run engine steps up to the next that finishes a request or changes the
         batch, return the requests that finished. Steps that only decode, with nothing admissible
-        waiting, are taken together (GpuModel.decode_seconds)."""
+        waiting, are taken together (GpuModel.decode_seconds), at most `most` of them, so that a
+        request submitted meanwhile waits no longer than those to be admitted."""
         self._admit()
         budget = self.gpu.max_batched_tokens - sum(1 for r in self.running if r.prefill == 0)
         prefill = 0
@@ -181,6 +183,8 @@ class Engine:
         steps = 1
         if not prefill and decoding and not self._admissible():
             steps = min(r.remaining for r in decoding)
+            if most is not None:
+                steps = max(1, min(steps, most))
         if steps == 1:
             self.now += self.gpu.step_seconds(len(decoding), prefill, self.held)
         else:
@@ -252,7 +256,7 @@ def simulate(
     def submit(d: int) -> Engine:
         turn = dialogues[d][position[d]]
         engine = engine_of(d, turn.role)
-        engine.submit(_Request(d, turn))
+        engine.submit(ModelRequest(d, turn))
         result.generated += turn.reply
         result.prompt += turn.prompt
         return engine
@@ -295,17 +299,3 @@ def simulate(
         result.seconds = engine.now
     result.computed = sum(e.computed for e in engines)
     return result
-
-
-def batched_call(engine: Engine, turns: Sequence[tuple[int, Turn]]) -> list[tuple[float, int]]:
-    """One batched call on `engine`: the (dialogue, turn) requests submitted together and stepped
-    until all have finished; each one's finish, in seconds from the call's start, and its prompt
-    tokens served from the prefix cache. The engine keeps its prefix cache and clock for the next
-    call."""
-    begun = engine.now
-    requests = [_Request(dialogue, turn) for dialogue, turn in turns]
-    for request in requests:
-        engine.submit(request)
-    while engine.busy:
-        engine.step()
-    return [(r.finished - begun, r.cached) for r in requests]

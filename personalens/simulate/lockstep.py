@@ -4,7 +4,10 @@ generate call per engine, finished dialogues drop out.
 With distinct engines for the user agent and the assistant, the dialogues are dealt into cohorts
 (`cohort_count`) whose steps interleave: while one cohort's assistant turns run on the assistant's
 engine, another's user turns run on the user agent's, each engine in a thread of its own
-(workers.py), so that neither waits for the other. A step is then one cohort's.
+(workers.py), so that neither waits for the other. A step is then one cohort's. Where both engines
+join calls (`joins_calls`: a call that arrives while another runs joins the engine's batch), a
+cohort's call does not wait for the engine's running call either, and `auto` makes small cohorts,
+so that the engines stay full while a cohort's last replies finish.
 
 With a `Window` (window.py) at most that many dialogues are in flight, shared out among the cohorts;
 the others wait in the shard and start as dialogues end, so that the histories in flight stay in
@@ -52,6 +55,10 @@ from personalens.simulate.workers import EngineWorkers
 log = logging.getLogger(__name__)
 
 Render = Callable[[Dialogue, Role], Sequence[Message]]
+
+# auto's dialogues per cohort where both engines join calls: bench/cohorts.py's timed engines
+# (docs/performance.md) gained most with cohorts of about this size
+JOINED_COHORT = 16
 
 
 @dataclass
@@ -172,13 +179,16 @@ def answer(dialogue: Dialogue, role: Role, gen: Generation, now: float) -> None:
         dialogue.fail(gen.error, now)
 
 
-def cohort_count(requested: int, engines: Mapping[Role, Engine]) -> int:
-    """`requested` cohorts, or for 0 (auto) one per engine of the two roles: 2 when the user agent and
-    the assistant run on distinct engines, so that each has a cohort's turns while the other answers
-    the other's, else 1 (a shared engine already takes both roles' requests in one call). Engines
-    that cannot step at the same time as another in this process (`overlaps: False`: in-process vLLM
-    engines whose engine core runs in this process, which share vLLM's forward context) take turns:
-    auto gives 1, and more is refused."""
+def cohort_count(requested: int, engines: Mapping[Role, Engine], dialogues: int = 0) -> int:
+    """`requested` cohorts, or for 0 (auto): 1 when one engine serves both roles (it already takes
+    both roles' requests in one call); for the user agent and the assistant on distinct engines, one
+    per `JOINED_COHORT` of the `dialogues` (at least 2) when both engines join calls (`joins_calls`:
+    a cohort's call joins the engine's running batch, so small cohorts keep it full while others'
+    last replies finish, as close to continuous scheduling as a per-turn barrier allows), else 2, so
+    that each engine has a cohort's turns while the other answers the other's. Engines that cannot
+    step at the same time as another in this process (`overlaps: False`: in-process vLLM engines
+    whose engine core runs in this process, which share vLLM's forward context) take turns: auto
+    gives 1, and more is refused."""
     if requested < 0:
         raise ValueError(f"cohorts must be >= 0 (0: auto), got {requested}")
     distinct = {id(engines[role]): engines[role] for role in ("user", "assistant")}
@@ -191,7 +201,11 @@ def cohort_count(requested: int, engines: Mapping[Role, Engine]) -> int:
                 "lockstep.cohorts=1, or leave that variable unset"
             )
         return 1
-    return requested or len(distinct)
+    if requested or len(distinct) < 2:
+        return requested or 1
+    if all(getattr(e, "joins_calls", False) for e in distinct.values()):
+        return max(2, -(-dialogues // JOINED_COHORT))
+    return 2
 
 
 @dataclass
@@ -202,6 +216,7 @@ class _Cohort:
     active: list[Dialogue]
     step: int = 0  # the run's number of its current step
     started: float = 0.0
+    running: bool = False  # its step's calls are queued or running
     traces: list[CallTrace | None] = field(default_factory=list)
 
 
@@ -241,7 +256,7 @@ def run_lockstep(
     numbers: dict[int, int] = {}
     for role in ("user", "assistant"):
         numbers.setdefault(id(engines[role]), len(numbers))
-    count = cohort_count(cohorts, engines)
+    count = cohort_count(cohorts, engines, sum(d.waiting_on is not None for d in dialogues))
     if window is None:
         groups = [_Cohort(k, [d for d in dialogues[k::count] if d.waiting_on is not None]) for k in range(count)]
     else:
@@ -250,7 +265,8 @@ def run_lockstep(
     sizes: list[int | None] = []
 
     def admit(cohort: _Cohort) -> None:
-        """Fills the cohort up to its share of the window's size from the waiting dialogues."""
+        """Fills the cohort up to its share of the window's size from the waiting dialogues (cohorts
+        beyond the window's size have none until it grows)."""
         if not waiting or window is None:
             return
         size = window.size(d for c in groups for d in c.active)
@@ -260,9 +276,9 @@ def run_lockstep(
                 f"lockstep: {size if size is not None else 'every'} dialogue(s) in flight, "
                 f"{len(waiting)} waiting (lockstep.in_flight)"
             )
-        share = (
-            len(waiting) + len(cohort.active) if size is None else max(1, size // count + (cohort.index < size % count))
-        )
+        if size is None:
+            size = len(waiting) + sum(len(c.active) for c in groups)
+        share = size // count + (cohort.index < size % count)
         while waiting and len(cohort.active) < share:
             cohort.active.append(waiting.popleft())
 
@@ -290,7 +306,7 @@ def run_lockstep(
             )
 
         def start(cohort: _Cohort) -> None:
-            cohort.step, cohort.started = next(steps), clock()
+            cohort.step, cohort.started, cohort.running = next(steps), clock(), True
             calls = [
                 (engine, waiting[i : i + chunk])
                 for engine, waiting in plan_step(cohort.active, engines)
@@ -333,9 +349,12 @@ def run_lockstep(
                     tuple(traces),
                 )
             )
-            admit(cohort)
-            if cohort.active:
-                start(cohort)
+            cohort.running = False
+            for idle in sorted(groups, key=lambda c: c is not cohort):  # this cohort first
+                if not idle.running:  # the window may have grown past cohorts that had no share of it
+                    admit(idle)
+                    if idle.active:
+                        start(idle)
 
 
 def _call(

@@ -8,6 +8,7 @@ finished when the call returns. Pure arithmetic over those times; generate.py wr
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -109,15 +110,15 @@ def call_trace(
 @dataclass
 class TraceTotals:
     """Running totals for the closing line: how much of the calls' wall time was straggler tail, and
-    how much of the run each engine was busy answering a call. Calls are added in the order they
-    end, so an engine's busy time is exact where it answers one call at a time (lockstep) and a lower
-    bound where its submissions overlap (continuous)."""
+    how much of the run each engine was busy answering a call: the union of its calls' spans, exact
+    whether its calls run one at a time (lockstep), overlap (calls that join a running batch) or are
+    submissions (continuous), in whatever order they are added."""
 
     calls: int = 0
     seconds: float = 0.0
     tail: float = 0.0
-    busy: dict[str, float] = field(default_factory=dict)  # per engine ("engine N (model)"): busy seconds
-    reach: dict[str, float] = field(default_factory=dict)  # per engine: the latest end of its calls
+    # per engine ("engine N (model)"): the disjoint spans in which it answered a call, in order
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     span: float = 0.0  # seconds from the run's start to the end of its last call
     prompt: dict[str, int] = field(default_factory=dict)  # per engine: prompt tokens of its calls
     cached: dict[str, int] = field(default_factory=dict)  # per engine: of them, served from its prefix cache
@@ -129,12 +130,15 @@ class TraceTotals:
         if trace.requests:
             engine = f"engine {trace.engine} ({trace.model})"
             end = trace.started + trace.seconds
-            reach = self.reach.get(engine, 0.0)
-            self.busy[engine] = self.busy.get(engine, 0.0) + max(0.0, end - max(trace.started, reach))
-            self.reach[engine] = max(reach, end)
+            self.spans[engine] = _joined(self.spans.get(engine, []), (trace.started, end))
             self.span = max(self.span, end)
             self.prompt[engine] = self.prompt.get(engine, 0) + trace.prompt_tokens
             self.cached[engine] = self.cached.get(engine, 0) + trace.cached_tokens
+
+    @property
+    def busy(self) -> dict[str, float]:
+        """Per engine, the seconds in which it was answering at least one call."""
+        return {engine: sum(b - a for a, b in spans) for engine, spans in self.spans.items()}
 
     def line(self) -> str:
         share = self.tail / self.seconds if self.seconds > 0 else 0.0
@@ -156,3 +160,16 @@ class TraceTotals:
             for engine in sorted(self.prompt)
             if self.prompt[engine]
         )
+
+
+def _joined(spans: list[tuple[float, float]], new: tuple[float, float]) -> list[tuple[float, float]]:
+    """Disjoint sorted `spans` with `new` added, merged with those it overlaps or touches."""
+    i = bisect.bisect_left(spans, (new[0],))
+    if i and spans[i - 1][1] >= new[0]:
+        i -= 1
+    j = i
+    start, end = new
+    while j < len(spans) and spans[j][0] <= end:
+        start, end = min(start, spans[j][0]), max(end, spans[j][1])
+        j += 1
+    return [*spans[:i], (start, end), *spans[j:]]

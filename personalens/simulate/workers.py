@@ -1,6 +1,9 @@
 """One worker per engine: each runs its engine's calls one at a time, in the order they were queued,
 so that calls to different engines run side by side (an engine's generate() blocks its thread: an
-in-process vLLM call, a server engine's own event loop). Results reach the caller's thread only.
+in-process vLLM call, a server engine's own event loop). An engine that joins concurrent calls
+(`joins_calls`, engines/base.py) gets each call in a thread of its own at once instead: a call queued
+while another runs joins its batch, so that one cohort's requests fill the engine while another's
+last replies finish. Results reach the caller's thread only.
 
 With a single engine there is nothing to overlap, and its calls run in the caller's thread as they
 are queued. The command's stop (engines/stop.py) reaches the caller through the engines, which check
@@ -34,6 +37,8 @@ class EngineWorkers:
         self._pending = 0
         if not self._inline:
             for key, engine in distinct.items():
+                if getattr(engine, "joins_calls", False):
+                    continue  # a thread per call (submit)
                 self._queues[key] = jobs = queue.SimpleQueue()
                 thread = threading.Thread(target=self._work, args=(jobs,), name=f"lockstep {engine.name}", daemon=True)
                 self._threads.append(thread)
@@ -44,8 +49,15 @@ class EngineWorkers:
         self._pending += 1
         if self._inline:
             self._results.put(_run(tag, work))
-        else:
+        elif id(engine) in self._queues:
             self._queues[id(engine)].put((tag, work))
+        else:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            thread = threading.Thread(
+                target=self._answer, args=(tag, work), name=f"lockstep {engine.name} {tag}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
 
     @property
     def busy(self) -> bool:
@@ -77,8 +89,10 @@ class EngineWorkers:
 
     def _work(self, jobs: queue.SimpleQueue) -> None:
         while (job := jobs.get()) is not None:
-            tag, work = job
-            self._results.put((tag, Abandoned(), None) if self._stop.is_set() else _run(tag, work))
+            self._answer(*job)
+
+    def _answer(self, tag: Hashable, work: Callable[[], Any]) -> None:
+        self._results.put((tag, Abandoned(), None) if self._stop.is_set() else _run(tag, work))
 
 
 def _run(tag: Hashable, work: Callable[[], Any]) -> tuple[Hashable, BaseException | None, Any]:
