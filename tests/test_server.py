@@ -436,6 +436,7 @@ def test_served_concurrent_calls_share_the_cap_of_the_servers_kv_cache(served, c
             thread.join(timeout=300)
         done.set()
         threads[2].join()
+    assert set(results) == {"a", "b"}
     for replies in results.values():
         assert [len(g.text.split()) for g in replies] == [12] * 10 and all(g.error is None for g in replies)
     said = re.search(rf"holds {kv_tokens:,} tokens: 10 of 10 requests in flight .*; (\d+) such with", caplog.text)
