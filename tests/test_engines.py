@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -333,6 +335,72 @@ def test_on_finished_hears_of_each_request_as_it_finishes(engine):
     # one report per request, shortest first, with the tokens it generated (the judge bar's tok/s)
     assert finished == [(1, n) for n in lengths]
     assert [g.finish_reason for g in out] == ["length"] * 4  # each cut at its max_tokens
+
+
+@pytest.mark.vllm
+def test_concurrent_calls_join_one_batch_and_each_gets_its_own_replies(engine):
+    """Two lockstep cohorts' calls at once (base.Engine.joins_calls): the second starts while the
+    first runs, its requests join the running batch and its replies come back before the first call
+    ends; each call gets its own replies (each request's grammar tags its reply), in its order, at
+    their lengths, reported from its own thread. (Not the texts the requests give alone: vLLM on the
+    CPU is not batch-invariant, and greedy replies of a different batch differed in 2 of 6 tries.)"""
+    tagged = {"first": (10, 11, 12), "second": (20, 21)}
+    lengths = {"first": (8, 40, 32), "second": (10, 10)}
+    calls = {
+        tag: [
+            chat(f"List some fruits, number {t}.", grammar=tagged_grammar(t), max_tokens=n, min_tokens=n)
+            for t, n in zip(tagged[tag], lengths[tag])
+        ]
+        for tag in tagged
+    }
+    results, ended, reported = {}, {}, {"first": [], "second": []}
+    some_finished = threading.Event()
+
+    def call(tag: str) -> None:
+        def finished(n: int, tokens: int) -> None:
+            reported[tag].append((threading.current_thread().name, time.monotonic()))
+            some_finished.set()
+
+        results[tag] = engine.generate(calls[tag], finished)
+        ended[tag] = time.monotonic()
+
+    threads = [threading.Thread(target=call, args=(tag,), name=tag) for tag in calls]
+    threads[0].start()
+    assert some_finished.wait(60)  # its 8-token reply is in; its 40 and 32 are still being generated
+    threads[1].start()
+    for thread in threads:
+        thread.join(timeout=120)
+    for tag in calls:
+        assert [g.text.startswith(f"Item {t}:") for t, g in zip(tagged[tag], results[tag])] == [True] * len(calls[tag])
+        assert tuple(g.completion_tokens for g in results[tag]) == lengths[tag]
+        assert [name for name, _ in reported[tag]] == [tag] * len(calls[tag])
+    assert reported["second"][0][1] < ended["second"] < ended["first"]  # they overlapped
+    assert not engine._running and not engine._done and not engine._llm.llm_engine.has_unfinished_requests()
+
+
+@pytest.mark.vllm
+def test_an_interrupted_call_aborts_only_its_own_requests(engine):
+    """A call whose caller stops it (its on_finished raises) while another call runs: its long request
+    is aborted, the other call's go on and are answered in full."""
+    results = {}
+    other = threading.Thread(
+        target=lambda: results.update(
+            out=engine.generate([chat(f"Count, {i}.", max_tokens=24, min_tokens=24) for i in range(2)])
+        )
+    )
+    other.start()
+    deadline = time.monotonic() + 60
+    while not engine._running:  # the other call's requests are in vLLM
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    stopped = [chat("Say hi.", max_tokens=1), chat("Tell me a long story.", max_tokens=1500, min_tokens=1500)]
+    with pytest.raises(RuntimeError, match="stopped"):
+        engine.generate(stopped, on_finished=_raises)
+    in_vllm = engine._llm.llm_engine.get_num_unfinished_requests()  # the other call's two alone
+    other.join(timeout=120)
+    assert in_vllm == 2
+    assert [(g.completion_tokens, g.error) for g in results["out"]] == [(24, None), (24, None)]
+    assert not engine._running and not engine._done and not engine._llm.llm_engine.has_unfinished_requests()
 
 
 @pytest.mark.vllm

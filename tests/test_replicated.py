@@ -133,6 +133,46 @@ def test_one_copy_per_call_runs_in_the_calling_thread_and_the_first_engines_toke
     assert ReplicatedEngine([second]).chat_tokenizer is None  # server copies: the messages are sent
 
 
+def test_concurrent_calls_get_their_own_replies_and_an_interrupted_one_stops_only_its_parts():
+    """Two calls at once (lockstep cohorts) over copies that take concurrent calls: each gets its own
+    replies in its order, reported from its own thread; one interrupted by its caller stops its own
+    parts, and the other's are answered in full."""
+    copies = [Copy("a", pause=0.005), Copy("b", pause=0.005)]
+    assert not ReplicatedEngine(copies).joins_calls
+    for copy in copies:
+        copy.joins_calls = True
+    engine = ReplicatedEngine(copies)
+    assert engine.joins_calls and not ReplicatedEngine([*copies, Copy("c")]).joins_calls
+
+    class Interrupted(Exception):
+        pass
+
+    results, reported = {}, {"x": [], "y": []}
+
+    def run(tag: str, interrupt_at: int | None) -> None:
+        def finished(n: int, tokens: int) -> None:
+            reported[tag].append(threading.current_thread().name)
+            if len(reported[tag]) == interrupt_at:
+                raise Interrupted
+
+        try:
+            results[tag] = engine.generate([request(f"{tag}{i}") for i in range(60)], finished)
+        except Interrupted as err:
+            results[tag] = err
+
+    threads = [threading.Thread(target=run, args=a, name=a[0]) for a in (("x", 3), ("y", None))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    replies = results["y"]
+    assert [g.text.split(":", 1)[1] for g in replies] == [f"y{i}" for i in range(60)]
+    assert reported["y"] == ["y"] * 60 and set(reported["x"]) == {"x"}
+    assert isinstance(results["x"], Interrupted)
+    answered_x = sum(copy.answered for copy in copies) - 60
+    assert answered_x < 30  # its parts stopped at their next finished request, not after 60 (0.3 s)
+
+
 @pytest.mark.vllm
 def test_the_in_process_engine_answers_its_part_from_a_thread_and_stops_when_another_copy_fails(engine):
     """As on a GPU node: the model's own engine in this process, its copy a server (scripted here)."""

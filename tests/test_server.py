@@ -408,6 +408,44 @@ def test_served_requests_in_flight_follow_the_servers_kv_cache(served, caplog):
 
 
 @pytest.mark.vllm
+def test_served_concurrent_calls_share_the_cap_of_the_servers_kv_cache(served, caplog):
+    # two calls at once on one engine (lockstep cohorts: base.Engine.joins_calls), each of 10 requests
+    # that may grow to more than a 15th of the server's KV cache: each alone fits the cap, the two
+    # together do not, and the server never holds more than the one cap (running and waiting)
+    kv_tokens = kv_cache_tokens(httpx.get(f"{served.removesuffix('/v1')}/metrics").text)
+    budget = kv_tokens // 15 + 1
+    words = "root ::= " + " ".join(["w"] * 12) + '\nw ::= "yes " | "no "'  # a bounded reply: 12 words
+    engine = server_engine(served, max_concurrency=64)
+    calls = {tag: [chat(f"Answer {tag}{i}.", grammar=words, max_tokens=budget) for i in range(10)] for tag in "ab"}
+    results, held, done = {}, [], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            m = _metrics(served)
+            held.append(m["vllm:num_requests_running"] + m["vllm:num_requests_waiting"])
+            time.sleep(0.01)
+
+    def call(tag: str) -> None:
+        results[tag] = engine.generate(calls[tag])
+
+    threads = [threading.Thread(target=call, args=(tag,)) for tag in calls] + [threading.Thread(target=watch)]
+    with caplog.at_level(logging.INFO, logger="personalens.engines.serving.engine"):
+        for thread in threads:
+            thread.start()
+        for thread in threads[:2]:
+            thread.join(timeout=300)
+        done.set()
+        threads[2].join()
+    assert set(results) == {"a", "b"}
+    for replies in results.values():
+        assert [len(g.text.split()) for g in replies] == [12] * 10 and all(g.error is None for g in replies)
+    said = re.search(rf"holds {kv_tokens:,} tokens: 10 of 10 requests in flight .*; (\d+) such with", caplog.text)
+    assert said and 10 < int(said[1]) < 20, caplog.text
+    # more than one call's requests ran at once, never more than the one cap
+    assert 10 < max(held) <= int(said[1]), (said[0], max(held))
+
+
+@pytest.mark.vllm
 def test_served_request_is_aborted_when_its_client_hangs_up(served):
     # what the engine relies on before it sends a stalled request again (serving/http.py)
     body = {"model": _served_name(served), "messages": [{"role": "user", "content": "Tell a long story."}]}

@@ -1,20 +1,28 @@
 """How many requests a server engine keeps in flight (engines/flow.py), pure: from a KV cache
-sized with a published architecture, and from vLLM's /metrics text. tests/test_server.py checks it
-against a real `vllm serve`."""
+sized with a published architecture, and from vLLM's /metrics text; the budget its concurrent calls
+share, from threads with event loops of their own. tests/test_server.py checks it against a real
+`vllm serve`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
+from fractions import Fraction
 from pathlib import Path
 
+import pytest
 from engine_fixtures import chat
 
 from personalens.engines.flow import (
+    InFlight,
     PromptSizes,
     ReplySizes,
     in_flight,
     kv_cache_tokens,
     needs,
+    share,
     shared_prefix_chars,
 )
 from personalens.engines.placement.architecture import Architecture
@@ -116,3 +124,89 @@ def test_a_shared_prefix_counts_once_and_the_cap_grows_with_learned_replies():
     assert (today, first, learned) == (63, 93, 786)
     assert shared + sum(each) * learned / len(each) <= kv_tokens < shared + sum(each) * (learned + 1) / len(each)
     assert in_flight(kv_tokens, each, limit=256, shared=shared) == 256
+
+
+def test_the_shares_in_flight_never_add_up_to_more_than_one_and_waiters_go_first():
+    budget = InFlight()
+    assert [budget.try_take(share(3)) for _ in range(4)] == [True, True, True, False]
+    budget.give(share(3))
+    # a call of larger requests (2 in flight) beside one of 3: its share fits once two thirds are back
+    assert not budget.try_take(share(2))
+    budget.give(share(3))
+    assert budget.try_take(share(2)) and budget.held == Fraction(5, 6)
+    budget.give(share(2))
+    budget.give(share(3))
+    # one request larger than the cache (a call of 1) fits an engine with nothing in flight, alone
+    assert budget.held == 0 and budget.try_take(share(1)) and not budget.try_take(share(1000))
+    budget.give(share(1))
+
+    async def queued_behind_a_waiter():
+        budget.try_take(share(2))
+        first = asyncio.ensure_future(budget.take(share(1)))
+        await asyncio.sleep(0)
+        # the half left is enough for a third, but it does not pass the request that waits before it
+        assert not first.done() and not budget.try_take(share(3))
+        budget.give(share(2))
+        await first
+        assert budget.held == 1
+
+    asyncio.run(queued_behind_a_waiter())
+
+
+def test_a_cancelled_waiter_takes_nothing_and_lets_those_behind_it_go():
+    async def run():
+        budget = InFlight()
+        budget.try_take(share(2))
+        big = asyncio.ensure_future(budget.take(share(1)))  # waits for the half in flight
+        small = asyncio.ensure_future(budget.take(share(4)))  # fits, but waits behind `big`
+        await asyncio.sleep(0)
+        assert not big.done() and not small.done()
+        big.cancel()
+        await asyncio.wait_for(small, 5)  # its turn once `big` stops waiting
+        assert budget.held == Fraction(3, 4)
+        with pytest.raises(asyncio.CancelledError):
+            await big
+        budget.give(share(4))
+        # granted, then cancelled before it could go on (its wake-up still pending): the share goes back
+        late = asyncio.ensure_future(budget.take(share(1)))
+        await asyncio.sleep(0)
+        budget.give(share(2))  # makes room: `late` holds the whole budget
+        assert budget.held == 1
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        assert budget.held == 0
+
+    asyncio.run(run())
+
+
+def test_calls_in_threads_with_loops_of_their_own_share_one_budget():
+    """Three calls at once, each in its own thread and event loop as a server engine's: at most 6
+    requests of the engine in flight together (each call alone would keep 6), all of them served."""
+    budget, lock = InFlight(), threading.Lock()
+    in_flight, most, served = [0], [0], []
+
+    async def call(tag: str) -> None:
+        async def one(i: int) -> None:
+            await budget.take(share(6))
+            try:
+                with lock:
+                    in_flight[0] += 1
+                    most[0] = max(most[0], in_flight[0])
+                await asyncio.sleep(0.002)
+                with lock:
+                    in_flight[0] -= 1
+                    served.append((tag, i))
+            finally:
+                budget.give(share(6))
+
+        await asyncio.gather(*(one(i) for i in range(40)))
+
+    threads = [threading.Thread(target=asyncio.run, args=(call(tag),)) for tag in "abc"]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(served) == [(tag, i) for tag in "abc" for i in range(40)]
+    assert most[0] == 6 and budget.held == 0 and time.monotonic() - started < 10

@@ -4,15 +4,15 @@ beside server copies (vllm/local.py `capped`), so that every copy of a model is 
 
 vLLM runs a request only while its KV cache holds the request's tokens; the others wait in the
 server's queue. Waiting there costs no timeout (replies are streamed, serving/http.py), but every
-waiting request holds a connection, and all of them are aborted at once if this process stops. So one
-generate() keeps at most
+waiting request holds a connection, and all of them are aborted at once if this process stops. So an
+engine keeps at most
 
     the server's KV cache tokens / the call's mean (prompt tokens + max_tokens)
 
-requests in flight, never more than `server.max_concurrency` (a managed server's max_num_seqs) and
-never fewer than one. A request's reply is counted at the tokens replies of its kind (its max_tokens
-and whether a grammar constrains it: in practice its role) have taken so far, at most its max_tokens,
-and at max_tokens before the first such reply; so a judge whose replies take a few hundred of its
+requests like a call's in flight, never more than `server.max_concurrency` (a managed server's
+max_num_seqs) and never fewer than one. A request's reply is counted at the tokens replies of its
+kind (its max_tokens and whether a grammar constrains it: in practice its role) have taken so far, at
+most its max_tokens, and at max_tokens before the first such reply; so a judge whose replies take a few hundred of its
 4,000 tokens gets many more requests in flight once its first replies are in. The prompt prefix
 every request of the call shares (instructions, a system prompt) is counted once: the server's prefix
 cache holds one copy of it. The KV cache size is the server's own (vLLM's /metrics,
@@ -21,13 +21,23 @@ cache holds one copy of it. The KV cache size is the server's own (vLLM's /metri
 character this engine's server has reported so far. Every copy of a model (replicated.py) is capped
 by this rule against its own cache: a server copy's from its /metrics, the in-process copy's from
 its vLLM engine (num_gpu_blocks x block_size), at most its `max_num_seqs`.
+
+An engine's calls may run at once, in different threads (lockstep cohorts: base.Engine.joins_calls),
+and the cap holds for the engine over all of them (`InFlight`): each call's request takes a share of
+the engine, one over that count for the call's requests, and the shares in flight never add up to
+more than one. Two calls of like requests thus keep together what one of them would; calls of long
+and of short requests each hold their requests' part of the cache.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Sequence
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -56,20 +66,26 @@ def kv_cache_tokens(metrics: str) -> int | None:
 
 @dataclass
 class PromptSizes:
-    """Prompt tokens per character of the messages, learned from the server's usage reports."""
+    """Prompt tokens per character of the messages, learned from the server's usage reports (from
+    the threads of an engine's concurrent calls: each update and read under its lock)."""
 
     chars: int = 0
     tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, request: Request, prompt_tokens: int) -> None:
         if prompt_tokens > 0:
-            self.chars += prompt_chars(request)
-            self.tokens += prompt_tokens
+            chars = prompt_chars(request)
+            with self._lock:
+                self.chars += chars
+                self.tokens += prompt_tokens
 
     def estimate(self, request: Request) -> int:
         chars = prompt_chars(request)
-        if self.chars and self.tokens:
-            return round(chars * self.tokens / self.chars)
+        with self._lock:
+            seen_chars, seen_tokens = self.chars, self.tokens
+        if seen_chars and seen_tokens:
+            return round(chars * seen_tokens / seen_chars)
         return round(chars / START_CHARS_PER_TOKEN)
 
 
@@ -84,13 +100,16 @@ def _kind(request: Request) -> tuple[int, bool]:
 
 @dataclass
 class ReplySizes:
-    """Completion tokens per reply, learned per kind of request (`_kind`) from the server's replies."""
+    """Completion tokens per reply, learned per kind of request (`_kind`) from the server's replies
+    (from the threads of an engine's concurrent calls: each update under its lock)."""
 
     seen: dict[tuple[int, bool], tuple[int, int]] = field(default_factory=dict)  # kind -> (replies, tokens)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, request: Request, completion_tokens: int) -> None:
-        replies, tokens = self.seen.get(_kind(request), (0, 0))
-        self.seen[_kind(request)] = (replies + 1, tokens + completion_tokens)
+        with self._lock:
+            replies, tokens = self.seen.get(_kind(request), (0, 0))
+            self.seen[_kind(request)] = (replies + 1, tokens + completion_tokens)
 
     def expect(self, request: Request) -> int:
         """The mean of its kind's replies so far, at most its max_tokens; max_tokens before any."""
@@ -122,3 +141,85 @@ def in_flight(kv_tokens: int | None, needs: Sequence[int], limit: int, shared: i
         return limit
     mean = max(1.0, sum(needs) / len(needs))
     return max(1, min(limit, int(max(0, kv_tokens - shared) // mean)))
+
+
+def share(count: int) -> Fraction:
+    """What one request of a call that keeps `count` in flight takes of its engine (`InFlight`)."""
+    return Fraction(1, max(1, count))
+
+
+@dataclass(eq=False)
+class _Waiter:
+    share: Fraction
+    wake: Callable[[], None]
+    granted: bool = False
+
+
+class InFlight:
+    """The requests one engine has in flight, over all its calls, which may run at once in different
+    threads: each request holds its call's `share`, and the shares held never add up to more than
+    one (so any one request fits an engine with nothing in flight). A request that does not fit
+    waits, first come first served, until finished ones make room; `try_take` is for a caller that
+    has other work meanwhile (the in-process engine steps vLLM), `take` for a coroutine in its own
+    thread's event loop, woken from whichever thread makes room."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held = Fraction(0)
+        self._waiters: deque[_Waiter] = deque()
+
+    @property
+    def held(self) -> Fraction:
+        with self._lock:
+            return self._held
+
+    def try_take(self, share: Fraction) -> bool:
+        """Takes `share` if it fits now and nothing waits before it; whether it did."""
+        with self._lock:
+            if self._waiters or self._held + share > 1:
+                return False
+            self._held += share
+            return True
+
+    async def take(self, share: Fraction) -> None:
+        """Takes `share`, once it fits. Cancelled while it waits, it takes nothing (a share it was
+        given meanwhile goes back)."""
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        # called under the lock while the waiter is queued, so while this coroutine (and its loop) runs
+        waiter = _Waiter(share, lambda: loop.call_soon_threadsafe(_resolve, woken))
+        with self._lock:
+            if not self._waiters and self._held + share <= 1:
+                self._held += share
+                return
+            self._waiters.append(waiter)
+        try:
+            await woken
+        except BaseException:
+            with self._lock:
+                if not waiter.granted:
+                    self._waiters.remove(waiter)
+                    self._grant()  # it may have held back smaller shares behind it
+            if waiter.granted:
+                self.give(share)
+            raise
+
+    def give(self, share: Fraction) -> None:
+        """Returns a finished request's `share`; waiters it makes room for go on."""
+        with self._lock:
+            self._held -= share
+            self._grant()
+
+    def _grant(self) -> None:
+        """Gives the waiters at the front the shares that fit (the caller holds the lock)."""
+        while self._waiters and self._held + self._waiters[0].share <= 1:
+            waiter = self._waiters.popleft()
+            self._held += waiter.share
+            waiter.granted = True
+            waiter.wake()
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():  # not cancelled meanwhile
+        future.set_result(None)

@@ -11,6 +11,12 @@ ServerExited line) fails the call with that copy's error. A call that fails, is 
 the command's stop tells its other parts to stop (each at its next finished request, the rest of its
 batch aborted) and waits for them, so that no engine is still answering when the call has ended.
 
+Calls may run in several threads at once (lockstep cohorts) where every copy takes concurrent calls
+(`joins_calls`): each call has its own part threads and reports, and the copies share their batches
+between the calls' parts. Two calls may take round-robin turns in between each other (the counter
+is one for the engine, and each `next` on it is atomic), which changes only which copy answers a
+request without affinity.
+
 All copies are one model config: prompt ids made with the first engine's `chat_tokenizer` and its
 `max_model_len` hold for every copy (server copies take the messages the requests also carry).
 """
@@ -55,6 +61,8 @@ class ReplicatedEngine:
         self.chat_tokenizer = getattr(engines[0], "chat_tokenizer", None)
         self.max_model_len = getattr(engines[0], "max_model_len", None)
         self._turn = itertools.count()
+        # base.Engine: concurrent calls are safe where every copy takes them
+        self.joins_calls = all(getattr(e, "joins_calls", False) for e in self.engines)
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         split_up = split(requests, len(self.engines), self._turn)

@@ -46,8 +46,9 @@ class ServerConfig:
 
     base_url: str  # up to and including /v1, as OpenAI clients take it: http://host:8000/v1
     model: str | None = None  # the served model name; None asks /v1/models (one model served)
-    max_concurrency: int = 64  # the most requests in flight per generate() call (engines/flow.py: fewer when the
-    # server's KV cache holds fewer)
+    # the most requests in flight from the engine, its concurrent generate() calls together (engines/flow.py:
+    # fewer when the server's KV cache holds fewer)
+    max_concurrency: int = 64
     retries: int = 3  # further attempts after a connection error, a cut reply, a stall, 429 or 5xx
     backoff_s: float = 1.0  # wait before the first retry, doubled for each next one
     # between two chunks of a streamed reply once it has started (serving/http.py); before its first

@@ -3,6 +3,13 @@ started, managed.py): one generate() runs its batch as concurrent streamed /chat
 requests on pooled connections (serving/http.py), as many at a time as the server's KV cache holds
 (engines/flow.py), at most `server.max_concurrency`.
 
+Calls may run in several threads at once (`joins_calls`, for lockstep cohorts), each in its own event
+loop and with its own connections; their requests share the server's batch. The in-flight cap is the
+engine's, over all its calls together (engines/flow.py `InFlight`): a call's request takes one over
+its call's count of the engine's budget, so calls of like requests keep together what one would,
+and never more than `server.max_concurrency` requests are in flight from the engine, each call
+holding at most that many connections.
+
 A request the server refuses (HTTP 400 or 422: vLLM's answer to a prompt longer than the model's
 context, or to a bad parameter) is answered as `rejected` and the others go on. So is a request that
 failed after its retries while the server still answers /health: the call keeps every finished reply.
@@ -27,13 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
 from personalens.engines.chat.messages import format_messages
 from personalens.engines.chat.token_ids import ChatTokenizer
-from personalens.engines.flow import PromptSizes, ReplySizes, in_flight, kv_cache_tokens, needs
+from personalens.engines.flow import InFlight, PromptSizes, ReplySizes, in_flight, kv_cache_tokens, needs, share
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.serving.http import Failed, Refused, ServerClient, ServerError
 from personalens.engines.serving.processes import GRACE_S
@@ -48,6 +56,8 @@ EXIT_WAIT_S = GRACE_S + 5
 
 
 class ServerEngine:
+    joins_calls = True  # base.Engine: concurrent calls share the server's batch and the in-flight cap
+
     def __init__(self, config: ModelConfig, stop: Stop | None = None):
         if config.server is None:
             raise ModelConfigError(f"model {config.name!r}: engine server needs server.base_url")
@@ -65,9 +75,11 @@ class ServerEngine:
         self.chat_tokenizer = ChatTokenizer.from_files(config) if config.tokenizer or config.path else None
         self._kv_tokens: int | None = None
         self._kv_asked = False
+        self._kv_lock = threading.Lock()  # the first calls at once: one asks, the others wait for its answer
         self._sizes = PromptSizes()
         self._replies = ReplySizes()
-        self._in_flight: int | None = None  # the last call's, logged when it changes
+        self._in_flight = InFlight()  # the engine's in-flight budget, which its concurrent calls share
+        self._logged: int | None = None  # the last call's count in flight, logged when it changes
 
     @property
     def max_model_len(self) -> int | None:
@@ -89,6 +101,7 @@ class ServerEngine:
         if not requests:
             return []
         self._stop.check()
+        self._ask_kv_cache()
         try:
             # an event loop per call; on Ctrl-C, a stop or an error, the requests not yet sent are
             # cancelled and those in flight disconnected (which the server aborts)
@@ -104,23 +117,25 @@ class ServerEngine:
         connections = min(self._server.max_concurrency, len(requests))
         async with ServerClient(self._server, connections) as client:
             model = await self._served_model(client)
-            slots = asyncio.Semaphore(await self._slots(client, requests, connections))
+            each = share(self._slots(requests))
             failed: list[Failed] = []
 
             async def one(request: Request) -> Generation:
-                async with slots:
-                    try:
-                        generation = await client.complete(
-                            chat_body(model, request, self._system_role, self._template_kwargs)
-                        )
-                    except Refused as refusal:
-                        return rejected(str(refusal))
-                    except Failed as failure:
-                        failed.append(failure)
-                        return rejected(str(failure))
-                    self._sizes.add(request, generation.prompt_tokens)
-                    self._replies.add(request, generation.completion_tokens)
-                    return generation
+                await self._in_flight.take(each)
+                try:
+                    generation = await client.complete(
+                        chat_body(model, request, self._system_role, self._template_kwargs)
+                    )
+                except Refused as refusal:
+                    return rejected(str(refusal))
+                except Failed as failure:
+                    failed.append(failure)
+                    return rejected(str(failure))
+                finally:
+                    self._in_flight.give(each)
+                self._sizes.add(request, generation.prompt_tokens)
+                self._replies.add(request, generation.completion_tokens)
+                return generation
 
             tasks = [asyncio.ensure_future(one(r)) for r in requests]
             for finished in asyncio.as_completed(tasks):
@@ -136,26 +151,36 @@ class ServerEngine:
                 raise failed[0]  # the server, not the requests (generate() tells an exited one)
             return generations
 
-    async def _slots(self, client: ServerClient, requests: Sequence[Request], limit: int) -> int:
-        """Requests of this call to keep in flight (engines/flow.py); the server's KV cache size is
-        asked once."""
-        if not self._kv_asked:
-            self._kv_asked = True
-            text = await client.metrics()
+    def _ask_kv_cache(self) -> None:
+        """The server's KV cache size (its /metrics), asked by the engine's first call."""
+        with self._kv_lock:
+            if self._kv_asked:
+                return
+            text = asyncio.run(self._stop.run(self._metrics()))
             self._kv_tokens = kv_cache_tokens(text) if text else None
-            if self._kv_tokens is None:
-                log.info(
-                    f"{self.name}: its server reports no KV cache size on /metrics; up to {limit} requests in flight"
-                )
-        shared, each = needs(requests, self._sizes, self._replies)
-        n = in_flight(self._kv_tokens, each, limit, shared)
-        if n != self._in_flight and self._kv_tokens is not None:
+            self._kv_asked = True
+        if self._kv_tokens is None:
             log.info(
-                f"{self.name}: its server's KV cache holds {self._kv_tokens:,} tokens: {n} of {len(requests)} "
-                f"requests in flight (about {sum(each) // len(each):,} tokens each with its expected reply, "
-                f"beside a shared prefix of {shared:,})"
+                f"{self.name}: its server reports no KV cache size on /metrics; up to "
+                f"{self._server.max_concurrency} requests in flight"
             )
-        self._in_flight = n
+
+    async def _metrics(self) -> str | None:
+        async with ServerClient(self._server, 1) as client:
+            return await client.metrics()
+
+    def _slots(self, requests: Sequence[Request]) -> int:
+        """Requests like this call's that the server's KV cache runs at once (engines/flow.py), at most
+        `server.max_concurrency`: each of the call's then takes one over that of the engine's budget."""
+        shared, each = needs(requests, self._sizes, self._replies)
+        n = in_flight(self._kv_tokens, each, self._server.max_concurrency, shared)
+        if n != self._logged and self._kv_tokens is not None:
+            log.info(
+                f"{self.name}: its server's KV cache holds {self._kv_tokens:,} tokens: {min(n, len(requests))} of "
+                f"{len(requests)} requests in flight (about {sum(each) // len(each):,} tokens each with its expected "
+                f"reply, beside a shared prefix of {shared:,}; {n} such with the engine's other calls)"
+            )
+        self._logged = n
         return n
 
     async def _served_model(self, client: ServerClient) -> str:

@@ -2,9 +2,16 @@
 queued one by one and the engine stepped until all have finished; the command's stop is looked at
 before every step, and what is still queued when a call ends early is aborted.
 
+Calls may run in several threads at once (`joins_calls`, for lockstep cohorts): their requests share
+vLLM's batch, a later call's joining at the next step. vLLM's LLM is not thread-safe, so adding,
+stepping and aborting hold the engine's lock; whichever call steps hands the finished replies of
+the others to them (`_done`), and each call takes its own, reports them from its own thread and
+returns them in its request order. A call that ends early aborts only its own requests.
+
 An engine that is one copy of a model among server copies (replicated.py; `capped`, set by the
 factory) keeps in flight only as many requests as its KV cache holds, by the rule that caps its
-server copies (engines/flow.py), the next queued as one finishes; any other queues them all.
+server copies (engines/flow.py), over all its calls together, the next queued as one finishes; any
+other queues them all.
 
 vLLM starts worker processes; a script that builds this engine needs an
 `if __name__ == "__main__":` guard.
@@ -15,9 +22,11 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from fractions import Fraction
 
 from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
 from personalens.engines.chat import harmony
@@ -34,7 +43,7 @@ from personalens.engines.chat.reasoning import (
 )
 from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.dtype import local_dtype
-from personalens.engines.flow import PromptSizes, ReplySizes, in_flight, needs
+from personalens.engines.flow import InFlight, PromptSizes, ReplySizes, in_flight, needs, share
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.models.embedded import model_path
 from personalens.engines.stop import Stop
@@ -47,6 +56,8 @@ _PROMPT_TAIL = 32  # tokens at a prompt's end read to see whether its template o
 
 
 class VllmEngine:
+    joins_calls = True  # base.Engine: concurrent calls share vLLM's batch
+
     def __init__(self, config: ModelConfig, stop: Stop | None = None):
         # gpt-oss: its harmony channels are read on the output ids (engines/chat/harmony.py)
         self._harmony = harmony.encoding() if config.reasoning_parser == harmony.PARSER else None
@@ -79,6 +90,10 @@ class VllmEngine:
         self.max_num_seqs = config.max_num_seqs
         self.capped = False  # the factory's: one copy of a model whose other copies are servers
         self._sizes, self._replies = PromptSizes(), ReplySizes()
+        self._lock = TurnLock()  # held to add requests, step and abort: vLLM's LLM is not thread-safe
+        self._running: dict[str, Fraction] = {}  # the calls' requests in vLLM, with their in-flight shares
+        self._done: dict[str, Generation] = {}  # their replies that a step finished, by id, until taken
+        self._in_flight = InFlight()  # where capped: one budget for all the engine's calls
         # failures of the engine itself, which stop the command; anything else raised while adding a
         # request is vLLM refusing that request
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
@@ -94,27 +109,26 @@ class VllmEngine:
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         """One batched call: every request queued, then the engine stepped until all have finished.
         A request vLLM refuses (its prompt too long, say) is answered as `rejected`; the rest run.
-        A call whose requests are all refused for one reason raises `RefusedAll`."""
+        A call whose requests are all refused for one reason raises `RefusedAll`. Safe to call from
+        several threads at once (the module's docstring)."""
         if not requests:
             return []
         self._stop.check()
         replies: list[Generation | None] = [None] * len(requests)
-        queued: dict[str, int] = {}
+        queued: dict[str, int] = {}  # this call's requests in vLLM, or finished and not yet taken
         waiting = deque(range(len(requests)))
-        limit = self.slots(requests)
+        each = share(self.slots(requests)) if self.capped else Fraction(0)  # not capped: all at once
         try:
             while queued or waiting:
-                refused = 0
-                while waiting and len(queued) < limit:
-                    i = waiting.popleft()
-                    request_id, refusal = self._queue(requests[i])
-                    if refusal is None:
-                        queued[request_id] = i
-                    else:
-                        replies[i], refused = refusal, refused + 1
+                with self._lock:
+                    refused = self._add(requests, waiting, queued, replies, each)
+                    mine = self._take(queued)
+                    if not mine and self._running:  # nothing of its own finished yet: a step, for every call
+                        self._step()
+                        mine = self._take(queued)
                 if on_finished is not None and refused:
                     on_finished(refused, 0)
-                for request_id, gen in self.finished() if queued else ():
+                for request_id, gen in mine:
                     i = queued.pop(request_id)
                     replies[i] = gen
                     self._sizes.add(requests[i], gen.prompt_tokens)
@@ -123,17 +137,62 @@ class VllmEngine:
                         on_finished(1, gen.completion_tokens)
         finally:
             if queued:  # interrupted: nothing of this call stays queued in the engine
-                # the ids kept are those LLM.enqueue gave (external: vLLM's own, internal ids add a
-                # random suffix, so internal=True would match none and abort nothing)
-                self._llm.llm_engine.abort_request(list(queued), internal=False)
+                self._abort(queued)
         check_refusals(self.name, replies)
         return replies
 
+    def _add(
+        self,
+        requests: Sequence[Request],
+        waiting: deque[int],
+        queued: dict[str, int],
+        replies: list[Generation | None],
+        each: Fraction,
+    ) -> int:
+        """Queues the call's waiting requests while the engine's in-flight budget takes them (the
+        caller holds the lock); how many vLLM refused (answered in `replies`)."""
+        refused = 0
+        while waiting and self._in_flight.try_take(each):
+            i = waiting.popleft()
+            request_id, refusal = self._queue(requests[i])
+            if refusal is None:
+                queued[request_id], self._running[request_id] = i, each
+            else:
+                self._in_flight.give(each)
+                replies[i], refused = refusal, refused + 1
+        return refused
+
+    def _take(self, queued: dict[str, int]) -> list[tuple[str, Generation]]:
+        """The call's finished replies, taken from `_done` (the caller holds the lock)."""
+        return [(request_id, self._done.pop(request_id)) for request_id in list(self._done) if request_id in queued]
+
+    def _step(self) -> None:
+        """One step of vLLM for every running call: the finished replies go to `_done`, their shares
+        back to the budget (the caller holds the lock)."""
+        for request_id, gen in self._stepped():
+            each = self._running.pop(request_id, None)
+            if each is not None:
+                self._in_flight.give(each)
+                self._done[request_id] = gen
+
+    def _abort(self, queued: dict[str, int]) -> None:
+        """Ends an interrupted call: its requests still in vLLM aborted, its replies not taken
+        dropped; the other calls' go on."""
+        with self._lock:
+            running = [request_id for request_id in queued if request_id in self._running]
+            for request_id in queued:
+                self._done.pop(request_id, None)
+            if running:
+                # the ids kept are those LLM.enqueue gave (external: vLLM's own, internal ids add a
+                # random suffix, so internal=True would match none and abort nothing)
+                self._llm.llm_engine.abort_request(running, internal=False)
+            for request_id in running:
+                self._in_flight.give(self._running.pop(request_id))
+
     def slots(self, requests: Sequence[Request]) -> int:
-        """Requests of this call to keep in flight: all of them, or where `capped`, what engines/flow.py
-        gives for its KV cache and max_num_seqs (logged when it holds some back)."""
-        if not self.capped:
-            return len(requests)
+        """Requests of a call to a capped engine to keep in flight (each then takes one over that of
+        the engine's budget, which its concurrent calls share): what engines/flow.py gives for its KV
+        cache and max_num_seqs (logged when it holds some back)."""
         shared, each = needs(requests, self._sizes, self._replies)
         n = in_flight(self.kv_tokens, each, self.max_num_seqs, shared)
         if n < len(requests):
@@ -148,11 +207,12 @@ class VllmEngine:
         """Queue requests without running them (scheduling=continuous); `finished` returns them,
         a refused one at its next call."""
         ids = []
-        for request in requests:
-            request_id, refusal = self._queue(request)
-            if refusal is not None:
-                self._refused.append((request_id, refusal))
-            ids.append(request_id)
+        with self._lock:
+            for request in requests:
+                request_id, refusal = self._queue(request)
+                if refusal is not None:
+                    self._refused.append((request_id, refusal))
+                ids.append(request_id)
         return ids
 
     def finished(self) -> list[tuple[str, Generation]]:
@@ -161,6 +221,13 @@ class VllmEngine:
         refused, self._refused = self._refused, []
         if refused:  # answered at once, so a caller never waits on an engine with nothing to do
             return refused
+        with self._lock:
+            return self._stepped()
+
+    def _stepped(self) -> list[tuple[str, Generation]]:
+        """One step of vLLM, after a look at the command's stop: the requests that finished in it
+        (the caller holds the lock)."""
+        self._stop.check()
         return [(out.request_id, self._split(out)) for out in self._llm.llm_engine.step() if out.finished]
 
     def _reasoning_parser(self, config: ModelConfig, tokenizer):
@@ -223,12 +290,50 @@ class VllmEngine:
 
     def reset_prefix_cache(self) -> None:
         """Forget cached prompt prefixes (benchmarks start each phase cold)."""
-        self._llm.reset_prefix_cache()
+        with self._lock:
+            self._llm.reset_prefix_cache()
 
     def close(self) -> None:
         """Stops vLLM's engine processes and frees their memory now, not at interpreter exit."""
         self._llm = None
         gc.collect()  # the LLM sits in reference cycles; its finalizers stop the processes
+
+
+class TurnLock:
+    """A lock its threads take in turn, in the order they asked: a call that steps vLLM again and
+    again cannot keep another call from adding its requests or taking its replies between its steps
+    (a plain Lock lets the thread that releases it take it again first)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._next = 0  # the next ticket handed out
+        self._serving = 0  # the ticket that holds the lock
+        self._gone: set[int] = set()  # tickets whose thread stopped waiting (an interrupt)
+
+    def __enter__(self) -> None:
+        with self._changed:
+            ticket, self._next = self._next, self._next + 1
+            try:
+                while ticket != self._serving:
+                    self._changed.wait()
+            except BaseException:  # interrupted while it waited: its turn passes, or ends at once
+                if ticket == self._serving:
+                    self._pass()
+                else:
+                    self._gone.add(ticket)
+                raise
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._pass()
+
+    def _pass(self) -> None:
+        """The turn to the next ticket still waiting (the caller holds `_changed`)."""
+        self._serving += 1
+        while self._serving in self._gone:
+            self._gone.remove(self._serving)
+            self._serving += 1
+        self._changed.notify_all()
 
 
 def _generation(out) -> Generation:
