@@ -6,7 +6,9 @@ Calls may run in several threads at once (`joins_calls`, for lockstep cohorts): 
 vLLM's batch, a later call's joining at the next step. vLLM's LLM is not thread-safe, so adding,
 stepping and aborting hold the engine's lock; whichever call steps hands the finished replies of
 the others to them (`_done`), and each call takes its own, reports them from its own thread and
-returns them in its request order. A call that ends early aborts only its own requests.
+returns them in its request order. No call steps while another's finished replies wait for it (for
+a moment: `TAKE_WAIT_S`), so each takes them at the step that finished them, however many calls
+run. A call that ends early aborts only its own requests.
 
 An engine that is one copy of a model among server copies (replicated.py; `capped`, set by the
 factory) keeps in flight only as many requests as its KV cache holds, by the rule that caps its
@@ -52,6 +54,7 @@ from personalens.engines.vllm.check import check_in_process
 
 log = logging.getLogger(__name__)
 
+TAKE_WAIT_S = 0.1  # the longest a call waits for others to take their replies before it steps
 _PROMPT_TAIL = 32  # tokens at a prompt's end read to see whether its template opened a thinking block
 
 
@@ -90,7 +93,9 @@ class VllmEngine:
         self.max_num_seqs = config.max_num_seqs
         self.capped = False  # the factory's: one copy of a model whose other copies are servers
         self._sizes, self._replies = PromptSizes(), ReplySizes()
-        self._lock = TurnLock()  # held to add requests, step and abort: vLLM's LLM is not thread-safe
+        # held to add requests, step and abort (vLLM's LLM is not thread-safe); notified when replies
+        # are taken or a step finished some
+        self._lock = threading.Condition()
         self._running: dict[str, Fraction] = {}  # the calls' requests in vLLM, with their in-flight shares
         self._done: dict[str, Generation] = {}  # their replies that a step finished, by id, until taken
         self._in_flight = InFlight()  # where capped: one budget for all the engine's calls
@@ -123,6 +128,11 @@ class VllmEngine:
                 with self._lock:
                     refused = self._add(requests, waiting, queued, replies, each)
                     mine = self._take(queued)
+                    # no step while another call's finished replies wait for it (up to TAKE_WAIT_S, so
+                    # a call busy elsewhere holds no other up): each call takes its own at the step
+                    # that finished them, however many calls run
+                    while not mine and self._done and self._lock.wait(TAKE_WAIT_S):
+                        mine = self._take(queued)
                     if not mine and self._running:  # nothing of its own finished yet: a step, for every call
                         self._step()
                         mine = self._take(queued)
@@ -164,7 +174,10 @@ class VllmEngine:
 
     def _take(self, queued: dict[str, int]) -> list[tuple[str, Generation]]:
         """The call's finished replies, taken from `_done` (the caller holds the lock)."""
-        return [(request_id, self._done.pop(request_id)) for request_id in list(self._done) if request_id in queued]
+        mine = [(request_id, self._done.pop(request_id)) for request_id in list(self._done) if request_id in queued]
+        if mine:
+            self._lock.notify_all()
+        return mine
 
     def _step(self) -> None:
         """One step of vLLM for every running call: the finished replies go to `_done`, their shares
@@ -174,6 +187,7 @@ class VllmEngine:
             if each is not None:
                 self._in_flight.give(each)
                 self._done[request_id] = gen
+        self._lock.notify_all()
 
     def _abort(self, queued: dict[str, int]) -> None:
         """Ends an interrupted call: its requests still in vLLM aborted, its replies not taken
@@ -188,6 +202,7 @@ class VllmEngine:
                 self._llm.llm_engine.abort_request(running, internal=False)
             for request_id in running:
                 self._in_flight.give(self._running.pop(request_id))
+            self._lock.notify_all()
 
     def slots(self, requests: Sequence[Request]) -> int:
         """Requests of a call to a capped engine to keep in flight (each then takes one over that of
@@ -297,43 +312,6 @@ class VllmEngine:
         """Stops vLLM's engine processes and frees their memory now, not at interpreter exit."""
         self._llm = None
         gc.collect()  # the LLM sits in reference cycles; its finalizers stop the processes
-
-
-class TurnLock:
-    """A lock its threads take in turn, in the order they asked: a call that steps vLLM again and
-    again cannot keep another call from adding its requests or taking its replies between its steps
-    (a plain Lock lets the thread that releases it take it again first)."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._next = 0  # the next ticket handed out
-        self._serving = 0  # the ticket that holds the lock
-        self._gone: set[int] = set()  # tickets whose thread stopped waiting (an interrupt)
-
-    def __enter__(self) -> None:
-        with self._changed:
-            ticket, self._next = self._next, self._next + 1
-            try:
-                while ticket != self._serving:
-                    self._changed.wait()
-            except BaseException:  # interrupted while it waited: its turn passes, or ends at once
-                if ticket == self._serving:
-                    self._pass()
-                else:
-                    self._gone.add(ticket)
-                raise
-
-    def __exit__(self, *exc: object) -> None:
-        with self._changed:
-            self._pass()
-
-    def _pass(self) -> None:
-        """The turn to the next ticket still waiting (the caller holds `_changed`)."""
-        self._serving += 1
-        while self._serving in self._gone:
-            self._gone.remove(self._serving)
-            self._serving += 1
-        self._changed.notify_all()
 
 
 def _generation(out) -> Generation:
