@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from personalens.errors import PersonalensError
@@ -56,3 +57,14 @@ def test_a_truncated_part_is_named_on_read(tmp_path):
     damaged.write_bytes(damaged.read_bytes()[:100])
     with pytest.raises(PersonalensError, match=rf"{damaged.name}: not a readable Parquet part .*delete it"):
         read_table(tmp_path)
+
+
+def test_parts_are_numbered_in_the_order_written_and_a_new_writer_goes_on_from_the_folder(tmp_path):
+    schema = pa.schema([("n", pa.int64())])
+    first = PartWriter(tmp_path, schema)
+    for n in range(3):
+        first.write([{"n": n}])
+    PartWriter(tmp_path, schema).write([{"n": 3}])  # a resumed run's writer
+    names = sorted(p.name for p in tmp_path.glob("part-*.parquet"))
+    assert [name.split("-")[1] for name in names] == ["00000", "00001", "00002", "00003"]
+    assert [pq.read_table(tmp_path / name)["n"][0].as_py() for name in names] == [0, 1, 2, 3]

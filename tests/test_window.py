@@ -61,6 +61,17 @@ def test_cohorts_beyond_the_windows_size_start_when_it_grows(grown):
     assert all(d.ended is not None for d in ds)
 
 
+def test_cohorts_of_engines_that_join_calls_take_the_window_in_parts_of_16():
+    user, assistant = GreedyEngine("u"), GreedyEngine("a")
+    user.joins_calls = assistant.joins_calls = True
+    ds = many(40)
+    steps = run(ds, {"user": user, "assistant": assistant}, window=Window.fixed(20))  # auto: 3 cohorts
+    # the window's 20: 16 for cohort 0, 4 for cohort 1, none for cohort 2 (not 7, 7 and 6)
+    first = {t.cohort: t.requests for s in steps if s.step <= 2 for t in s.calls}
+    assert first == {0: 16, 1: 4}
+    assert max(s.active for s in steps) <= 20 and all(d.ended is not None for d in ds)
+
+
 def test_every_dialogue_in_flight_without_a_window():
     steps = run(many(10), {"user": GreedyEngine("u"), "assistant": GreedyEngine("a")}, cohorts=1)
     assert steps[0].calls[0].requests == 10

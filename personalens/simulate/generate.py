@@ -282,11 +282,12 @@ def generate(
     continuous = scheduling.mode == "continuous"
     turns_stored_at = time.monotonic()
 
-    def store_turns() -> None:
+    def store_turns(advanced: Sequence[Dialogue] | None = None) -> None:
+        """Appends the new turns of the `advanced` dialogues (None: of every dialogue)."""
         nonlocal turns_stored_at
         turns_stored_at = time.monotonic()
         rows = []
-        for d in todo:
+        for d in todo if advanced is None else advanced:
             if len(d.turns) > stored_up_to[id(d)]:
                 rows += turn_rows(d, stored_up_to[id(d)], run_id, session_started)
                 stored_up_to[id(d)] = len(d.turns)
@@ -297,7 +298,7 @@ def generate(
     stopped: dict[str, int] = {}
 
     def on_finished(finished: list[Dialogue]) -> None:
-        store_turns()  # first: a dialogue is only ever written with its turns stored
+        store_turns(finished)  # first: a dialogue is only ever written with its turns stored
         writer.write([dialogue_row(d, run_id, engines, config_hash, session_started) for d in finished])
         for dialogue in finished:
             ended[dialogue.ended] = ended.get(dialogue.ended, 0) + 1
@@ -322,7 +323,7 @@ def generate(
         bar.update(stats.finished, active=stats.active, tokens=stats.completion_tokens)
         stopping = stop is not None and stop.requested
         if not continuous or stopping or time.monotonic() - turns_stored_at >= CONTINUOUS_TURNS_S:
-            store_turns()
+            store_turns(None if stopping or continuous else stats.advanced)
         if stop is not None:
             stop.check()
 

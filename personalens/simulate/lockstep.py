@@ -72,6 +72,8 @@ class StepStats:
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens the engine served from its prefix cache
     calls: tuple[CallTrace, ...] = ()  # the step's batched calls, in order
+    # the dialogues still running that the step advanced (lockstep; empty: any of the run's may have)
+    advanced: tuple[Dialogue, ...] = ()
 
 
 def plan_step(
@@ -203,9 +205,14 @@ def cohort_count(requested: int, engines: Mapping[Role, Engine], dialogues: int 
         return 1
     if requested or len(distinct) < 2:
         return requested or 1
-    if all(getattr(e, "joins_calls", False) for e in distinct.values()):
+    if joining(engines):
         return max(2, -(-dialogues // JOINED_COHORT))
     return 2
+
+
+def joining(engines: Mapping[Role, Engine]) -> bool:
+    """Whether the user agent's and the assistant's engines both join calls (`joins_calls`)."""
+    return all(getattr(engines[role], "joins_calls", False) for role in ("user", "assistant"))
 
 
 @dataclass
@@ -257,6 +264,7 @@ def run_lockstep(
     for role in ("user", "assistant"):
         numbers.setdefault(id(engines[role]), len(numbers))
     count = cohort_count(cohorts, engines, sum(d.waiting_on is not None for d in dialogues))
+    least = JOINED_COHORT if count > 1 and not cohorts and joining(engines) else 1  # a cohort's part of the window
     if window is None:
         groups = [_Cohort(k, [d for d in dialogues[k::count] if d.waiting_on is not None]) for k in range(count)]
     else:
@@ -264,9 +272,10 @@ def run_lockstep(
     waiting = deque(d for d in dialogues if d.waiting_on is not None) if window is not None else deque()
     sizes: list[int | None] = []
 
-    def admit(cohort: _Cohort) -> None:
-        """Fills the cohort up to its share of the window's size from the waiting dialogues (cohorts
-        beyond the window's size have none until it grows)."""
+    def admit(idle: Iterable[_Cohort]) -> None:
+        """Fills the `idle` cohorts up to their shares of the window's size from the waiting
+        dialogues: the window split evenly, in parts of at least `least` dialogues (cohorts beyond
+        the parts have none until it grows)."""
         if not waiting or window is None:
             return
         size = window.size(d for c in groups for d in c.active)
@@ -278,9 +287,13 @@ def run_lockstep(
             )
         if size is None:
             size = len(waiting) + sum(len(c.active) for c in groups)
-        share = size // count + (cohort.index < size % count)
-        while waiting and len(cohort.active) < share:
-            cohort.active.append(waiting.popleft())
+        for cohort in idle:
+            if size >= least * count:
+                share = size // count + (cohort.index < size % count)
+            else:
+                share = min(least, max(0, size - cohort.index * least))
+            while waiting and len(cohort.active) < share:
+                cohort.active.append(waiting.popleft())
 
     begun = clock()
     steps = itertools.count(1)
@@ -316,8 +329,8 @@ def run_lockstep(
             for call, (engine, waiting) in enumerate(calls):
                 workers.submit(engine, (cohort.index, call), functools.partial(send, cohort, engine, waiting, call))
 
+        admit(groups)
         for cohort in groups:
-            admit(cohort)
             if cohort.active:
                 start(cohort)
         while workers.busy:
@@ -347,14 +360,16 @@ def run_lockstep(
                     sum(t.prompt_tokens for t in traces),
                     sum(t.cached_tokens for t in traces),
                     tuple(traces),
+                    tuple(cohort.active),
                 )
             )
             cohort.running = False
-            for idle in sorted(groups, key=lambda c: c is not cohort):  # this cohort first
-                if not idle.running:  # the window may have grown past cohorts that had no share of it
-                    admit(idle)
-                    if idle.active:
-                        start(idle)
+            # this cohort, and those the window had no part for, which it may have now
+            idle = [c for c in groups if not c.running]
+            admit(idle)
+            for c in idle:
+                if c.active:
+                    start(c)
 
 
 def _call(

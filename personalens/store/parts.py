@@ -29,6 +29,7 @@ class PartWriter:
     def __init__(self, folder: Path, schema: pa.Schema):
         self.folder = Path(folder)
         self.schema = schema
+        self._next: int | None = None  # the next part's number: the folder's parts counted once, then ours
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -39,7 +40,9 @@ class PartWriter:
             return None
         table = pa.Table.from_pylist(list(rows), schema=self.schema)
         # a unique name, so concurrent writers (a re-submitted job next to a stale one) never clash
-        name = f"part-{_next_index(self.folder):05d}-{uuid.uuid4().hex[:8]}.parquet"
+        if self._next is None:
+            self._next = _next_index(self.folder)
+        name = f"part-{self._next:05d}-{uuid.uuid4().hex[:8]}.parquet"
         tmp = self.folder / f".{name}.tmp"
         try:
             pq.write_table(table, tmp)
@@ -50,6 +53,7 @@ class PartWriter:
                 f"cannot write {self.folder / name}: {err.strerror or err}; nothing partial was left, the parts "
                 "written before are kept: free space or fix the folder's permissions, then run again to resume"
             ) from None
+        self._next += 1
         return self.folder / name
 
 
