@@ -5,6 +5,7 @@ against a real server: tests/test_server.py), and the factory marking the copy."
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 from test_engine_layout import Recorder, conf, loader
@@ -14,7 +15,7 @@ from personalens.engines.flow import InFlight, PromptSizes, ReplySizes
 from personalens.engines.placement.gpus import simulated
 from personalens.engines.replicated import ReplicatedEngine
 from personalens.engines.stop import Stop
-from personalens.engines.vllm.local import VllmEngine
+from personalens.engines.vllm.local import TurnLock, VllmEngine
 
 
 def scripted(kv_tokens: int | None, capped: bool, reply_tokens: int = 100) -> VllmEngine:
@@ -23,7 +24,7 @@ def scripted(kv_tokens: int | None, capped: bool, reply_tokens: int = 100) -> Vl
     engine = object.__new__(VllmEngine)
     engine.name, engine.kv_tokens, engine.max_num_seqs, engine.capped = "m", kv_tokens, 256, capped
     engine._stop, engine._sizes, engine._replies = Stop(), PromptSizes(), ReplySizes()
-    engine._lock, engine._running, engine._done, engine._in_flight = threading.Condition(), {}, {}, InFlight()
+    engine._lock, engine._running, engine._done, engine._in_flight = TurnLock(), {}, {}, InFlight()
     queue: list[tuple[str, str]] = []
     engine.most = 0
 
@@ -103,6 +104,28 @@ def test_concurrent_calls_share_the_cap_and_each_gets_its_own_replies_in_its_ord
     # both calls' requests were queued in between each other, and never more than the cap at once
     assert engine.most == 10 and {o[0] for o in engine.order[:12]} == {"a", "b"}
     assert engine._in_flight.held == 0 and not engine._running and not engine._done
+
+
+def test_the_engines_lock_goes_to_its_threads_in_the_order_they_asked():
+    """A call that steps again and again releases the engine's lock and asks for it at once: the
+    calls that waited for it go first (with a plain Lock the releasing thread may keep it)."""
+    lock, order = TurnLock(), []
+
+    def enter(name: str) -> None:
+        with lock:
+            order.append(name)
+
+    threads = []
+    with lock:
+        for name in ("b", "c"):
+            threads.append(threading.Thread(target=enter, args=(name,)))
+            threads[-1].start()
+            while lock._next != len(threads) + 1:  # it waits for its turn
+                time.sleep(0.001)
+    enter("a")
+    for thread in threads:
+        thread.join(timeout=10)
+    assert order == ["b", "c", "a"]
 
 
 def test_the_factory_caps_the_in_process_copy_beside_server_copies(tmp_path):

@@ -55,6 +55,7 @@ from personalens.engines.vllm.check import check_in_process
 log = logging.getLogger(__name__)
 
 TAKE_WAIT_S = 0.1  # the longest a call waits for others to take their replies before it steps
+YIELD_S = 0.001  # a call that let others take their replies waits this long before its next turn
 _PROMPT_TAIL = 32  # tokens at a prompt's end read to see whether its template opened a thinking block
 
 
@@ -93,9 +94,8 @@ class VllmEngine:
         self.max_num_seqs = config.max_num_seqs
         self.capped = False  # the factory's: one copy of a model whose other copies are servers
         self._sizes, self._replies = PromptSizes(), ReplySizes()
-        # held to add requests, step and abort (vLLM's LLM is not thread-safe); notified when replies
-        # are taken or a step finished some
-        self._lock = threading.Condition()
+        self._lock = TurnLock()  # held to add requests, step and abort: vLLM's LLM is not thread-safe
+        self._stepped_at = 0.0  # when the last step finished replies of some call
         self._running: dict[str, Fraction] = {}  # the calls' requests in vLLM, with their in-flight shares
         self._done: dict[str, Generation] = {}  # their replies that a step finished, by id, until taken
         self._in_flight = InFlight()  # where capped: one budget for all the engine's calls
@@ -129,13 +129,14 @@ class VllmEngine:
                     refused = self._add(requests, waiting, queued, replies, each)
                     mine = self._take(queued)
                     # no step while another call's finished replies wait for it (up to TAKE_WAIT_S, so
-                    # a call busy elsewhere holds no other up): each call takes its own at the step
-                    # that finished them, however many calls run
-                    while not mine and self._done and self._lock.wait(TAKE_WAIT_S):
-                        mine = self._take(queued)
-                    if not mine and self._running:  # nothing of its own finished yet: a step, for every call
+                    # a call busy elsewhere holds no other up): the lock goes round in turn, so each
+                    # call takes its own at the step that finished them, however many calls run
+                    yielded = bool(self._done) and time.monotonic() - self._stepped_at < TAKE_WAIT_S
+                    if not mine and self._running and not yielded:  # a step, for every call
                         self._step()
                         mine = self._take(queued)
+                if not mine and not refused and yielded:
+                    time.sleep(YIELD_S)
                 if on_finished is not None and refused:
                     on_finished(refused, 0)
                 for request_id, gen in mine:
@@ -174,10 +175,7 @@ class VllmEngine:
 
     def _take(self, queued: dict[str, int]) -> list[tuple[str, Generation]]:
         """The call's finished replies, taken from `_done` (the caller holds the lock)."""
-        mine = [(request_id, self._done.pop(request_id)) for request_id in list(self._done) if request_id in queued]
-        if mine:
-            self._lock.notify_all()
-        return mine
+        return [(request_id, self._done.pop(request_id)) for request_id in list(self._done) if request_id in queued]
 
     def _step(self) -> None:
         """One step of vLLM for every running call: the finished replies go to `_done`, their shares
@@ -187,7 +185,7 @@ class VllmEngine:
             if each is not None:
                 self._in_flight.give(each)
                 self._done[request_id] = gen
-        self._lock.notify_all()
+                self._stepped_at = time.monotonic()
 
     def _abort(self, queued: dict[str, int]) -> None:
         """Ends an interrupted call: its requests still in vLLM aborted, its replies not taken
@@ -202,7 +200,6 @@ class VllmEngine:
                 self._llm.llm_engine.abort_request(running, internal=False)
             for request_id in running:
                 self._in_flight.give(self._running.pop(request_id))
-            self._lock.notify_all()
 
     def slots(self, requests: Sequence[Request]) -> int:
         """Requests of a call to a capped engine to keep in flight (each then takes one over that of
@@ -312,6 +309,43 @@ class VllmEngine:
         """Stops vLLM's engine processes and frees their memory now, not at interpreter exit."""
         self._llm = None
         gc.collect()  # the LLM sits in reference cycles; its finalizers stop the processes
+
+
+class TurnLock:
+    """A lock its threads take in turn, in the order they asked: a call that steps vLLM again and
+    again cannot keep another call from adding its requests or taking its replies between its steps
+    (a plain Lock lets the thread that releases it take it again first)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._next = 0  # the next ticket handed out
+        self._serving = 0  # the ticket that holds the lock
+        self._gone: set[int] = set()  # tickets whose thread stopped waiting (an interrupt)
+
+    def __enter__(self) -> None:
+        with self._changed:
+            ticket, self._next = self._next, self._next + 1
+            try:
+                while ticket != self._serving:
+                    self._changed.wait()
+            except BaseException:  # interrupted while it waited: its turn passes, or ends at once
+                if ticket == self._serving:
+                    self._pass()
+                else:
+                    self._gone.add(ticket)
+                raise
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._pass()
+
+    def _pass(self) -> None:
+        """The turn to the next ticket still waiting (the caller holds `_changed`)."""
+        self._serving += 1
+        while self._serving in self._gone:
+            self._gone.remove(self._serving)
+            self._serving += 1
+        self._changed.notify_all()
 
 
 def _generation(out) -> Generation:
