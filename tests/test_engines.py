@@ -298,16 +298,17 @@ def _cpu_sampler_ignores_seeds_beside_greedy() -> bool:
     reason="vLLM's CPU sampler before 0.29 ignores seeds in a batch with a greedy request",
     strict=True,
 )
-def test_same_seed_same_sample_and_reruns_are_reproducible(engine):
-    # vLLM is not batch-invariant (a different batch mix may change the numerics), so reruns repeat
-    # the same batch: that is what a rerun of a whole evaluation does
+def test_same_seed_same_sample_other_seeds_other_samples(engine):
+    # in one call, beside a greedy request. Reruns of a call repeat its samples only where its batches
+    # repeat: vLLM's engine process takes a call's requests while it already steps, so under load a
+    # rerun's batches differ (docs/reproducibility.md); `reproducible: true` keeps them, and
+    # tests/test_reproducible.py checks a stopped and resumed run against a whole one call by call
     prompt = "Invent a name for a cat."
     batch = [chat(prompt, temperature=1.0, seed=s, max_tokens=24) for s in (7, 7, 8, 9, 10)]
     batch.append(chat(prompt, temperature=0.0, max_tokens=24))
-    first, again = engine.generate(batch), engine.generate(batch)
+    first = engine.generate(batch)
     assert first[0].text == first[1].text
     assert any(g.text != first[0].text for g in first[2:5])
-    assert [g.text for g in first] == [g.text for g in again]
 
 
 @pytest.mark.vllm
