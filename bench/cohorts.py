@@ -133,7 +133,16 @@ class TimedEngine:
         self._changed = threading.Condition()  # guards the model; notified on submissions and finishes
         self._reported: set[int] = set()  # ids of finished requests whose modelled end has passed
         self._begun = time.monotonic()  # wall time of the model's second 0
-        threading.Thread(target=self._drive, name=f"timed {name}", daemon=True).start()
+        self._closed = False
+        self._driver = threading.Thread(target=self._drive, name=f"timed {name}", daemon=True)
+        self._driver.start()
+
+    def close(self) -> None:
+        """Ends the driver thread once the model has nothing left to step."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._driver.join()
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         with contextlib.nullcontext() if self.joins_calls else self._one_call:
@@ -177,7 +186,9 @@ class TimedEngine:
     def _drive(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self.model.busy)
+                self._changed.wait_for(lambda: self.model.busy or self._closed)
+                if not self.model.busy:
+                    return
                 before = self.model.now
                 done = self.model.step(JUMP)
                 self.modelled += self.model.now - before
@@ -240,6 +251,10 @@ class TimedLoader:
             Cache(("assistant",), gpu.kv_tokens, gpu.max_num_seqs, len(self.parts)),
         )
 
+    def close(self) -> None:
+        for engine in [self.user, *self.parts]:
+            engine.close()
+
     def modelled(self) -> dict[str, float]:
         """Per model, the modelled seconds of its engines' calls, summed over its copies."""
         out = {self.user.name: self.user.modelled}
@@ -296,7 +311,10 @@ def run(layout: str, cohorts: str, in_flight: str, joins: bool, args: argparse.N
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     cpu, started = time.process_time(), time.monotonic()
-    generate(cfg, loader)
+    try:
+        generate(cfg, loader)
+    finally:
+        loader.close()
     wall, cpu = time.monotonic() - started, time.process_time() - cpu
     turns = read_table(out / "dialogues", ["turns"]).column("turns").to_pylist()
     totals = TraceTotals()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 
 import pytest
 from cli_helpers import REPO, read_rows
@@ -33,6 +34,8 @@ def test_the_tiny_bench_runs_every_layout_and_cohorts_change_no_dialogue(tmp_pat
         ("shared", "2", False),
     ]
     assert {m.dialogues for m in results} == {68}  # the sample's 34 scenarios x 2 trials
+    # each run's timed engines end their driver threads with it
+    assert [t.name for t in threading.enumerate() if t.name.startswith("timed ")] == []
     printed = capsys.readouterr().out
     assert printed.count("turns/s") == 9 and printed.count("x  prefilled") == 6
     for layout in ("equal", "70B+8B", "shared"):
