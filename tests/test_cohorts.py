@@ -13,8 +13,8 @@ from test_lockstep import SAMPLING, dialogues
 from personalens.engines.base import Generation
 from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.models.config import ModelConfig
+from personalens.engines.placement.cohorts import setting as cohorts_setting
 from personalens.errors import PersonalensError
-from personalens.simulate.command import cohorts as cohorts_setting
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.lockstep import cohort_count, run_lockstep
 from personalens.simulate.trace import TraceTotals

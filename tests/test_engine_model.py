@@ -3,6 +3,7 @@ and the engines plan/throughput.py makes of a layout, pure."""
 
 import dataclasses
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from personalens.engines.placement.architecture import Architecture
 from personalens.engines.placement.layout import layouts, with_copies
 from personalens.engines.placement.sizing import ModelNeed, Rules
-from personalens.plan.budget import Fixed, Turns, Workload
+from personalens.plan.budget import Fixed, Turns, Workload, spread
 from personalens.plan.engine_model import GpuModel, Turn, simulate
 from personalens.plan.throughput import GPUS, compare, dialogues, engine_of, sampled
 
@@ -118,6 +119,12 @@ def test_sampled_dialogues_keep_the_kinds_and_turn_counts_and_end_at_max_model_l
     assert [[(t.role, t.prompt)] for [t] in judged] == [[("judge", 700 + 2 * 130)]]
 
 
+def paper_need(name: str, roles: tuple[str, ...], tp: int) -> ModelNeed:
+    """A model of tests/fixtures/architectures in bf16 at the paper protocol's max_model_len."""
+    arch = Architecture.from_config(json.loads((ARCHITECTURES / f"{name}.json").read_text()))
+    return ModelNeed(name, roles, arch, arch.parameters() * 2, 2, tp=tp, max_model_len=65_536)
+
+
 def test_dialogues_in_flight_as_the_kv_cache_holds_keep_histories_cached():
     """The complete release's shape on 8 x 80 GB: a Qwen2.5-72B user agent (tp 4, 431,756 tokens of KV
     cache) and an 8B assistant with three copies, 8 rounds of 200/300-token replies, 256 dialogues.
@@ -125,13 +132,9 @@ def test_dialogues_in_flight_as_the_kv_cache_holds_keep_histories_cached():
     again; as many in flight as it keeps (the rest waiting their turn), most are served from cache,
     and the layout is modelled faster."""
     rules = Rules(gpu_bytes=80 * 10**9)
-
-    def need(name: str, roles: tuple[str, ...], tp: int) -> ModelNeed:
-        arch = Architecture.from_config(json.loads((ARCHITECTURES / f"{name}.json").read_text()))
-        return ModelNeed(name, roles, arch, arch.parameters() * 2, 2, tp=tp, max_model_len=65_536)
-
     layout = with_copies(
-        layouts([need("qwen25_72b", ("user_agent",), 4), need("llama31_8b", ("assistant",), 1)], 8, rules), 8
+        layouts([paper_need("qwen25_72b", ("user_agent",), 4), paper_need("llama31_8b", ("assistant",), 1)], 8, rules),
+        8,
     )
     fixed = Fixed(700, 900, 500, {"task_completion/": 700})
     workload = Workload(
@@ -144,3 +147,90 @@ def test_dialogues_in_flight_as_the_kv_cache_holds_keep_histories_cached():
     assert every["prefilled_share"] > 0.4 > 0.25 > held["prefilled_share"]
     assert held["chosen"] and not every["chosen"] and held["tokens_per_s"] > every["tokens_per_s"]
     assert held["busy_share"]["qwen25_72b"] > held["busy_share"]["llama31_8b"]
+
+
+def varied_dialogues(n: int, seed: int = 0) -> list[list[Turn]]:
+    """Dialogues of 2-6 rounds whose replies differ as bench/stragglers.py assumes: log-normal around
+    200 tokens (sigma 0.7), capped at 800; seeded."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        turns, prompt, last = [], 900, {"user": 0, "assistant": 0}
+        for t in range(2 * rng.randint(2, 6)):
+            role = ("user", "assistant")[t % 2]
+            reply = min(800, max(1, int(rng.lognormvariate(0, 0.7) * 200)))
+            turns.append(Turn(role, prompt, last[role], reply))
+            last[role], prompt = prompt, prompt + reply + 20
+        out.append(turns)
+    return out
+
+
+def two_engines() -> dict[str, list[GpuModel]]:
+    return {"user": [GpuModel(name="user")], "assistant": [GpuModel(name="assistant")]}
+
+
+def test_cohorts_whose_calls_join_keep_two_equal_engines_busier_and_run_each_turn_once():
+    """Lockstep in cohorts (simulate/lockstep.py with engines that join calls): the same requests as
+    strict alternation, each cohort one call per turn with its requests finishing inside it; with
+    replies that differ, a cohort's next turns join the other engine's running batch while other
+    cohorts' last replies finish, so both engines compute more of the time and the run ends sooner."""
+    work = varied_dialogues(128)
+    strict = simulate(work, two_engines(), "lockstep")
+    two = simulate(work, two_engines(), "lockstep", cohorts=2)
+    small = simulate(work, two_engines(), "lockstep", cohorts=8, least=16)
+    tokens = (sum(t.reply for d in work for t in d), sum(t.prompt for d in work for t in d))
+    for result, count in ((strict, 1), (two, 2), (small, 8)):
+        assert (result.generated, result.prompt) == tokens
+        assert len(result.calls) == sum(max(len(d) for d in work[k::count]) for k in range(count))
+        assert all(start <= min(done) and max(done) <= end for start, end, done in result.calls)
+        assert sum(len(done) for _, _, done in result.calls) == sum(map(len, work))
+    # strict alternation: one engine at a time, so the busy shares add up to the whole run
+    assert sum(strict.busy.values()) == pytest.approx(strict.seconds, rel=1e-9)
+    # two cohorts of 64 start together and their calls join into one batch: each ends with the
+    # longest of its 64 replies, nearly together, so they stay nearly in step; cohorts of 16 (auto's)
+    # drift apart and overlap the engines
+    assert strict.seconds > two.seconds > small.seconds and strict.seconds > 1.25 * small.seconds
+    assert sum(small.busy.values()) > 1.4 * small.seconds
+
+
+def test_a_window_smaller_than_the_cohorts_parts_runs_fewer_cohorts():
+    # 20 dialogues in flight in parts of at least 16: the first cohort takes 16, the second 4, the
+    # other two none until dialogues end (engines/placement/cohorts.py window_share)
+    result = simulate(varied_dialogues(64), two_engines(), "lockstep", window=20, cohorts=4, least=16)
+    assert sorted(len(done) for start, _, done in result.calls if start == 0) == [4, 16]
+    assert result.generated == sum(t.reply for d in varied_dialogues(64) for t in d)
+
+
+def test_calibrated_replies_that_differ_make_plan_model_the_runs_cohorts_faster_than_one():
+    """plan with a calibration run: each role's replies as long as the run's were (budget.spread),
+    so that the cohorts the run makes (auto: one per 16 dialogues on a 72B user agent and 8B
+    assistant of their own GPUs) drift apart and keep the models busier than one cohort."""
+    rules = Rules(gpu_bytes=80 * 10**9)
+    layout = with_copies(
+        layouts([paper_need("qwen25_72b", ("user_agent",), 4), paper_need("llama31_8b", ("assistant",), 1)], 8, rules),
+        8,
+    )
+    rng = random.Random(1)
+    measured = spread([min(800, rng.lognormvariate(0, 0.7) * 200) for _ in range(2_000)])
+    fixed = Fixed(700, 900, 500, {"task_completion/": 700})
+    calibrated = Turns(
+        {8: 0.5, 12: 0.5}, {"user": 200, "assistant": 300}, 250, "t", {"user": measured, "assistant": measured}
+    )
+    workload = Workload({"MD": fixed}, {"MD": calibrated}, 100, [], False, "t")
+    turns, _ = dialogues(sampled({"MD": 64}, workload, 64), workload, {})
+    assistant = sorted(t.reply for d in turns for t in d if t.role == "assistant")
+    assert assistant[0] < 100 < 600 < assistant[-1]  # 300 x the measured quantiles
+    assert sum(assistant) / len(assistant) == pytest.approx(300, rel=0.05)
+    rows = compare(layout, GPUS["h100"], [turns], "all")["layouts"]
+    auto, one = rows[0], next(r for r in rows if r["name"].endswith("one cohort (lockstep.cohorts=1)"))
+    assert (auto["cohorts"], one["cohorts"]) == (4, 1) and one["name"] == auto[
+        "name"
+    ] + ", one cohort (lockstep.cohorts=1)"
+    assert auto["tokens_per_s"] > 1.2 * one["tokens_per_s"] and auto["best"]
+    # at the mean every reply is alike: the cohorts stay in step, about as fast as one (a cohort whose
+    # prompts were prefilled first may finish its turn a little sooner)
+    alike = Workload({"MD": fixed}, {"MD": dataclasses.replace(calibrated, spread={})}, 100, [], False, "t")
+    turns, _ = dialogues(sampled({"MD": 64}, alike, 64), alike, {})
+    rows = compare(layout, GPUS["h100"], [turns], "all")["layouts"]
+    one = next(r for r in rows if r["name"].endswith("one cohort (lockstep.cohorts=1)"))
+    assert rows[0]["tokens_per_s"] == pytest.approx(one["tokens_per_s"], rel=0.02)

@@ -151,7 +151,7 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
     assert generate["why"].startswith("each model on GPUs of its own: chosen, as it fits")
     modelled = generate["throughput"]
     assert modelled["dialogues"] == 16 and modelled["of"] == 34
-    held, every, own, shared = modelled["layouts"]
+    held, every, own, one, shared = modelled["layouts"]
     assert (own["name"], own["chosen"], shared["name"], shared["fits"]) == (
         "own GPUs without the copies",
         False,
@@ -171,13 +171,25 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
     assert "the run takes lockstep.in_flight=auto: every dialogue in flight (too few for a batch" in proc.stdout
     assert held["name"].endswith(f", {held['in_flight']} dialogues in flight") and "in_flight" not in own
     assert held["prefilled_share"] < every["prefilled_share"]
+    assert every["tokens_per_s"] > own["tokens_per_s"]  # both in two cohorts (below)
     for row in (held, every):
         assert row["copies"] == {"Llama-3.1-8B-Instruct": [[5], [6], [7]]}
-        assert row["tokens_per_s"] > own["tokens_per_s"]
         assert set(row["busy_share"]) == {"Llama-3.1-70B-Instruct", "Llama-3.1-8B-Instruct"}
         assert row["cached_share"] == pytest.approx(1 - row["prefilled_share"])
     assert sum(bool(row.get("best")) for row in modelled["layouts"]) == 1
     assert [c["cuda_visible_devices"] for c in generate["models"][1]["copies"]] == ["5", "6", "7"]
+    # lockstep cohorts (auto): the 16 dialogues in two cohorts, whose calls join the engines' batches;
+    # at the protocol's cap every reply is the cap, and the cohorts drift apart only as far as the
+    # order their prompts were prefilled in lets one finish its turn sooner: never slower than one
+    # (tests/test_engine_model.py has replies that differ). The window of a few dialogues is too
+    # small for two cohorts' parts (16 each) and runs one; models that share GPU 0 are modelled
+    # taking turns, as the model cannot say how their overlapping steps contend
+    assert (every["cohorts"], held["cohorts"], own["cohorts"], one["cohorts"]) == (2, 1, 2, 1)
+    assert one["name"] == every["name"] + ", one cohort (lockstep.cohorts=1)" and not one["chosen"]
+    assert every["tokens_per_s"] >= one["tokens_per_s"]
+    assert (shared["cohorts"], shared["run_cohorts"], shared["shared_gpus"]) == (1, 2, [0])
+    assert "; 2 cohorts" in proc.stdout
+    assert "the run's 2 cohorts modelled taking turns (the dialogue models share GPU 0)" in proc.stdout
     assert (
         f"own GPUs + 3 copies of Llama-3.1-8B-Instruct on GPU 5,6,7, {held['in_flight']} dialogues in flight:"
         in proc.stdout
@@ -305,6 +317,10 @@ def test_a_calibration_runs_thinking_is_in_its_reply_tokens_and_not_in_what_a_tu
     assert measured.reply() == {"user": 100, "assistant": 1000 / 3}  # every reply, its thinking included
     assert measured.thinking() == {"user": None, "assistant": 200}  # of the replies that counted it
     assert measured.answer() == {"user": 100, "assistant": pytest.approx(1000 / 3 - 200)}
+    # the replies' lengths as measured, over their mean, for the engine model's dialogues
+    spread = measured.turns("SD", 10.0).spread
+    # (assistant: 200 of 400, 200 and 400, its third of the 16 quantiles' midpoints, at 0.6 of the mean)
+    assert spread["user"] == (1.0,) * 16 and spread["assistant"] == pytest.approx((0.6,) * 5 + (1.2,) * 11)
     assert (measured.judgments, measured.judge_thinking) == (3, 60)
     assert _thinking({"thinking_tokens": measured.thinking()}, "assistant") == " (thinking 200.0)"
     assert _thinking({"thinking_tokens": measured.thinking()}, "user") == ""

@@ -20,6 +20,7 @@ from personalens.config import run as R
 from personalens.config.run import resolved
 from personalens.engines import factory
 from personalens.engines.factory import EngineLoader
+from personalens.engines.placement.cohorts import setting as cohorts_setting
 from personalens.engines.placement.gpus import GpuSpec, parse_nvidia_smi, simulated
 from personalens.engines.serving.managed import server_env
 from personalens.engines.stop import RESUMABLE, Stop, Stopped
@@ -202,10 +203,10 @@ def test_on_the_cpu_build_engines_run_their_core_here_without_prefix_caching(tmp
 
 
 def test_on_the_cpu_build_generate_runs_one_cohort(tmp_path, monkeypatch):
-    assert simulate_command.cohorts("auto", one=True) == 1 and simulate_command.cohorts("auto") == 0
-    assert simulate_command.cohorts(1, one=True) == 1 and simulate_command.cohorts(3) == 3
+    assert cohorts_setting("auto", one=True) == 1 and cohorts_setting("auto") == 0
+    assert cohorts_setting(1, one=True) == 1 and cohorts_setting(3) == 3
     with pytest.raises(PersonalensError, match=r"lockstep.cohorts=2: reproducible: true on vLLM's CPU build runs one"):
-        simulate_command.cohorts(2, one=True)
+        cohorts_setting(2, one=True)
     # through the command: refused with the loader of the mode, before anything is saved or loaded
     monkeypatch.setattr(factory, "vllm_is_cpu_build", lambda: True)
     recorder, out = Recorder(), tmp_path / "run"

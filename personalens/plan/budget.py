@@ -12,7 +12,7 @@ sees the conversation as text: each of its prompts is a fixed part per dimension
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PER_SPEAKER_ROLES = ("user", "assistant")  # turn roles, the user agent first
 
@@ -35,6 +35,22 @@ class Turns:
     reply: Mapping[str, float]  # "user" | "assistant" -> tokens per reply
     history: float  # prompt tokens an earlier turn adds to a later prompt
     source: str
+    # "user" | "assistant" -> its replies' lengths over their mean at `SPREAD` evenly spaced
+    # quantiles, as a calibration run measured them; a role without: every reply the mean
+    spread: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+
+SPREAD = 16  # quantiles of a role's reply lengths that a calibrated Turns keeps
+
+
+def spread(replies: Sequence[float]) -> tuple[float, ...]:
+    """`replies`' lengths over their mean at the midpoints of `SPREAD` equal shares of them, sorted
+    (empty for no reply or a mean of 0)."""
+    mean = sum(replies) / len(replies) if replies else 0.0
+    if not mean:
+        return ()
+    ordered = sorted(replies)
+    return tuple(ordered[int((i + 0.5) * len(ordered) / SPREAD)] / mean for i in range(SPREAD))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.errors import PersonalensError
-from personalens.plan.budget import Turns, fit_history, role_of
+from personalens.plan.budget import Turns, fit_history, role_of, spread
 from personalens.plan.prompt_tokens import ScenarioTokens
 from personalens.store import read_summaries, read_table
 
@@ -60,11 +60,15 @@ class Calibration:
             out[kind] = {n: c / total for n, c in sorted(counts.items())}
         return out
 
+    def replies(self, role: str) -> list[int]:
+        """The measured completion tokens of every reply of `role`."""
+        return [t["completion_tokens"] for d in self.dialogues for t in d["turns"] if t["role"] == role]
+
     def reply(self) -> dict[str, float]:
         """role -> measured completion tokens per reply."""
         out = {}
         for role in ("user", "assistant"):
-            replies = [t["completion_tokens"] for d in self.dialogues for t in d["turns"] if t["role"] == role]
+            replies = self.replies(role)
             out[role] = sum(replies) / len(replies) if replies else 0.0
         return out
 
@@ -114,7 +118,8 @@ class Calibration:
         counts = self.turn_counts().get(kind)
         if counts is None:
             return None
-        return Turns(counts, self.reply(), history, f"measured by {self.run_dir}")
+        spreads = {role: spread(self.replies(role)) for role in ("user", "assistant")}
+        return Turns(counts, self.reply(), history, f"measured by {self.run_dir}", spreads)
 
     def context_ended(self, planned: Mapping[str, int]) -> dict[str, dict]:
         """kind -> its dialogues that ended on context in this run, and what that share makes of the

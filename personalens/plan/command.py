@@ -146,6 +146,7 @@ def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:
 
 def throughput(job: str, layout, models: dict, workload, largest: dict, options: PlanOptions, cfg: DictConfig) -> dict:
     """The job's layouts modelled on a sample of the largest shard's dialogues (plan/throughput.py)."""
+    from personalens.engines.placement.cohorts import setting as cohorts
     from personalens.plan.throughput import GPUS, TURN_ROLES, compare, dialogues, sampled
 
     served = [role for role in JOBS[job] if models[role].engine == "server"]
@@ -158,7 +159,8 @@ def throughput(job: str, layout, models: dict, workload, largest: dict, options:
     turns, judged = dialogues(shapes, workload, longest)
     work = {"generate": [turns], "judge": [judged], "run": [turns, judged]}[job]
     gpu = GPUS[options.gpu_type]
-    compared = compare(layout, gpu, work, cfg.get("lockstep", {}).get("in_flight", "auto"))
+    lockstep = cfg.get("lockstep", {})
+    compared = compare(layout, gpu, work, lockstep.get("in_flight", "auto"), cohorts(lockstep.get("cohorts", "auto")))
     of = sum(largest.values())
     for row in compared["layouts"]:
         if "seconds" in row:  # the sample's time scaled to the largest shard's dialogues

@@ -12,8 +12,10 @@ room; a hit saves the part of the new prompt that repeats it.
 
 Schedulers, on the same requests (same prompts, replies, order):
   lockstep    every active dialogue's next request submitted together; the next step's requests
-              only when all of this step's have finished (`personalens generate` by default); with
-              a window W, at most W dialogues active, the others waiting their turn
+              only when all of this step's have finished (`personalens generate` with one cohort);
+              with a window W, at most W dialogues active, the others waiting their turn
+  cohorts     lockstep within each of k cohorts, whose calls join the engines' running batches
+              (`generate` on engines that join calls, engines/placement/cohorts.py): `_Cohorts`
   continuous  each dialogue's next request submitted as soon as its previous one finished
   window W    continuous, with at most W dialogues in flight (new ones start as others end)
 
@@ -23,9 +25,13 @@ a GPU.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from personalens.engines.placement.cohorts import window_share
 
 # assumed: the share of a GPU's peak HBM bandwidth decoding reaches, and of its dense bf16 FLOPS
 # prefill-heavy steps reach
@@ -233,12 +239,21 @@ Engines = GpuModel | Mapping[str, Sequence[GpuModel]]
 
 
 def simulate(
-    dialogues: Sequence[Dialogue], gpus: Engines, scheduling: str, window: int | None = None, shared_prefix: int = 0
+    dialogues: Sequence[Dialogue],
+    gpus: Engines,
+    scheduling: str,
+    window: int | None = None,
+    shared_prefix: int = 0,
+    cohorts: int = 1,
+    least: int = 1,
 ) -> Result:
     """Replay every dialogue's turns through engine models under one scheduler. `gpus` is one engine
     serving every role, or per role its engines (replicas, on GPUs of their own, each taking every
     k-th dialogue); a GpuModel named for several roles is one engine. Lockstep steps run on the
-    engines of their requests in parallel; continuous scheduling is modelled on one engine."""
+    engines of their requests in parallel; with `cohorts` > 1, the dialogues are dealt into that many
+    cohorts whose calls join the engines' running batches (`_Cohorts`; `least`: a cohort's fewest
+    dialogues of the window, engines/placement/cohorts.py). Continuous scheduling is modelled on one
+    engine."""
     made: dict[int, Engine] = {}
     by_role = {
         role: [made.setdefault(id(g), Engine(g, shared_prefix)) for g in models]
@@ -253,15 +268,20 @@ def simulate(
     result = Result(scheduling if window is None else f"{scheduling}, window {window}")
     position = [0] * len(dialogues)  # each dialogue's next turn
 
-    def submit(d: int) -> Engine:
+    def request(d: int) -> tuple[Engine, ModelRequest]:
         turn = dialogues[d][position[d]]
-        engine = engine_of(d, turn.role)
-        engine.submit(ModelRequest(d, turn))
         result.generated += turn.reply
         result.prompt += turn.prompt
+        return engine_of(d, turn.role), ModelRequest(d, turn)
+
+    def submit(d: int) -> Engine:
+        engine, made = request(d)
+        engine.submit(made)
         return engine
 
-    if scheduling == "lockstep":
+    if scheduling == "lockstep" and cohorts > 1:
+        result.seconds = _Cohorts(dialogues, position, request, result, engines, cohorts, least).run(window)
+    elif scheduling == "lockstep":
         waiting = deque(d for d in range(len(dialogues)) if dialogues[d])
         active = [waiting.popleft() for _ in range(min(window or len(waiting), len(waiting)))]
         now = 0.0
@@ -299,3 +319,96 @@ def simulate(
         result.seconds = engine.now
     result.computed = sum(e.computed for e in engines)
     return result
+
+
+JUMP = 16  # the most decode steps a cohort engine model takes at once: a call arriving meanwhile waits that long
+
+
+class _Cohorts:
+    """Lockstep in cohorts whose calls join the engines' batches, as `generate` runs it with engines
+    that join calls (simulate/lockstep.py): the dialogues dealt round-robin into cohorts (or, with a
+    window, each cohort filled to its share of it as its dialogues end); a cohort's next turns are
+    submitted when the last of its previous turns finished, and join the engine's running batch at
+    its next step. Each engine keeps its own clock; the engine furthest behind steps next, so that a
+    request is never admitted before it was submitted, and an engine takes at most `JUMP` decode steps
+    at once, so that a request submitted meanwhile waits no longer than those."""
+
+    def __init__(
+        self,
+        dialogues: Sequence[Dialogue],
+        position: list[int],
+        request: Callable[[int], tuple[Engine, ModelRequest]],
+        result: Result,
+        engines: list[Engine],
+        count: int,
+        least: int,
+    ):
+        self.dialogues, self.position, self.request, self.result = dialogues, position, request, result
+        self.engines, self.count, self.least = engines, count, least
+        # per engine, the requests submitted to it that it has not taken yet: (when, order, request)
+        self.arriving: dict[int, list[tuple[float, int, ModelRequest]]] = {id(e): [] for e in engines}
+        self.order = itertools.count()
+        self.cohort_of: dict[int, int] = {}  # id of a request in flight -> its cohort
+        self.pending = [0] * count  # each cohort's requests in flight
+        self.started = [0.0] * count
+        self.finishes: list[list[float]] = [[] for _ in range(count)]
+
+    def run(self, window: int | None) -> float:
+        """Every dialogue to its end; the modelled seconds until the last call ended."""
+        live = [d for d in range(len(self.dialogues)) if self.dialogues[d]]
+        if window is None:
+            self.groups = [live[k :: self.count] for k in range(self.count)]
+            self.waiting: deque[int] = deque()
+        else:
+            self.groups = [[] for _ in range(self.count)]
+            self.waiting = deque(live)
+        self.window, end = window, 0.0
+        self._restart(range(self.count), 0.0)
+        while ready := [e for e in self.engines if e.busy or self.arriving[id(e)]]:
+            engine = min(ready, key=self._next)
+            end = max(end, self._step(engine))
+        return end
+
+    def _next(self, engine: Engine) -> float:
+        """When the engine's next step starts: now while it runs, else when the next request arrives."""
+        return engine.now if engine.busy else max(engine.now, self.arriving[id(engine)][0][0])
+
+    def _step(self, engine: Engine) -> float:
+        engine.now = self._next(engine)
+        arriving = self.arriving[id(engine)]
+        while arriving and arriving[0][0] <= engine.now:
+            engine.submit(heapq.heappop(arriving)[2])
+        before = engine.now
+        done = engine.step(JUMP)
+        self.result.busy[engine.gpu.name] = self.result.busy.get(engine.gpu.name, 0.0) + engine.now - before
+        ended = []
+        for r in done:
+            k = self.cohort_of.pop(id(r))
+            self.pending[k] -= 1
+            self.finishes[k].append(r.finished)
+            if not self.pending[k]:
+                ended.append(k)
+        for k in ended:  # the cohort's call ended: its dialogues advance, those that end drop out
+            self.result.calls.append((self.started[k], engine.now, self.finishes[k]))
+            self.finishes[k] = []
+            for d in self.groups[k]:
+                self.position[d] += 1
+            self.groups[k] = [d for d in self.groups[k] if self.position[d] < len(self.dialogues[d])]
+        if ended:
+            self._restart([k for k in range(self.count) if not self.pending[k]], engine.now)
+        return engine.now if ended else 0.0
+
+    def _restart(self, idle: Iterable[int], now: float) -> None:
+        """The idle cohorts, filled to their share of the window, submit their next turns at `now`."""
+        for k in idle:
+            if self.window is not None:
+                share = window_share(self.window, self.count, self.least, k)
+                while self.waiting and len(self.groups[k]) < share:
+                    self.groups[k].append(self.waiting.popleft())
+            if self.groups[k]:
+                self.started[k] = now
+                for d in self.groups[k]:
+                    engine, made = self.request(d)
+                    self.cohort_of[id(made)] = k
+                    self.pending[k] += 1
+                    heapq.heappush(self.arriving[id(engine)], (now, next(self.order), made))

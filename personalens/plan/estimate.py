@@ -188,8 +188,9 @@ def _calibrated(
         if (k := (d["user_id"], d["task_id"])) in own
     ]
     assumptions.append(
-        f"calibrated by {measured.run_dir}: its turns per dialogue, reply tokens and judge reply tokens (a "
-        "reasoning model's thinking among them), `history` fitted to its prompts; its models, prompt setting, "
+        f"calibrated by {measured.run_dir}: its turns per dialogue, reply tokens (the modelled dialogues' replies "
+        "as spread as its replies) and judge reply tokens (a reasoning model's thinking among them), `history` "
+        "fitted to its prompts; its models, prompt setting, "
         "protocol and thinking budgets should be this config's"
     )
     return (

@@ -91,7 +91,7 @@ def _throughput(t: Mapping | None) -> list[str]:
         return [f"    throughput not modelled: {t['not_modelled']}"]
     out = [
         f"    modelled throughput ({t['dialogues']:,} of the largest shard's {t['of']:,} dialogues {t['basis']}, "
-        f"lockstep, {t['gpu']} figures):"
+        f"lockstep in the run's cohorts, {t['gpu']} figures):"
     ]
     for row in t["layouts"]:
         chosen = (f" (chosen: {row['why']})" if "copies" in row else " (chosen)") if row["chosen"] else ""
@@ -126,7 +126,17 @@ def _modelled(row: Mapping) -> str:
     return (
         f"{row['tokens_per_s']:,.0f} generated tokens/s ({row['seconds']:,.0f} s{shard}), prompt tokens "
         f"{row['prefilled_share']:.0%} prefilled / {row['cached_share']:.0%} cached; busy: {busy}; KV cache tokens: {kv}"
+        + _cohorts(row)
     )
+
+
+def _cohorts(row: Mapping) -> str:
+    """The lockstep cohorts the row was modelled with, where the run makes more than one."""
+    run = row.get("run_cohorts", row.get("cohorts", 1))
+    if "shared_gpus" in row:
+        gpus = ",".join(map(str, row["shared_gpus"]))
+        return f"; the run's {run} cohorts modelled taking turns (the dialogue models share GPU {gpus})"
+    return f"; {row['cohorts']} cohorts" if row.get("cohorts", 1) > 1 else ""
 
 
 def _tokens(t: Mapping) -> list[str]:

@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from personalens.engines.placement.cohorts import auto_cohorts, least_share
 from personalens.engines.placement.inflight import in_flight, run_window
 from personalens.engines.placement.layout import Layout, Placement
 from personalens.engines.placement.sizing import ModelNeed
@@ -78,17 +79,19 @@ def dialogues(
     turn repeats its role's previous prompt as a prefix (instructions after the conversation, as
     under fidelity=official, make that an upper bound on prefix-cache hits). `longest` is per turn
     role the longest prompt that still runs (its model's max_model_len less the room kept for the
-    reply, as simulate/ keeps it): a dialogue ends at a longer one, a judgment is left out."""
+    reply, as simulate/ keeps it): a dialogue ends at a longer one, a judgment is left out. A reply
+    is its role's mean, or, calibrated, as long as the calibration's replies were (`_spread`)."""
     turns_out, judge_out = [], []
-    for kind, n in shapes:
+    for number, (kind, n) in enumerate(shapes):
         fixed, turns = workload.fixed[kind], workload.turns[kind]
         last = {"user": 0, "assistant": 0}
         kept = []
-        for role, prompt in turn_prompts(fixed, n, turns.history):
+        for t, (role, prompt) in enumerate(turn_prompts(fixed, n, turns.history)):
             prompt = round(prompt)
             if longest.get(role) is not None and prompt > longest[role]:
                 break
-            kept.append(Turn(role, prompt, min(last[role], prompt), max(1, round(turns.reply[role]))))
+            reply = turns.reply[role] * _spread(turns.spread.get(role, ()), number, t)
+            kept.append(Turn(role, prompt, min(last[role], prompt), max(1, round(reply))))
             last[role] = prompt
         turns_out.append(kept)
         reply = max(1, round(workload.judge_reply))
@@ -96,6 +99,15 @@ def dialogues(
             if longest.get("judge") is None or round(prompt) <= longest["judge"]:
                 judge_out.append([Turn("judge", round(prompt), 0, reply)])
     return turns_out, judge_out
+
+
+def _spread(ratios: Sequence[float], dialogue: int, turn: int) -> float:
+    """A reply's length over its role's mean: the calibration's quantiles (`Turns.spread`) dealt to
+    the turns in a fixed order, by strides coprime to their count, so that a call's replies (one turn
+    of consecutive dialogues) and a dialogue's replies each take them all; 1 without."""
+    if not ratios:
+        return 1.0
+    return ratios[(dialogue * 7 + turn * 5) % len(ratios)]
 
 
 def longest_sequences(work: Sequence[Sequence[Turn]]) -> dict[str, float]:
@@ -122,14 +134,50 @@ class Modelled:
         return self.generated / self.seconds if self.seconds else 0.0
 
 
+@dataclass(frozen=True)
+class Cohorts:
+    """How the run deals a layout's dialogues into lockstep cohorts, as the engine model replays them."""
+
+    count: int = 1  # cohorts modelled
+    least: int = 1  # a cohort's fewest dialogues of a window (engines/placement/cohorts.py)
+    run: int = 1  # cohorts the run makes
+    shared_gpus: tuple[int, ...] = ()  # GPUs the dialogue models share: their calls are modelled taking turns
+
+
+def cohorts_of(placements: Sequence[Placement], setting: int, dialogues: int, window: int | None = None) -> Cohorts:
+    """The cohorts `generate` makes of `dialogues` on these placements (`setting`: lockstep.cohorts,
+    0 for auto) with at most `window` in flight: on GPUs every engine joins calls (engines/base.py
+    `joins_calls`), so auto makes small cohorts wherever the user agent and the assistant are
+    distinct models, and a window too small for their parts runs fewer. Where their engines share
+    GPUs the model cannot say how their overlapping steps contend for them, and replays the cohorts
+    as one, taking turns: at most as fast as the run."""
+    served = {role: p for p in placements for role in p.roles}
+    user, assistant = served.get("user_agent"), served.get("assistant")
+    if user is None or assistant is None or user is assistant:
+        return Cohorts()
+    run = setting or auto_cohorts(dialogues, True, True)
+    least = least_share(run, not setting, True)
+    running = run if window is None else min(run, max(1, -(-window // least)))
+    gpus = [{g for c in (p, *p.copies) for g in c.gpus} for p in (user, assistant)]
+    shared = tuple(sorted(gpus[0] & gpus[1]))
+    if shared or running == 1:
+        return Cohorts(run=run, shared_gpus=shared)
+    return Cohorts(run, least, run)
+
+
 def modelled(
-    engines: Mapping[str, Sequence[GpuModel]], work: Sequence[Sequence[Sequence[Turn]]], window: int | None = None
+    engines: Mapping[str, Sequence[GpuModel]],
+    work: Sequence[Sequence[Sequence[Turn]]],
+    window: int | None = None,
+    cohorts: Cohorts = Cohorts(),
 ) -> Modelled | None:
     """One job's phases (its dialogues, then its judgments) one after the other, under lockstep, at
-    most `window` dialogues in flight (None: all)."""
-    # the limit is on dialogues in flight: a later phase (the judgments) runs every request at once
+    most `window` dialogues in flight (None: all), the dialogues in `cohorts`."""
+    # the limit and the cohorts are the dialogues': a later phase (the judgments) runs every request at once
     results = [
-        simulate(phase, engines, "lockstep", window if i == 0 else None) for i, phase in enumerate(work) if phase
+        simulate(phase, engines, "lockstep", *((window, 0, cohorts.count, cohorts.least) if i == 0 else ()))
+        for i, phase in enumerate(work)
+        if phase
     ]
     if not results:
         return None
@@ -142,15 +190,21 @@ def modelled(
 
 
 def compare(
-    layout: Layout, gpu: GpuFigures, work: Sequence[Sequence[Sequence[Turn]]], in_flight_setting: str | int = "auto"
+    layout: Layout,
+    gpu: GpuFigures,
+    work: Sequence[Sequence[Sequence[Turn]]],
+    in_flight_setting: str | int = "auto",
+    cohorts_setting: int = 0,
 ) -> dict:
     """The modelled throughput of the chosen layout with its copies on the GPUs it leaves free, with
     the dialogues in flight that `lockstep.in_flight` (`in_flight_setting`: auto, all or N) gives the
     run, and beside it with the other of a window and every dialogue in flight; then without the
     copies, and the other layout. auto's window is `run_window`'s (engines/placement/inflight.py) for
     the tokens the modelled dialogues keep at their longest, which is what the run learns from its own
-    (simulate/window.py); the run's first dialogues, before any has ended, are not modelled. The
-    fastest is marked."""
+    (simulate/window.py); the run's first dialogues, before any has ended, are not modelled. Every
+    layout's dialogues run in the cohorts `lockstep.cohorts` (`cohorts_setting`, 0 for auto) gives
+    it (`cohorts_of`); where that is more than one, the chosen row is modelled with one cohort too.
+    The fastest is marked."""
     by_key = {n.key: n for n in layout.needs}
     planned = tuple(p for p in layout.placements if p.planned)
     longest = longest_sequences(work[0]) if work and work[0] else {}
@@ -184,8 +238,13 @@ def compare(
         bare = tuple(dataclasses.replace(p, copies=()) for p in planned)
         alone = run_window(bare, longest) if in_flight_setting == "auto" and longest else run
         variants.append((f"{layout.name} without the copies", False, layout.why, bare, _below(alone, dialogues)))
+    first = variants[0]
+    dealt = cohorts_of(first[3], cohorts_setting, dialogues, first[4])
+    if dealt.count > 1:  # beside it, the same with one cohort (lockstep.cohorts=1)
+        variants.append((f"{first[0]}, one cohort (lockstep.cohorts=1)", False, *first[2:], Cohorts()))
     rows = []
-    for name_, chosen, why_, placements, n in variants:
+    for name_, chosen, why_, placements, n, *one in variants:
+        dealt = one[0] if one else cohorts_of(placements, cohorts_setting, dialogues, n)
         rows.append(
             {
                 "name": name_,
@@ -198,14 +257,19 @@ def compare(
                     if any(p.copies for p in placements)
                     else {}
                 ),
-                **_numbers(modelled(_engines(by_key, placements, gpu), work, n), placements),
+                **_cohorts_row(dealt),
+                **_numbers(modelled(_engines(by_key, placements, gpu), work, n, dealt), placements),
             }
         )
     if len(layout.needs) > 1:  # one model: the same GPUs either way
         for alternative in layout.others:
             row = {"name": alternative.name, "chosen": False, "why": alternative.why, "fits": alternative.fits}
             if alternative.fits:
-                row |= _numbers(modelled(_engines(by_key, alternative.placements, gpu), work), alternative.placements)
+                dealt = cohorts_of(alternative.placements, cohorts_setting, dialogues)
+                row |= _cohorts_row(dealt)
+                row |= _numbers(
+                    modelled(_engines(by_key, alternative.placements, gpu), work, None, dealt), alternative.placements
+                )
             rows.append(row)
     timed = [r for r in rows if "tokens_per_s" in r]
     if timed:
@@ -215,6 +279,14 @@ def compare(
         "lockstep_in_flight": in_flight_setting,
         "run_in_flight": window,
         **({"in_flight": limit} if limit is not None else {}),
+    }
+
+
+def _cohorts_row(dealt: Cohorts) -> dict:
+    return {
+        "cohorts": dealt.count,
+        **({"run_cohorts": dealt.run} if dealt.run != dealt.count else {}),
+        **({"shared_gpus": list(dealt.shared_gpus)} if dealt.shared_gpus else {}),
     }
 
 

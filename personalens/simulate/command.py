@@ -22,6 +22,7 @@ ROLES = ("user_agent", "assistant")
 def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
     """`stop`: checked after each lockstep step (engines/stop.py); a stopped run keeps every finished
     step's turns, and running it again resumes its dialogues from them."""
+    from personalens.engines.placement.cohorts import setting as cohorts_setting
     from personalens.prompts.render import assistant_chat_turns
     from personalens.simulate.dialogue import EndRules
     from personalens.simulate.generate import Protocol, Scheduling
@@ -69,7 +70,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
     digest = C.fingerprint(parts)
     # checks the models, their layout and chat templates before the config is saved
     load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
-    count = cohorts(cfg.lockstep.get("cohorts", "auto"), one=getattr(load, "in_process_core", False))
+    count = cohorts_setting(cfg.lockstep.get("cohorts", "auto"), one=getattr(load, "in_process_core", False))
     C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts)
     folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
     turns = shard_dir(out_dir, "turns", cfg.shard.index, cfg.shard.count)
@@ -113,24 +114,6 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
     if summary.dialogues:
         append_summary(out_dir, "generate", cfg.shard.index, cfg.shard.count, summary)
     return 0
-
-
-def cohorts(value: object, *, one: bool = False) -> int:
-    """lockstep.cohorts, checked: auto (0) or a whole number >= 1. `one`: `reproducible: true` runs the
-    engines' cores in this process (vLLM's CPU build, engines/vllm/invariance.py), which take turns, so
-    that the calls and their batches follow from the command alone: auto gives 1, more is refused."""
-    from personalens.errors import PersonalensError
-
-    if value == "auto":
-        return 1 if one else 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PersonalensError(f"lockstep.cohorts: expected auto or a whole number >= 1, got {value!r}")
-    if one and value > 1:
-        raise PersonalensError(
-            f"lockstep.cohorts={value}: reproducible: true on vLLM's CPU build runs one cohort (each engine's core "
-            "in this process, whose steps take turns); set lockstep.cohorts=1 or auto, or leave reproducible out"
-        )
-    return value
 
 
 def in_flight(value: object) -> int:

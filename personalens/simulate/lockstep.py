@@ -6,8 +6,8 @@ With distinct engines for the user agent and the assistant, the dialogues are de
 engine, another's user turns run on the user agent's, each engine in a thread of its own
 (workers.py), so that neither waits for the other. A step is then one cohort's. Where both engines
 join calls (`joins_calls`: a call that arrives while another runs joins the engine's batch), a
-cohort's call does not wait for the engine's running call either, and `auto` makes small cohorts,
-so that the engines stay full while a cohort's last replies finish.
+cohort's call does not wait for the engine's running call either, and `auto` makes small cohorts
+(engines/placement/cohorts.py), so that the engines stay full while a cohort's last replies finish.
 
 With a `Window` (window.py) at most that many dialogues are in flight, shared out among the cohorts;
 the others wait in the shard and start as dialogues end, so that the histories in flight stay in
@@ -46,6 +46,7 @@ from personalens.data.records import Role
 from personalens.engines.base import Engine, Generation, Message, Request, Sampling, conversation
 from personalens.engines.chat.reasoning import THINKING
 from personalens.engines.chat.token_ids import PromptIds
+from personalens.engines.placement.cohorts import auto_cohorts, least_share, window_share
 from personalens.errors import PersonalensError
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.trace import CallTrace, call_trace
@@ -56,11 +57,9 @@ log = logging.getLogger(__name__)
 
 Render = Callable[[Dialogue, Role], Sequence[Message]]
 
+
 # auto's dialogues per cohort where both engines join calls: bench/cohorts.py's timed engines
 # (docs/performance.md) gained most with cohorts of about this size
-JOINED_COHORT = 16
-
-
 @dataclass
 class StepStats:
     step: int
@@ -182,12 +181,10 @@ def answer(dialogue: Dialogue, role: Role, gen: Generation, now: float) -> None:
 
 
 def cohort_count(requested: int, engines: Mapping[Role, Engine], dialogues: int = 0) -> int:
-    """`requested` cohorts, or for 0 (auto): 1 when one engine serves both roles (it already takes
-    both roles' requests in one call); for the user agent and the assistant on distinct engines, one
-    per `JOINED_COHORT` of the `dialogues` (at least 2) when both engines join calls (`joins_calls`:
-    a cohort's call joins the engine's running batch, so small cohorts keep it full while others'
-    last replies finish, as close to continuous scheduling as a per-turn barrier allows), else 2, so
-    that each engine has a cohort's turns while the other answers the other's. Engines that cannot
+    """`requested` cohorts, or for 0 (auto) engines/placement/cohorts.py's `auto_cohorts` for these
+    engines and `dialogues`: 1 when one engine serves both roles; for distinct engines, small cohorts
+    when both join calls (`joins_calls`), else 2, so that each engine has a cohort's turns while the
+    other answers the other's. Engines that cannot
     step at the same time as another in this process (`overlaps: False`: in-process vLLM engines
     whose engine core runs in this process, which share vLLM's forward context) take turns: auto
     gives 1, and more is refused."""
@@ -203,11 +200,7 @@ def cohort_count(requested: int, engines: Mapping[Role, Engine], dialogues: int 
                 "lockstep.cohorts=1, or leave that variable unset"
             )
         return 1
-    if requested or len(distinct) < 2:
-        return requested or 1
-    if joining(engines):
-        return max(2, -(-dialogues // JOINED_COHORT))
-    return 2
+    return requested or auto_cohorts(dialogues, len(distinct) > 1, joining(engines))
 
 
 def joining(engines: Mapping[Role, Engine]) -> bool:
@@ -264,7 +257,7 @@ def run_lockstep(
     for role in ("user", "assistant"):
         numbers.setdefault(id(engines[role]), len(numbers))
     count = cohort_count(cohorts, engines, sum(d.waiting_on is not None for d in dialogues))
-    least = JOINED_COHORT if count > 1 and not cohorts and joining(engines) else 1  # a cohort's part of the window
+    least = least_share(count, not cohorts, joining(engines))  # a cohort's part of the window
     if window is None:
         groups = [_Cohort(k, [d for d in dialogues[k::count] if d.waiting_on is not None]) for k in range(count)]
     else:
@@ -288,10 +281,7 @@ def run_lockstep(
         if size is None:
             size = len(waiting) + sum(len(c.active) for c in groups)
         for cohort in idle:
-            if size >= least * count:
-                share = size // count + (cohort.index < size % count)
-            else:
-                share = min(least, max(0, size - cohort.index * least))
+            share = window_share(size, count, least, cohort.index)
             while waiting and len(cohort.active) < share:
                 cohort.active.append(waiting.popleft())
 
