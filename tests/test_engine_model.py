@@ -147,6 +147,10 @@ def test_dialogues_in_flight_as_the_kv_cache_holds_keep_histories_cached():
     assert every["prefilled_share"] > 0.4 > 0.25 > held["prefilled_share"]
     assert held["chosen"] and not every["chosen"] and held["tokens_per_s"] > every["tokens_per_s"]
     assert held["busy_share"]["qwen25_72b"] > held["busy_share"]["llama31_8b"]
+    # lockstep.cohorts auto: one per 16 of the 256 dialogues; the window leaves dialogues to as many
+    # of them as its parts of 16 make (engines/placement/cohorts.py window_share)
+    assert (every["cohorts"], every["cohorts_at_once"]) == (16, 16)
+    assert (held["cohorts"], held["cohorts_at_once"]) == (16, -(-held["in_flight"] // 16))
 
 
 def varied_dialogues(n: int, seed: int = 0) -> list[list[Turn]]:

@@ -188,8 +188,8 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
     assert one["name"] == every["name"] + ", one cohort (lockstep.cohorts=1)" and not one["chosen"]
     assert every["tokens_per_s"] >= one["tokens_per_s"]
     assert (shared["cohorts"], shared["run_cohorts"], shared["shared_gpus"]) == (1, 2, [0])
-    assert "; 2 cohorts" in proc.stdout
-    assert "the run's 2 cohorts modelled taking turns (the dialogue models share GPU 0)" in proc.stdout
+    assert every["cohorts_at_once"] == 2 and held["cohorts_at_once"] == 1 and "; 2 cohorts at once" in proc.stdout
+    assert "the run's 2 cohorts at once modelled taking turns (the dialogue models share GPU 0)" in proc.stdout
     assert (
         f"own GPUs + 3 copies of Llama-3.1-8B-Instruct on GPU 5,6,7, {held['in_flight']} dialogues in flight:"
         in proc.stdout

@@ -131,12 +131,12 @@ def _modelled(row: Mapping) -> str:
 
 
 def _cohorts(row: Mapping) -> str:
-    """The lockstep cohorts the row was modelled with, where the run makes more than one."""
-    run = row.get("run_cohorts", row.get("cohorts", 1))
+    """The lockstep cohorts the row was modelled with, where the run has more than one at once."""
+    at_once = row.get("cohorts_at_once", 1)
     if "shared_gpus" in row:
         gpus = ",".join(map(str, row["shared_gpus"]))
-        return f"; the run's {run} cohorts modelled taking turns (the dialogue models share GPU {gpus})"
-    return f"; {row['cohorts']} cohorts" if row.get("cohorts", 1) > 1 else ""
+        return f"; the run's {at_once} cohorts at once modelled taking turns (the dialogue models share GPU {gpus})"
+    return f"; {at_once} cohorts at once" if at_once > 1 else ""
 
 
 def _tokens(t: Mapping) -> list[str]:

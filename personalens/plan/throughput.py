@@ -140,7 +140,8 @@ class Cohorts:
 
     count: int = 1  # cohorts modelled
     least: int = 1  # a cohort's fewest dialogues of a window (engines/placement/cohorts.py)
-    run: int = 1  # cohorts the run makes
+    run: int = 1  # cohorts the run makes of the modelled dialogues
+    at_once: int = 1  # of them, those a window leaves dialogues to
     shared_gpus: tuple[int, ...] = ()  # GPUs the dialogue models share: their calls are modelled taking turns
 
 
@@ -160,9 +161,11 @@ def cohorts_of(placements: Sequence[Placement], setting: int, dialogues: int, wi
     running = run if window is None else min(run, max(1, -(-window // least)))
     gpus = [{g for c in (p, *p.copies) for g in c.gpus} for p in (user, assistant)]
     shared = tuple(sorted(gpus[0] & gpus[1]))
-    if shared or running == 1:
-        return Cohorts(run=run, shared_gpus=shared)
-    return Cohorts(run, least, run)
+    if running == 1:  # the window has dialogues for one of them
+        return Cohorts(run=run)
+    if shared:
+        return Cohorts(run=run, at_once=running, shared_gpus=shared)
+    return Cohorts(run, least, run, running)
 
 
 def modelled(
@@ -285,6 +288,7 @@ def compare(
 def _cohorts_row(dealt: Cohorts) -> dict:
     return {
         "cohorts": dealt.count,
+        "cohorts_at_once": dealt.at_once,
         **({"run_cohorts": dealt.run} if dealt.run != dealt.count else {}),
         **({"shared_gpus": list(dealt.shared_gpus)} if dealt.shared_gpus else {}),
     }

@@ -12,8 +12,8 @@ dialogues it runs (simulate/window.py), both with the caches of the same layout 
 `dialogues_in_flight` is one engine's share. A cache that keeps fewer than `MIN_BATCH_SHARE` of an
 engine's `max_num_seqs` holds nothing back: an engine decoding so small a batch idles most of its
 width, which the saved prefill rarely pays back (`plan` on 8 x 80 GB at the paper protocol's cap: 11
-dialogues in flight model 11% slower than all; on 4 x 80 GB, 1 dialogue 45% slower; the complete
-release's 96 of 256, 1.7x faster: docs/cluster.md).
+dialogues in flight model 24% slower than all; on 4 x 80 GB, 1 dialogue 45% slower; the complete
+release's 96 of 256, 1.6x faster: docs/cluster.md).
 """
 
 from __future__ import annotations
