@@ -128,3 +128,46 @@ def test_the_reasoning_profile_is_checked_and_part_of_the_models_identity(tmp_pa
         {k: v for k, v in old.items() if k not in ("reasoning_parser", "chat_template_kwargs", "history_reasoning")}
     )
     assert model_identity(old) == model_identity(older)
+
+
+@pytest.mark.parametrize(
+    "trio",
+    [
+        ("qwen3_8b", "gpt_oss_120b", "llama33_70b"),
+        ("qwen3_32b", "qwen3_30b_a3b", "gemma3_27b"),
+        ("deepseek_r1_distill_qwen_7b", "gpt_oss_20b", "mistral_small31_24b"),
+    ],
+    ids=lambda trio: "+".join(trio),
+)
+def test_plan_places_and_models_every_family_from_its_published_config(trio, tmp_path):
+    """`personalens plan` for each family as assistant, user agent or judge on an 8 x 80 GB node, each
+    model directory holding only its published config.json (the embedded tokenizer counts the
+    prompts): every model placed with its weights sized, both jobs modelled."""
+    import json
+
+    from cli_helpers import run_cli
+
+    from personalens.engines.models.embedded import EmbeddedModelError, embedded_model_dir
+
+    try:
+        tokenizer = embedded_model_dir()
+    except EmbeddedModelError as err:
+        pytest.skip(str(err))
+    overrides = []
+    for role, name in zip(("assistant", "user_agent", "judge"), trio):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text((FIXTURES / f"{FAMILIES[name][0]}.json").read_text())
+        overrides += [f"model@{role}={name}", f"{role}.path={folder}", f"{role}.tokenizer={tokenizer}"]
+    out = tmp_path / "plan.json"
+    run_cli(
+        "plan", "protocol=paper", *overrides, "plan.gpus=8", "plan.gpu_memory_gib=80", f"plan.out={out}", timeout=120
+    )
+    jobs = json.loads(out.read_text())["placement"]["jobs"]
+    names = {name: OmegaConf.load(MODEL_CONF / f"{name}.yaml").name for name in trio}
+    placed = {m["model"]: m for job in jobs.values() for m in job["models"]}
+    assert set(placed) == set(names.values())
+    for model in names.values():
+        assert placed[model]["weights_per_gpu"] > 0 and placed[model]["kv_cache_memory_bytes"] > 0, placed[model]
+    for job in ("generate", "judge"):
+        assert any("tokens_per_s" in row for row in jobs[job]["throughput"]["layouts"]), jobs[job]
