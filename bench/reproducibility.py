@@ -35,6 +35,9 @@ Two checks stand apart from the ways (each alone, then nothing else runs):
     python bench/reproducibility.py --same-command 2  # the CLI in fresh processes, without and with reproducible=true
     python bench/reproducibility.py --vllm-alone 3    # vLLM alone: the same batch 3 times, compared bit for bit
 
+`--set KEY=VALUE` (repeatable) adds a config override to every run, after the defaults above
+(`--set protocol=paper` replaces `protocol=quick`).
+
 `--same-command N` runs `personalens generate` N times without and N times with `reproducible=true`
 (alternately, each in a fresh process), and gives each mode's generated tokens/s and how many
 dialogues of each later run equal the first run's of its mode. `--vllm-alone N` gives one batch of
@@ -103,8 +106,11 @@ def timed(label: str, work: Callable[[], object]) -> dict:
 
 
 class Bench:
-    def __init__(self, out: Path, users: str, judge_users: str | None = None):
-        self.out, self.base = out, [f"data.users={users}", "protocol=quick", "progress=false"]
+    def __init__(self, out: Path, users: str, judge_users: str | None = None, overrides: Sequence[str] = ()):
+        self.out = out
+        given = {o.split("=", 1)[0] for o in overrides}  # an override replaces a default's value
+        defaults = [f"data.users={users}", "protocol=quick", "progress=false"]
+        self.base = [o for o in defaults if o.split("=", 1)[0] not in given] + list(overrides)
         # the judge ways' selection: the baseline's dialogues of these users only (None: all)
         self.judge_users = [f"data.users={judge_users}"] if judge_users else []
         self._engines = None
@@ -566,9 +572,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-run", action="store_true", help="run nothing: compare the ways already recorded")
     parser.add_argument("--same-command", type=int, metavar="N", help="only: the CLI N times per mode (see above)")
     parser.add_argument("--vllm-alone", type=int, metavar="N", help="only: vLLM alone, one batch N times")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config override for every run (repeatable)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the commands' summary lines
-    bench = Bench(args.out.resolve(), args.users, args.judge_users)
+    bench = Bench(args.out.resolve(), args.users, args.judge_users, args.set)
     for name, count, check in (
         ("same-command", args.same_command, lambda n: same_command(bench, n)),
         ("vllm-alone", args.vllm_alone, vllm_alone),

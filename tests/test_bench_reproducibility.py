@@ -64,3 +64,9 @@ def test_a_generate_summary_gives_its_rate_and_numbers_compare_bit_for_bit():
     assert bench.same_numbers(first, [[(5, -0.25), (7, -1.5)], [(9, -0.125)]]) == 2
     # one log-probability a unit in the last place apart: that prompt is not identical
     assert bench.same_numbers(first, [[(5, -0.25), (7, -1.5000000000000002)], [(9, -0.125)]]) == 1
+
+
+def test_a_set_override_replaces_the_default_of_its_key_and_others_are_added(tmp_path):
+    made = bench.Bench(tmp_path, "0", overrides=["protocol=paper", "protocol.max_rounds_sd=3"])
+    assert made.base == ["data.users=0", "progress=false", "protocol=paper", "protocol.max_rounds_sd=3"]
+    assert bench.Bench(tmp_path, "0-2").base == ["data.users=0-2", "protocol=quick", "progress=false"]
