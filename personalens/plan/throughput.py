@@ -178,7 +178,9 @@ def modelled(
     most `window` dialogues in flight (None: all), the dialogues in `cohorts`."""
     # the limit and the cohorts are the dialogues': a later phase (the judgments) runs every request at once
     results = [
-        simulate(phase, engines, "lockstep", *((window, 0, cohorts.count, cohorts.least) if i == 0 else ()))
+        simulate(phase, engines, "lockstep", window, cohorts=cohorts.count, least=cohorts.least)
+        if i == 0
+        else simulate(phase, engines, "lockstep")
         for i, phase in enumerate(work)
         if phase
     ]
