@@ -130,6 +130,15 @@ class EngineLoader:
             self._engines = {role: built[config] for role, config in self.configs.items()}
         return self._engines
 
+    def close(self) -> None:
+        """Free the in-process engines it built (the next model of a judge panel loads into their
+        memory); the managed servers stop with the command's `stop`."""
+        for engine in {id(e): e for e in (self._engines or {}).values()}.values():
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
+        self._engines = None
+
 
 def _reproducible_mode(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None) -> invariance.Mode | None:
     """How `reproducible: true` runs (None: no engine is started here), or a PersonalensError in one

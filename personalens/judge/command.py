@@ -1,4 +1,5 @@
-"""`personalens judge`: score this shard's dialogues with the judge model."""
+"""`personalens judge`: score this shard's dialogues with the judge model, and with every further judge of
+a panel (`judges`, config/judges.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from omegaconf import DictConfig
 from personalens import config as C
 from personalens import console
 from personalens.config import run as R
+from personalens.config.judges import DEFAULT, panel
 from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 
@@ -19,7 +21,57 @@ if TYPE_CHECKING:
 
 
 def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
-    """`stop`: checked after each part file of judgments (engines/stop.py); running it again resumes."""
+    """Score this shard's dialogues with every judge of the panel (model@judge, then `judges`), one
+    after another, each into the judgments under its own key and resumable on its own; judges with
+    one model config share its engine, loaded once and closed before the next model loads.
+    `engines`: model@judge's (`run` passes the engines it generated with). `stop`: checked after
+    each part file of judgments (engines/stop.py); running it again resumes."""
+    judges = panel(cfg)
+    keys = {}
+    for member in judges:  # two entries that are one judge would write the same rows
+        key = identity(member.cfg)[0]
+        if key in keys:
+            raise PersonalensError(
+                f"judges: {member.name} is the same judge as {keys[key]} (model, sampling and prompts): drop one"
+            )
+        keys[key] = member.name
+    scenarios = R.scenarios(cfg)
+    by_model: dict[str, list] = {}
+    for member in judges:
+        by_model.setdefault(member.model, []).append(member)
+    for members in by_model.values():
+        shared = engines if engines is not None and members[0].name == judges[0].name else None
+        load = shared or R.engines(members[0].cfg, ("judge",), stop, first=next(iter(scenarios), None))
+        try:
+            for member in members:
+                judge_one(member.cfg, member.saved, member.name, load, scenarios, stop)
+        finally:
+            if shared is None:
+                load.close()
+    return 0
+
+
+def identity(cfg: DictConfig) -> tuple[str, dict]:
+    """A judge's key (the fingerprint its rows and its saved config carry) and the parts it hashes:
+    what a judgment depends on besides its dialogue."""
+    fidelity = R.fidelity(cfg)
+    _, templates_digest = R.templates(cfg, fidelity)
+    parts = {
+        "judge": C.model_identity(cfg.judge),
+        "sampling": C.sampling_identity(cfg.protocol.judge),
+        "templates": templates_digest,
+        "turn_level": bool(cfg.judging.turn_level),
+        "fidelity": fidelity.identity(),
+        **C.run_options(cfg),
+    }
+    return C.fingerprint(parts), parts
+
+
+def judge_one(
+    cfg: DictConfig, saved: str, name: str, load: Callable[[], dict], scenarios: list, stop: Stop | None
+) -> None:
+    """One judge of the panel: its config saved as `<saved>.yaml` (refused when that name was saved
+    under another judge), then what it has not judged yet."""
     from personalens.judge.run import judge as score
     from personalens.store import append_summary, read_table, shard_dir
 
@@ -31,24 +83,14 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
             f"no dialogues in {shard_dir(out_dir, 'dialogues', cfg.shard.index, cfg.shard.count)}: "
             "run `personalens generate` with the same run.out_dir and shard first"
         )
-    templates, templates_digest = R.templates(cfg, fidelity)
+    templates, _ = R.templates(cfg, fidelity)
     R.history_reasoning(cfg, "judge")
     sampling = R.sampling(cfg, "judge")
     formats, chunk = settings(cfg)
-    parts = {
-        "judge": C.model_identity(cfg.judge),
-        "sampling": C.sampling_identity(cfg.protocol.judge),
-        "templates": templates_digest,
-        "turn_level": bool(cfg.judging.turn_level),
-        "fidelity": fidelity.identity(),
-        **C.run_options(cfg),
-    }
-    digest = C.fingerprint(parts)
-    scenarios = R.scenarios(cfg)
+    digest, parts = identity(cfg)
     # checks the model, its layout and its chat template before the config is saved
-    load = engines or R.engines(cfg, ("judge",), stop, first=next(iter(scenarios), None))
-    C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load), parts)
-    print(f"judge: fidelity option {fidelity.name}", file=console.err())
+    C.check_or_save(out_dir, saved, cfg, digest, R.resolved(cfg, ("judge",), load), parts)
+    print(f"judge {name} ({cfg.judge.name}, key {digest}): fidelity option {fidelity.name}", file=console.err())
     summary = score(
         dialogues.to_pylist(),
         {s.key: s for s in scenarios},
@@ -62,10 +104,11 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
         formats=formats,
         chunk=chunk,
         stop=stop,
+        judge_key=digest,
+        legacy=saved == DEFAULT,
     )
     if summary.judgments:
         append_summary(out_dir, "judge", cfg.shard.index, cfg.shard.count, summary)
-    return 0
 
 
 def settings(cfg: DictConfig) -> tuple[Mapping, int]:

@@ -25,7 +25,7 @@ from personalens.store import (
     JUDGMENT_SCHEMA,
     KEY_COLUMNS,
     PartWriter,
-    existing_values,
+    read_table,
 )
 
 log = logging.getLogger(__name__)
@@ -120,8 +120,12 @@ def judge(
     formats: Mapping[str, JudgeFormat] = FORMATS,
     chunk: int = CHUNK,
     stop: Stop | None = None,
+    judge_key: str | None = None,
+    legacy: bool = True,
 ) -> JudgeSummary:
-    """Judge what is not judged yet; returns what was done. `load_engine` is
+    """Judge what this judge (`judge_key`, written on its rows) has not judged yet; returns what was
+    done. Rows without a key (runs written before judge panels) count as this judge's when `legacy`
+    (the run's own judge, judge.yaml). `load_engine` is
     called only when there is something to judge; `formats` are the output grammars and parsers;
     each `chunk` judgments are one generate call and one part file. `stop` is checked after each
     part file is written (engines/stop.py)."""
@@ -139,7 +143,7 @@ def judge(
     empty = sum(d.get("ended") != "failed" and not d["turns"] for d in dialogues)
     if empty:
         log.warning(f"judge: {empty} dialogues ended on context before their first turn and are not judged")
-    items = plan(dialogues, scenarios, dimensions, turn_level, existing_values(folder, JUDGMENT_KEY))
+    items = plan(dialogues, scenarios, dimensions, turn_level, judged(folder, judge_key, legacy))
     counts = dict.fromkeys(
         (
             "failed",
@@ -200,6 +204,7 @@ def judge(
                     "judge_reasoning": gen.reasoning,
                     "reasoning_tokens": gen.reasoning_tokens,
                     "session_started": session_started,
+                    "judge_key": judge_key,
                 }
             )
         writer.write(rows)
@@ -221,6 +226,17 @@ def judge(
         f"kept as the released code keeps them; {prompt_usage(summary.prompt_tokens, summary.cached_tokens)}"
     )
     return summary
+
+
+def judged(folder: Path, judge_key: str | None, legacy: bool) -> set[tuple]:
+    """The JUDGMENT_KEY tuples of `folder` that judge `judge_key` wrote; rows without a key count as
+    its own when `legacy`."""
+    table = read_table(folder, JUDGMENT_KEY, optional=("judge_key",))
+    if table is None:
+        return set()
+    keys = table.column("judge_key").to_pylist() if "judge_key" in table.column_names else [None] * table.num_rows
+    rows = zip(*(table.column(c).to_pylist() for c in JUDGMENT_KEY))
+    return {row for row, key in zip(rows, keys) if key == judge_key or (key is None and legacy)}
 
 
 def prompt_hash(messages: Sequence[dict]) -> str:

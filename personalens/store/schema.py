@@ -120,8 +120,13 @@ JUDGMENT_SCHEMA = pa.schema(
         ("judge_reasoning", pa.string()),
         ("reasoning_tokens", pa.int32()),
         ("session_started", pa.float64()),  # the writing invocation's start
+        # the judge that wrote it: the fingerprint of its model, sampling, templates and options (the
+        # digest its saved judge config holds); null in runs written before judge panels, whose rows
+        # all belong to the run's one judge (judge.yaml)
+        ("judge_key", pa.string()),
     ]
 )
+# a judgment of one judge; a panel's judges each hold their own rows under their `judge_key`
 JUDGMENT_KEY = KEY_COLUMNS + ["dimension", "speaker", "turn"]
 
 # The scale of each judge dimension (inclusive): the judge's grammars and parsers and the report's
