@@ -26,6 +26,7 @@ _RUNTIME_ONLY = {
     "replicas",
     "download",
     "server_start_timeout_s",
+    "family",  # what a model is called for self-preference (docs/validation.md), not how it runs
 }
 # settings added to the model configs later, at the value that generates what configs without them
 # did: left out of the identity then, so runs started before they existed still resume

@@ -5,17 +5,21 @@ with the name its saved config takes beside the run's outputs."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from personalens.config.core import plain
+from personalens.config.saved import read_judges, read_saved
 from personalens.errors import PersonalensError
 from personalens.paths import project_path
+from personalens.store.results import Judgment
 
 DEFAULT = "judge"  # the name of model@judge in the panel, and its saved config's (judge.yaml)
 _ENTRY_KEYS = ("name", "model", "set", "sampling")
@@ -90,3 +94,71 @@ def _merged(base: DictConfig, overrides: Any, where: str) -> DictConfig:
     if unknown:
         raise PersonalensError(f"{where}: unknown field(s) {unknown}; known: {sorted(base)}")
     return OmegaConf.merge(base, overrides)
+
+
+# ---- the judges of stored runs (report, compare) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredJudge:
+    key: str  # the fingerprint its rows carry (judge_key)
+    name: str  # DEFAULT or its panel entry's name
+    model: dict  # its saved model config
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.model.get('name', 'unknown model')})"
+
+
+@dataclass(frozen=True)
+class RunJudges:
+    judges: dict[str, StoredJudge]  # by key, as the runs' saved configs name them
+    default: dict[str, str]  # run directory -> its judge.yaml's key ("" where none was saved)
+    per_run: dict[str, tuple[str, ...]]  # run directory -> the keys of the judges it saved
+    assistants: dict[str, dict]  # run directory -> its saved assistant model config ({} where none)
+
+    def keyed(self, judgments: Sequence[Judgment]) -> tuple[Judgment, ...]:
+        """`judgments` with the rows written before judge keys given their run's judge's key."""
+        return tuple(j if j.judge else dataclasses.replace(j, judge=self.default.get(j.run, "")) for j in judgments)
+
+    def primary(self, judgments: Sequence[Judgment]) -> tuple[Judgment, ...]:
+        """The rows of each run's model@judge (judge.yaml): what the report's and compare's tables hold."""
+        return tuple(j for j in self.keyed(judgments) if j.judge == self.default.get(j.run, ""))
+
+    def label(self, key: str) -> str:
+        return self.judges[key].label if key in self.judges else f"judge {key or '(not recorded)'}"
+
+    def self_preference(self, keys: Sequence[str] | None = None) -> list[str]:
+        """One line per run and judge (of `keys`; all by default) whose family is the run's
+        assistant's (engines/models/family.py)."""
+        from personalens.engines.models.family import family_of
+
+        lines = []
+        for run, run_keys in self.per_run.items():
+            assistant = self.assistants.get(run) or {}
+            theirs = family_of(assistant) if assistant else None
+            for judge in (self.judges[k] for k in run_keys if k in self.judges and (keys is None or k in keys)):
+                ours = family_of(judge.model)
+                if theirs is not None and ours.shared_with(theirs):
+                    lines.append(
+                        f"Self-preference: judge {judge.label} and assistant {assistant.get('name')} of {run} are "
+                        f"both of the {ours.name} family (judge: {ours.source}; assistant: {theirs.source}); a judge "
+                        "may favour replies of its own family."
+                    )
+        return lines
+
+
+def run_judges(run_dirs: Sequence[Path]) -> RunJudges:
+    """The judges the runs saved (judge.yaml, judge-<name>.yaml) and their assistants' configs."""
+    judges: dict[str, StoredJudge] = {}
+    default, per_run, assistants = {}, {}, {}
+    for run in run_dirs:
+        saved = read_judges(run)
+        for name, step in saved.items():
+            key = step.fingerprint or ""
+            judges.setdefault(key, StoredJudge(key, name, step.config.get("judge") or {}))
+        default[str(run)] = (saved[DEFAULT].fingerprint or "") if DEFAULT in saved else ""
+        per_run[str(run)] = tuple(step.fingerprint or "" for step in saved.values())
+        generate = read_saved(run).get("generate")
+        assistants[str(run)] = (generate.config.get("assistant") or {}) if generate else {}
+    return RunJudges(judges, default, per_run, assistants)

@@ -6,11 +6,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from personalens.config.judges import run_judges
 from personalens.data.records import with_domains
 from personalens.report.endings import context_note, cut_replies, endings, leaked, thinking
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
+from personalens.report.panel import panel_markdown, panel_tables
 from personalens.report.paper_tables import by_domain, by_turn, parse_failures, table3, table4, table12, table13
 from personalens.report.provenance import mixed_runs
 from personalens.report.result import Report
@@ -39,6 +41,11 @@ def build_report(
         raise ReportError(f"html_dialogues: must be >= 0, got {html_dialogues}")
     dirs = tuple(Path(d) for d in run_dirs)
     data = load_runs(dirs)
+    # a judge panel: its tables over every judge's rows; the report's own tables hold each run's model@judge
+    judges = run_judges(dirs)
+    defaults = [judges.default[str(d)] for d in dirs]
+    panel = panel_tables(judges.keyed(data.judgments), defaults, judges, Bootstrap(bootstrap, seed))
+    data = replace(data, judgments=judges.primary(data.judgments))
     # the release's domains, and any a lab added that the runs hold
     domains = with_domains(d for j in data.judgments for d in j.domains)
     unknown = [d for d in figure5_domains if d not in domains]
@@ -52,7 +59,9 @@ def build_report(
         tuple(figure5_domains),
         tuple(read_setup(d) for d in dirs),
         {str(d): continued_by_shard(d) for d in dirs},
+        tuple(judges.self_preference(defaults)),
     )
+    report = replace(report, panel=panel)
     return replace(report, files=write_report(report, html_dialogues))
 
 
@@ -69,6 +78,7 @@ def compute_report(
     figure5_domains: tuple[str, ...],
     setups: tuple[RunSetup, ...] = (),
     continued: Mapping[str, Mapping[str, int]] | None = None,
+    self_preference: tuple[str, ...] = (),
 ) -> Report:
     """The tables; `setups` (one per run) give the fidelity option, which decides Figure 4's task
     kinds and whether Table 3 shows the paper's published rows (`official` only); `continued` (run ->
@@ -82,6 +92,7 @@ def compute_report(
         ((_setup_note(setups),) if setups else ())
         + ((context,) if context else ())
         + ((f"Written in more than one go (docs/reproducibility.md): {'; '.join(mixed)}.",) if mixed else ())
+        + self_preference
     )
     return Report(
         run_dirs=run_dirs,
@@ -140,6 +151,8 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     if report.by_turn is not None:
         files += [*write_tables([report.by_turn], out), plot_by_turn(report.by_turn, out / "figure5.png")]
     files += write_tables([report.parse_failures], out)
+    if report.panel is not None:
+        files += write_tables(report.panel.all, out)
     files.append(
         write_html(report, [f for f in files if f.suffix == ".png"], out / "report.html", dialogues=html_dialogues)
     )
@@ -201,4 +214,6 @@ def report_markdown(report: Report) -> str:
         )
         parts.append(render.markdown([report.by_turn]))
     parts.append(render.markdown([report.parse_failures]))
+    if report.panel is not None:
+        parts.append(panel_markdown(report.panel))
     return "\n\n".join(p.rstrip() for p in parts) + "\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from personalens.report.panel import PanelTables
 from personalens.report.setup import RunSetup
 from personalens.tables import render
 from personalens.tables.model import Table
@@ -32,6 +33,7 @@ class Report:
     setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
     mixed: tuple[str, ...] = ()  # runs resumed or written under several shard counts (provenance.py)
     files: tuple[Path, ...] = ()  # everything written, report.md last
+    panel: PanelTables | None = None  # a judge panel's tables (panel.py); None with one judge
 
     def table3_markdown(self) -> str:
         return render.markdown([self.table3])

@@ -24,7 +24,7 @@ DIMENSIONS = ("task_completion", "personalization", "naturalness", "coherence")
 
 # Columns that identify one dialogue across runs; a repeat means the same run was given twice.
 _DIALOGUE_KEY = ("run_id", "user_id", "task_id", "setting", "trial", "assistant_model", "user_model")
-_JUDGMENT_KEY = _DIALOGUE_KEY + ("dimension", "speaker", "turn")
+_JUDGMENT_KEY = _DIALOGUE_KEY + ("dimension", "speaker", "turn", "judge_key")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class Judgment:
     shard: str = ""  # the folder of its part file, "shard-KKK-of-NNN"
     session: float | None = None  # session_started of the `judge` that wrote it; None before it was kept
     reasoning_tokens: int | None = None  # a reasoning judge's thinking tokens; None where not counted
+    judge: str = ""  # the judge's key (a panel's judges each have one); "" in runs written before keys
 
     @property
     def out_of_range(self) -> bool:
@@ -123,8 +124,8 @@ def load_runs(run_dirs: Sequence[Path], *, dialogues: bool = True) -> RunData:
             )
         judgment_rows += _read_dataset(
             run_dir / "judgments",
-            _JUDGMENT_KEY + ("kind", "domains", "score", "parsed"),
-            optional=("failure", "finish_reason", "session_started", "reasoning_tokens"),
+            _JUDGMENT_KEY[:-1] + ("kind", "domains", "score", "parsed"),
+            optional=("failure", "finish_reason", "session_started", "reasoning_tokens", "judge_key"),
             run=str(run_dir),
         )
     _reject_repeats(dialogue_rows, _DIALOGUE_KEY, "dialogue")
@@ -270,4 +271,5 @@ def _judgment(path: Path, row: dict[str, Any]) -> Judgment:
         path.parent.name,
         row["session_started"],
         row["reasoning_tokens"],
+        row["judge_key"] or "",
     )

@@ -102,6 +102,10 @@ class ModelConfig:
     load_format: str = "auto"
     system_role: bool | str = "auto"
     prompt_family: str = "default"  # the assistant prompts a fidelity option picks for it (docs/fidelity.md)
+    # the model's family (llama, qwen, ...), which names self-preference when a judge shares it with the
+    # assistant (docs/validation.md); None: inferred from config.json (engines/models/family.py). Not the
+    # engine's: models that differ in it alone share an engine
+    family: str | None = field(default=None, compare=False)
     # a reasoning model (docs/models.md): vLLM's reasoning parser that splits its thinking from its answer
     # on the output ids (vllm.reasoning's names: qwen3, deepseek_r1, mistral, openai_gptoss, ...); None:
     # no parser, and a `<think>` block in a reply's text is split off by engines/chat/reasoning.py
