@@ -90,7 +90,7 @@ def judge_one(
     digest, parts = identity(cfg)
     # checks the model, its layout and its chat template before the config is saved
     C.check_or_save(out_dir, saved, cfg, digest, R.resolved(cfg, ("judge",), load), parts)
-    print(f"judge {name} ({cfg.judge.name}, key {digest}): fidelity option {fidelity.name}", file=console.err())
+    print(f"judge: fidelity option {fidelity.name}; judge {name} ({cfg.judge.name}), key {digest}", file=console.err())
     summary = score(
         dialogues.to_pylist(),
         {s.key: s for s in scenarios},

@@ -152,7 +152,7 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
         files += [*write_tables([report.by_turn], out), plot_by_turn(report.by_turn, out / "figure5.png")]
     files += write_tables([report.parse_failures], out)
     if report.panel is not None:
-        files += write_tables(report.panel.all, out)
+        files += [f for table in report.panel.all for f in write_tables([table], out)]
     files.append(
         write_html(report, [f for f in files if f.suffix == ".png"], out / "report.html", dialogues=html_dialogues)
     )

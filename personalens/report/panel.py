@@ -132,8 +132,9 @@ def agreement_table(
             rows.append(((label(a), label(b), metric_name(metric), weights_of(metric)), (est,)))
     notes = (
         "Kappa between two judges' whole-dialogue scores of the same dialogues: Cohen's (unweighted) for TCR, "
-        "quadratic weights for the ordinal P, Nat. and Coh.; n counts the dialogues both judges scored; "
-        f"{boot.describe()}.",
+        "quadratic weights for the ordinal P, Nat. and Coh.; n counts the dialogues both judges scored (each trial "
+        f"apart); 95% intervals resample users (a user's dialogues stay together; docs/validation.md#judge-panels), "
+        f"{'expanded ' if boot.expanded else ''}percentile, {boot.resamples} resamples, seed {boot.seed}.",
         *(
             (f"{left_out} pairs with a score off its scale (fidelity=official keeps them) are left out.",)
             if left_out

@@ -1,0 +1,146 @@
+"""A judge panel through the `judge` and `report` commands with scripted judges (the real-vLLM run is
+tests/test_judge_panel_vllm.py): each judge's rows kept apart under its key and resumable on its own,
+a stored run re-judged by a new judge (only its rows added), rows written before judge keys counted
+as the run's judge's, bad panels refused, and the report's tables per judge with their agreement."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections import Counter
+
+import pytest
+from cli_helpers import read_rows
+from test_fidelity import PromptRecorder, config, layout
+
+from personalens.config.judges import panel
+from personalens.engines.base import Generation
+from personalens.errors import PersonalensError
+from personalens.judge import command as judge_command
+from personalens.report import command as report_command
+from personalens.simulate import command as simulate_command
+
+WARM = "judges=[{name: warm, sampling: {temperature: 0.7}}]"
+SCORES = {"VERDICT": 2, "Personalization": 4, "Naturalness": 5, "Coherence": 5}
+
+
+class Judge:
+    """Scores a request from a hash of its prompt; at temperature > 0 one score in three moves up
+    by one (wrapping), so two such judges agree to a degree."""
+
+    name = "scripted-judge"
+
+    def __init__(self):
+        self.requests = []
+
+    def generate(self, requests, on_finished=None):
+        out = []
+        for r in requests:
+            self.requests.append(r)
+            key = next(k for k in SCORES if k in r.grammar)
+            digest = int(hashlib.sha256(r.messages[-1]["content"].encode()).hexdigest(), 16)
+            score = digest % SCORES[key]
+            if r.sampling.temperature > 0 and digest % 3 == 0:
+                score = (score + 1) % SCORES[key]
+            if key == "VERDICT":
+                text = f"VERDICT: {'True' if score else 'False'}\nEXPLANATION: done"
+            else:
+                text = layout(key.lower(), str(score + 1), ["- a", "b", "- c"][: 3 if key == "Personalization" else 1])
+            out.append(Generation(text, prompt_tokens=10, completion_tokens=2))
+        return out
+
+
+def generated(tmp_path, *overrides):
+    out = tmp_path / "run"
+    cfg = config(f"run.out_dir={out}", "data.kinds=SD", *overrides)
+    recorder = PromptRecorder()
+    assert simulate_command.generate(cfg, lambda: {"user_agent": recorder, "assistant": recorder}) == 0
+    return out, cfg
+
+
+def by_key(out) -> Counter:
+    return Counter(r["judge_key"] for r in read_rows(out / "judgments"))
+
+
+def test_rejudging_adds_only_the_new_judges_rows_and_each_resumes_alone(tmp_path):
+    out, cfg = generated(tmp_path)
+    judge = Judge()
+    assert judge_command.judge(cfg, lambda: {"judge": judge}) == 0
+    (first,) = by_key(out).items()
+    parts = {p: p.read_bytes() for p in (out / "judgments").rglob("part-*.parquet")}
+
+    panel_cfg = config(f"run.out_dir={out}", "data.kinds=SD", WARM)
+    judge.requests.clear()
+    assert judge_command.judge(panel_cfg, lambda: {"judge": judge}) == 0
+    keys = by_key(out)
+    assert len(keys) == 2 and keys[first[0]] == first[1] and sum(keys.values()) == 2 * first[1]
+    assert len(judge.requests) == first[1] and all(r.sampling.temperature == 0.7 for r in judge.requests)
+    assert all(p.read_bytes() == data for p, data in parts.items())  # the first judge's rows untouched
+    assert (out / "judge.yaml").is_file() and (out / "judge-warm.yaml").is_file()
+
+    judge.requests.clear()
+    assert judge_command.judge(panel_cfg, lambda: {"judge": judge}) == 0
+    assert not judge.requests and by_key(out) == keys  # nothing missing: no request at all
+
+
+def test_rows_written_before_judge_keys_are_the_runs_judges(tmp_path):
+    import pyarrow.parquet as pq
+
+    out, cfg = generated(tmp_path)
+    judge = Judge()
+    assert judge_command.judge(cfg, lambda: {"judge": judge}) == 0
+    for path in (out / "judgments").rglob("part-*.parquet"):  # as a run written before the column
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(["judge_key"]), path)
+    judge.requests.clear()
+    assert judge_command.judge(config(f"run.out_dir={out}", "data.kinds=SD", WARM), lambda: {"judge": judge}) == 0
+    assert all(r.sampling.temperature == 0.7 for r in judge.requests) and judge.requests
+    assert report_command.report(cfg) == 0
+    with open(out / "report" / "judge_agreement.csv") as f:
+        assert len(list(csv.DictReader(f))) == 6  # one pair of judges, six metrics
+
+
+def test_the_report_gives_table3_per_judge_their_agreement_and_the_panel_score(tmp_path):
+    out, _ = generated(tmp_path)
+    cfg = config(f"run.out_dir={out}", "data.kinds=SD", WARM, "report.bootstrap=200")
+    assert judge_command.judge(cfg, lambda: {"judge": Judge()}) == 0
+    assert report_command.report(cfg) == 0
+    report = out / "report"
+    md = (report / "report.md").read_text()
+    assert "Table 3 under judge judge (SmolLM2-135M-Instruct)" in md
+    assert "Table 3 under judge warm (SmolLM2-135M-Instruct)" in md
+    assert "Agreement between judges" in md and "Table 3 under the panel score of 2 judges" in md
+    # the assistant and both judges are SmolLM2 (family: smollm): named beside the numbers
+    assert md.count("Self-preference: judge") >= 3
+    with open(report / "judge_agreement.csv") as f:
+        rows = list(csv.DictReader(f))
+    weights = {r["metric"]: r["weights"] for r in rows}
+    assert weights == {"TCR (%)": "none", **{m: "quadratic" for m in weights if m != "TCR (%)"}} and len(weights) == 6
+    p = next(r for r in rows if r["metric"] == "P")
+    assert float(p["kappa_mean"]) < 1 and p["kappa_n"] == "4"  # the warm judge moved some scores
+    # the report's own Table 3 holds model@judge's rows alone: as many dialogues as one judge scored
+    with open(report / "table3.csv") as f, open(report / "table3_judge1.csv") as g:
+        assert next(csv.DictReader(f))["SD_TCR_n"] == next(csv.DictReader(g))["SD_TCR_n"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("judges=[{name: judge}]", "no judge name"),
+        ("judges=[{name: a},{name: a, sampling: {temperature: 0.5}}]", "names two judges"),
+        ("judges=[{name: a, sampling: {temprature: 0.5}}]", r"judges\[0\]\.sampling: unknown field"),
+        ("judges=[{name: a, model: nosuch}]", "not a model config"),
+        ("judges=[{name: a, colour: red}]", "unknown field"),
+    ],
+)
+def test_bad_panels_are_refused_in_one_line(override, message):
+    with pytest.raises(PersonalensError, match=message):
+        panel(config(override))
+
+
+def test_the_same_judge_twice_is_refused_before_any_work(tmp_path):
+    out, _ = generated(tmp_path)
+    cfg = config(f"run.out_dir={out}", "data.kinds=SD", "judges=[{name: again}]")
+    with pytest.raises(PersonalensError, match="again is the same judge as judge"):
+        judge_command.judge(cfg, lambda: {"judge": Judge()})
+    assert not (out / "judgments").exists()
