@@ -144,3 +144,66 @@ def test_the_same_judge_twice_is_refused_before_any_work(tmp_path):
     with pytest.raises(PersonalensError, match="again is the same judge as judge"):
         judge_command.judge(cfg, lambda: {"judge": Judge()})
     assert not (out / "judgments").exists()
+
+
+def test_compare_puts_two_judges_of_one_run_side_by_side_as_a_distinct_mode(tmp_path):
+    from personalens.compare import build_comparison
+    from personalens.compare.judges import HEADING
+
+    out, _ = generated(tmp_path)
+    cfg = config(f"run.out_dir={out}", "data.kinds=SD", WARM)
+    assert judge_command.judge(cfg, lambda: {"judge": Judge()}) == 0
+    result = build_comparison([out], tmp_path / "cmp", bootstrap=200, judges=["judge", "warm"])
+    (comparison,) = result.comparisons
+    assert comparison.kind == "judges" and comparison.title.startswith(
+        "judge warm (SmolLM2-135M-Instruct) - judge judge"
+    )
+    p = next(r for r in comparison.rows if r.kind == "SD" and r.metric.key == "P")
+    assert p.difference is not None and p.difference.n == 4
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert HEADING in md and "Self-preference: judge warm" in md
+    with pytest.raises(PersonalensError, match="has no judge cold"):
+        build_comparison([out], tmp_path / "cmp2", judges=["judge", "cold"])
+    with pytest.raises(PersonalensError, match="give one run, not 2"):
+        build_comparison([out, tmp_path], tmp_path / "cmp3", judges=["judge", "warm"])
+
+
+def test_agreement_score_sets_judges_beside_the_annotators_in_one_table(tmp_path, sample_root):
+    from agreement_helpers import JUDGED, write_sample_run
+    from omegaconf import OmegaConf
+    from run_rows import judgment_row
+    from test_agreement import BOOT, filled, judge_of, judge_score, read_sheet, write_sheet
+
+    from personalens.agreement import METRICS, export, score_sheets
+    from personalens.data import load_scenarios
+    from personalens.store import JUDGMENT_SCHEMA, PartWriter, shard_dir
+
+    run = tmp_path / "run"
+    dialogues = write_sample_run(run, sample_root, judge_score)  # model@judge's rows, written before keys
+    # a second judge of the panel that scores every third dialogue one step higher
+    moved = lambda i, dim, spk: judge_score(i + (i % 3 == 0), dim, spk)  # noqa: E731
+    rows = [
+        judgment_row(d, dim, moved(i, dim, spk), speaker=spk) for i, d in enumerate(dialogues) for dim, spk in JUDGED
+    ]
+    PartWriter(shard_dir(run, "judgments", 0, 1), JUDGMENT_SCHEMA).write([{**r, "judge_key": "k2"} for r in rows])
+    OmegaConf.save({"fingerprint": "k2", "config": {"judge": {"name": "Other-7B"}}}, run / "judge-other.yaml")
+
+    export(run, lambda users: load_scenarios(sample_root, users, "both"), tmp_path / "x", dialogues=12, seed=0)
+    sheet = read_sheet(tmp_path / "x" / "sheet.csv")
+    judge = judge_of(dialogues)
+    paths = [
+        write_sheet(tmp_path / f"{n}.csv", filled(sheet, lambda r: judge[(r["user_id"], r["task_id"])]))
+        for n in ("a", "b")
+    ]
+    alone = score_sheets(tmp_path / "x", paths, run, BOOT)  # as before panels: model@judge's rows alone
+    assert [c.key for c in alone.columns] == ["cohen", "fleiss"]
+    assert alone.cell(("Personalization",), "cohen").mean == pytest.approx(1.0)
+    both = score_sheets(tmp_path / "x", paths, run, BOOT, ["judge", "other"])
+    assert [c.key for c in both.columns] == ["cohen_judge", "cohen_other", "fleiss", "fleiss_all"]
+    assert "Cohen's Kappa (other (Other-7B))" in [c.label for c in both.columns]
+    for m in METRICS:
+        assert both.cell((m.label,), "cohen_judge").mean == pytest.approx(1.0)
+        assert both.cell((m.label,), "cohen_other").mean < 1 and both.cell((m.label,), "fleiss_all").mean < 1
+        assert both.cell((m.label,), "fleiss_all").n == 12
+    with pytest.raises(PersonalensError, match="has no judge nosuch"):
+        score_sheets(tmp_path / "x", paths, run, BOOT, ["nosuch"])

@@ -1,8 +1,11 @@
 """`personalens judge` killed with SIGKILL mid-batch, then run again: every judgment present exactly
-once, those written before the kill kept as they were (through the real CLI and vLLM)."""
+once, those written before the kill kept as they were; then the run re-judged by a second judge (the
+embedded model at another temperature), killed and resumed too: only its rows are added, and the
+report gives Table 3 under each judge and their agreement (through the real CLI and vLLM)."""
 
 from __future__ import annotations
 
+import csv
 from collections import Counter
 
 import pytest
@@ -77,3 +80,27 @@ def test_a_killed_judge_resumes_with_every_judgment_present_exactly_once(sample_
         errors="replace"
     )
     assert "Traceback" not in resumed.stderr
+
+    # re-judged by a second judge: the first judge's parts stay as they are, the new one's rows are
+    # added under its own key, and a kill of the re-judge loses nothing when it runs again
+    parts_first = {p: p.read_bytes() for p in folder.rglob("part-*.parquet")}
+    panel = [*args, "judges=[{name: warm, sampling: {temperature: 0.8}}]"]
+    proc = start_cli(*panel, log=tmp_path / "rejudge.log", env=ENGINE_CORE_HERE)
+    kill_once(proc, lambda: len(list(folder.rglob("part-*.parquet"))) > len(parts_first), tmp_path / "rejudge.log")
+    killed = read_rows(folder)
+    assert expected < len(killed) < 2 * expected
+    run_cli(*panel, env=ENGINE_CORE_HERE)
+    rows = read_rows(folder)
+    assert all(p.read_bytes() == data for p, data in parts_first.items())
+    keys = Counter(r["judge_key"] for r in rows)
+    assert len(keys) == 2 and set(keys.values()) == {expected}
+    assert Counter((r["judge_key"], *k) for r, k in zip(rows, judgment_keys(rows))).most_common(1)[0][1] == 1
+    assert (out / "judge-warm.yaml").is_file()
+
+    run_cli("report", str(out), "report.bootstrap=200", "progress=false")
+    md = (out / "report" / "report.md").read_text()
+    assert "Table 3 under judge judge (SmolLM2-135M-Instruct)" in md and "Table 3 under judge warm" in md
+    with open(out / "report" / "judge_agreement.csv") as f:
+        agreement = list(csv.DictReader(f))
+    assert len(agreement) == 6 and all(int(r["kappa_n"]) > 0 for r in agreement)
+    print("\n".join(line for line in md.splitlines() if line.startswith("| judge (")))

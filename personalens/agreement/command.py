@@ -39,6 +39,7 @@ def agreement(cfg: DictConfig) -> int:
         [Path(p) for p in cfg.agreement.sheets],
         run_dir,
         Bootstrap(int(cfg.report.bootstrap), int(cfg.seed)),
+        [str(j) for j in cfg.agreement.get("judges") or ["judge"]],
     )
     print(render.markdown([table]))
     print(f"written: {', '.join(map(str, write_tables([table], out_dir)))}", file=console.err())

@@ -15,6 +15,7 @@ from statsmodels.stats.inter_rater import aggregate_raters, cohens_kappa, fleiss
 
 from personalens.agreement.metrics import METRICS, AgreementError
 from personalens.agreement.sheets import Manifest, read_manifest, read_sheets
+from personalens.config.judges import DEFAULT, RunJudges, run_judges
 from personalens.store import KEY_COLUMNS, read_table
 from personalens.tables.model import Column, Table
 from personalens.tables.stats import Bootstrap, Estimate, bootstrap_statistic
@@ -23,47 +24,81 @@ COLUMNS = (
     Column("cohen", "", "Cohen's Kappa", 3, holds="estimate"),
     Column("fleiss", "", "IAA (Fleiss' Kappa)", 3, holds="estimate"),
 )
+ALL_RATERS = Column("fleiss_all", "", "IAA (Fleiss' Kappa, annotators and judges)", 3, holds="estimate")
 
 
-def score_sheets(export_dir: Path, sheet_paths: Sequence[Path], run_dir: Path, boot: Bootstrap) -> Table:
+def score_sheets(
+    export_dir: Path, sheet_paths: Sequence[Path], run_dir: Path, boot: Bootstrap, judges: Sequence[str] = (DEFAULT,)
+) -> Table:
+    """Table 5 of the sheets against the run's `judges` (names of its panel: "judge" for model@judge,
+    else a `judges:` entry's). Beyond model@judge alone, one Cohen column per judge, and Fleiss'
+    kappa over the annotators and the judges together: humans and judges in one table."""
     manifest = read_manifest(export_dir)
     sheets = read_sheets(sheet_paths, manifest)
-    judge = judge_scores(Path(run_dir), manifest)
+    panel = run_judges([Path(run_dir)])
+    by_name = {j.name: j.key for j in panel.judges.values()} | {DEFAULT: panel.default[str(Path(run_dir))]}
+    unknown = [n for n in judges if n not in by_name]
+    if unknown or not judges:
+        raise AgreementError(
+            f"agreement.judges: {run_dir} has no judge {', '.join(unknown) or '(none named)'}; "
+            f"its judges are {', '.join(sorted(by_name))}"
+        )
+    scored = [judge_scores(Path(run_dir), manifest, by_name[n], n == DEFAULT) for n in judges]
     items = [int(item["item"]) for item in manifest.items]
+    alone = list(judges) == [DEFAULT]
+    columns = COLUMNS if alone else (*(_cohen_column(n, panel) for n in judges), COLUMNS[1], ALL_RATERS)
     rows = []
     for metric in METRICS:
-        # scores as category codes 0..k-1; -1 where the judge has no parsed score
+        # scores as category codes 0..k-1; -1 where a judge has no parsed score
         code = {score: c for c, score in enumerate(metric.scores)}
         codes = np.array([[code[s.scores[i][metric.column]] for s in sheets] for i in items])
-        judged = np.array([code.get(judge.get((i, metric.column)), -1) for i in items])
+        judged = [np.array([code.get(judge.get((i, metric.column)), -1) for i in items]) for judge in scored]
         k = len(metric.scores)
-        rows.append(((metric.label,), (cohen_cell(codes, judged, k, boot), fleiss_cell(codes, k, boot))))
-    unjudged = sum(1 for i in items for m in METRICS if (i, m.column) not in judge)
+        cohens = tuple(cohen_cell(codes, j, k, boot) for j in judged)
+        every = np.column_stack([codes, *judged])
+        everyone = () if alone else (fleiss_cell(every[(every >= 0).all(axis=1)], k, boot),)
+        rows.append(((metric.label,), (*cohens, fleiss_cell(codes, k, boot), *everyone)))
+    unjudged = sum(1 for judge in scored for i in items for m in METRICS if (i, m.column) not in judge)
     notes = (
         f"Export {manifest.export_id}: {len(items)} dialogues rated by {len(sheets)} annotators "
         f"({', '.join(s.annotator for s in sheets)}).",
         "Cohen's Kappa is the mean over annotators of the unweighted kappa between an annotator and the judge; "
-        "IAA is Fleiss' kappa among the annotators. Intervals are percentile bootstrap over dialogues "
+        "IAA is Fleiss' kappa among the annotators"
+        + ("" if alone else f", and among the annotators and the judges {', '.join(judges)} together")
+        + ". Intervals are percentile bootstrap over dialogues "
         f"({boot.resamples} resamples, seed {boot.seed}); n counts dialogues.",
         *(
-            (f"{unjudged} (dialogue, metric) pairs have no parsed judge score and are left out of Cohen's Kappa.",)
+            (
+                f"{unjudged} (dialogue, metric, judge) triples have no parsed judge score and are left out of Cohen's Kappa.",
+            )
             if unjudged
             else ()
         ),
     )
     return Table(
         "table5",
-        "Table 5: agreement of human annotators with each other and with the judge",
+        "Table 5: agreement of human annotators with each other and with the judge"
+        + ("" if alone else f"s ({', '.join(judges)})"),
         ("Metric",),
-        COLUMNS,
+        columns,
         tuple(rows),
         notes=notes,
     )
 
 
-def judge_scores(run_dir: Path, manifest: Manifest) -> dict[tuple[int, str], int]:
-    """(item, metric column) -> the judge's whole-dialogue score, for judgments that parsed."""
-    table = read_table(run_dir / "judgments", [*KEY_COLUMNS, "dimension", "speaker", "turn", "score", "parsed"])
+def _cohen_column(name: str, panel: RunJudges) -> Column:
+    label = next((j.label for j in panel.judges.values() if j.name == name), name)
+    return Column(f"cohen_{name}", "", f"Cohen's Kappa ({label})", 3, holds="estimate")
+
+
+def judge_scores(run_dir: Path, manifest: Manifest, key: str = "", legacy: bool = True) -> dict[tuple[int, str], int]:
+    """(item, metric column) -> judge `key`'s whole-dialogue score, for judgments that parsed; rows
+    written before judge keys count as its own when `legacy` (model@judge's)."""
+    table = read_table(
+        run_dir / "judgments",
+        [*KEY_COLUMNS, "dimension", "speaker", "turn", "score", "parsed"],
+        optional=("judge_key",),
+    )
     if table is None:
         raise AgreementError(
             f"{run_dir / 'judgments'} holds no judgments: run `personalens judge` with this run.out_dir first"
@@ -72,6 +107,8 @@ def judge_scores(run_dir: Path, manifest: Manifest) -> dict[tuple[int, str], int
     column_of = {(m.dimension, m.speaker): m.column for m in METRICS}
     scores = {}
     for row in table.to_pylist():
+        if not (row.get("judge_key") == key or (row.get("judge_key") is None and legacy)):
+            continue
         item = item_of.get(tuple(row[c] for c in KEY_COLUMNS))
         column = column_of.get((row["dimension"], row["speaker"] or ""))
         if item is not None and column is not None and row["turn"] == -1 and row["parsed"]:

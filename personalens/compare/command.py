@@ -29,6 +29,7 @@ def compare(cfg: DictConfig) -> int:
             float(cfg.compare.power.target),
             tuple((str(k), float(v)) for k, v in (cfg.compare.power.differences or {}).items()),
         ),
+        judges=[str(j) for j in cfg.compare.get("judges") or []],
     )
     for accepted in result.accepted:
         print(f"compare: compared despite a difference: {accepted.line()}", file=console.err())

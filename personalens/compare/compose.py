@@ -12,10 +12,13 @@ from pathlib import Path
 
 from personalens.compare.comparable import CHECKS, mismatches, recorded, refusal
 from personalens.compare.figure import forest_plot
+from personalens.compare.judges import HEADING as JUDGES_HEADING
+from personalens.compare.judges import judge_comparisons
 from personalens.compare.page import write_page
 from personalens.compare.paired import FAMILIES, Arm, Comparison, compare_arms, correct
 from personalens.compare.power import PowerPlan
 from personalens.compare.result import Accepted, ComparisonReport
+from personalens.config.judges import RunJudges, run_judges
 from personalens.errors import PersonalensError
 from personalens.prompts.setting import setting_sort_key
 from personalens.store.metrics import TABLE3, TABLE4, TABLE12
@@ -37,11 +40,13 @@ def build_comparison(
     alpha: float = 0.05,
     family: str = "all",
     power: PowerPlan | None = None,
+    judges: Sequence[str] = (),
 ) -> ComparisonReport:
     """Every pair of `run_dirs` (B against A, A the earlier one) on Table 3's and Table 12's metrics,
     and every prompt setting of a run against its `base` on Table 4's, Holm-corrected over `family`
     (paired.FAMILIES), with power tables for `power` (by default 80%, no planned differences);
-    written into `out_dir`."""
+    written into `out_dir`. With `judges` (names of one run's judges), that run's dialogues under
+    every pair of them instead (compare/judges.py). Each run's tables hold its model@judge's rows."""
     power = power or PowerPlan()
     unknown = [a for a in allow if a not in CHECKS]
     if unknown:
@@ -61,15 +66,26 @@ def build_comparison(
         raise PersonalensError(f"compare: run directory {', '.join(missing)} does not exist")
     if len({d.resolve() for d in dirs}) < len(dirs):
         raise PersonalensError(f"compare: a run directory is given twice ({', '.join(map(str, dirs))})")
+    if judges and len(dirs) != 1:
+        raise PersonalensError(
+            f"compare.judges compares the judges of one run's dialogues: give one run, not {len(dirs)}"
+        )
     # the comparability of every pair is settled before any Parquet file is read
     checked = [(str(a), str(b), mismatches(recorded(a), recorded(b))) for a, b in combinations(dirs, 2)]
     refused = refusal(checked, allow)
     if refused:
         raise PersonalensError(refused)
     boot = Bootstrap(bootstrap, seed)
-    arms = {d: _arms(d) for d in dirs}
+    panel = run_judges(dirs)
+    if judges:
+        keyed = panel.keyed(load_runs(dirs, dialogues=False).judgments)
+        comparisons = judge_comparisons(dirs[0], judges, keyed, panel, boot)
+        named = [j.key for j in panel.judges.values() if j.name in judges]
+        notes = [JUDGES_HEADING, *panel.self_preference(named)]
+        return _written(dirs, out_dir, boot, alpha, comparisons, family, power, [], notes)
+    arms = {d: _arms(d, panel) for d in dirs}
     comparisons: list[Comparison] = []
-    notes: list[str] = []
+    notes: list[str] = panel.self_preference([panel.default[str(d)] for d in dirs])
     for a, b in combinations(dirs, 2):
         pairs, note = _paired_arms(arms[a], arms[b])
         comparisons += [compare_arms("runs", x, y, (*TABLE3, *TABLE12), boot) for x, y in pairs]
@@ -79,8 +95,23 @@ def build_comparison(
     if not comparisons:
         raise PersonalensError(
             "compare: nothing to compare: give two or more runs, or a run with several prompt settings "
-            "including base" + (f" ({'; '.join(notes)})" if notes else "")
+            "including base, or compare.judges=[A,B] for one run's judges" + (f" ({'; '.join(notes)})" if notes else "")
         )
+    return _written(dirs, out_dir, boot, alpha, comparisons, family, power, checked, notes)
+
+
+def _written(
+    dirs: tuple[Path, ...],
+    out_dir: Path,
+    boot: Bootstrap,
+    alpha: float,
+    comparisons: list[Comparison],
+    family: str,
+    power: PowerPlan,
+    checked: list[tuple[str, str, list]],
+    notes: list[str],
+) -> ComparisonReport:
+    """The comparisons Holm-corrected over `family`, written into `out_dir`."""
     result = ComparisonReport(
         run_dirs=dirs,
         out_dir=Path(out_dir),
@@ -108,10 +139,10 @@ def _check_power(power: PowerPlan) -> None:
             raise PersonalensError(f"compare.power.differences: {key}: no number of users finds a difference of 0")
 
 
-def _arms(run_dir: Path) -> list[Arm]:
-    """The run's judgments by assistant model and prompt setting."""
+def _arms(run_dir: Path, panel: RunJudges) -> list[Arm]:
+    """The run's judgments of its model@judge by assistant model and prompt setting."""
     groups = defaultdict(list)
-    for j in load_runs([run_dir], dialogues=False).judgments:
+    for j in panel.primary(load_runs([run_dir], dialogues=False).judgments):
         groups[(j.assistant_model, j.setting)].append(j)
     return [
         Arm(run_dir, model, setting, tuple(js))

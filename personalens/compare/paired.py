@@ -40,6 +40,7 @@ class Arm:
     assistant_model: str
     setting: str
     judgments: tuple[Judgment, ...]
+    judge: str = ""  # the judge's label where judges are compared on the same dialogues (compare/judges.py)
 
     @property
     def run(self) -> str:
@@ -47,7 +48,8 @@ class Arm:
 
     @property
     def label(self) -> str:
-        return f"{self.run} ({self.assistant_model}, {self.setting})"
+        under = f", judge {self.judge}" if self.judge else ""
+        return f"{self.run} ({self.assistant_model}, {self.setting}{under})"
 
     @property
     def scenarios(self) -> frozenset[ScenarioKey]:
@@ -84,8 +86,8 @@ class MetricDifference:
 
 @dataclass(frozen=True)
 class Comparison:
-    """B against A on `metrics` for both task kinds: `kind` is "runs" (two runs) or "settings"
-    (a prompt setting against `base` inside one run)."""
+    """B against A on `metrics` for both task kinds: `kind` is "runs" (two runs), "settings"
+    (a prompt setting against `base` inside one run) or "judges" (two judges of one run's dialogues)."""
 
     kind: str
     a: Arm
@@ -99,6 +101,11 @@ class Comparison:
     def title(self) -> str:
         if self.kind == "settings":
             return f"{self.b.setting} - {self.a.setting} in {self.a.run} ({self.a.assistant_model})"
+        if self.kind == "judges":
+            return (
+                f"judge {self.b.judge} - judge {self.a.judge} on the same dialogues of {self.a.run} "
+                f"({self.a.assistant_model}, {self.a.setting})"
+            )
         return f"{self.b.label} - {self.a.label}"
 
     @property
