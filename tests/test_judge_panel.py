@@ -207,3 +207,24 @@ def test_agreement_score_sets_judges_beside_the_annotators_in_one_table(tmp_path
         assert both.cell((m.label,), "fleiss_all").n == 12
     with pytest.raises(PersonalensError, match="has no judge nosuch"):
         score_sheets(tmp_path / "x", paths, run, BOOT, ["nosuch"])
+
+
+def test_a_family_is_declared_or_inferred_from_the_architecture(tmp_path):
+    import json
+
+    from personalens.engines.models.family import family_of
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_moe"}))
+    inferred = family_of({"name": "x", "path": str(tmp_path), "family": None})
+    assert inferred.name == "qwen" and "model_type qwen3_moe" in inferred.source
+    nested = tmp_path / "gemma"
+    nested.mkdir()
+    (nested / "config.json").write_text(
+        json.dumps({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}})
+    )
+    assert family_of({"path": str(nested)}).name == "gemma"
+    declared = family_of({"path": str(tmp_path), "family": "DeepSeek"})
+    assert declared.name == "deepseek" and declared.source == "declared"
+    unknown = family_of({"path": None, "family": None})
+    assert unknown.name is None and not unknown.shared_with(unknown)  # an unknown family is never named
+    assert inferred.shared_with(family_of({"family": "qwen"}))
