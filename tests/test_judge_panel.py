@@ -24,30 +24,26 @@ WARM = "judges=[{name: warm, sampling: {temperature: 0.7}}]"
 SCORES = {"VERDICT": 2, "Personalization": 4, "Naturalness": 5, "Coherence": 5}
 
 
-class Judge:
+class Judge(PromptRecorder):
     """Scores a request from a hash of its prompt; at temperature > 0 one score in three moves up
     by one (wrapping), so two such judges agree to a degree."""
 
     name = "scripted-judge"
 
-    def __init__(self):
-        self.requests = []
-
     def generate(self, requests, on_finished=None):
-        out = []
-        for r in requests:
-            self.requests.append(r)
-            key = next(k for k in SCORES if k in r.grammar)
-            digest = int(hashlib.sha256(r.messages[-1]["content"].encode()).hexdigest(), 16)
-            score = digest % SCORES[key]
-            if r.sampling.temperature > 0 and digest % 3 == 0:
-                score = (score + 1) % SCORES[key]
-            if key == "VERDICT":
-                text = f"VERDICT: {'True' if score else 'False'}\nEXPLANATION: done"
-            else:
-                text = layout(key.lower(), str(score + 1), ["- a", "b", "- c"][: 3 if key == "Personalization" else 1])
-            out.append(Generation(text, prompt_tokens=10, completion_tokens=2))
-        return out
+        self.requests += requests
+        return [Generation(self.verdict(r), prompt_tokens=10, completion_tokens=2) for r in requests]
+
+    @staticmethod
+    def verdict(request) -> str:
+        key = next(k for k in SCORES if k in request.grammar)
+        digest = int(hashlib.sha256(request.messages[-1]["content"].encode()).hexdigest(), 16)
+        score = digest % SCORES[key]
+        if request.sampling.temperature > 0 and digest % 3 == 0:
+            score = (score + 1) % SCORES[key]
+        if key == "VERDICT":
+            return f"VERDICT: {'True' if score else 'False'}\nEXPLANATION: done"
+        return layout(key.lower(), str(score + 1), ["- a", "b", "- c"][: 3 if key == "Personalization" else 1])
 
 
 def generated(tmp_path, *overrides):
