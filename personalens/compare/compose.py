@@ -85,7 +85,7 @@ def build_comparison(
         return _written(dirs, out_dir, boot, alpha, comparisons, family, power, [], notes)
     arms = {d: _arms(d, panel) for d in dirs}
     comparisons: list[Comparison] = []
-    notes: list[str] = panel.self_preference([panel.default[str(d)] for d in dirs])
+    notes: list[str] = []
     for a, b in combinations(dirs, 2):
         pairs, note = _paired_arms(arms[a], arms[b])
         comparisons += [compare_arms("runs", x, y, (*TABLE3, *TABLE12), boot) for x, y in pairs]
@@ -97,6 +97,7 @@ def build_comparison(
             "compare: nothing to compare: give two or more runs, or a run with several prompt settings "
             "including base, or compare.judges=[A,B] for one run's judges" + (f" ({'; '.join(notes)})" if notes else "")
         )
+    notes += panel.self_preference([panel.default[str(d)] for d in dirs])
     return _written(dirs, out_dir, boot, alpha, comparisons, family, power, checked, notes)
 
 
