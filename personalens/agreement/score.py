@@ -69,7 +69,8 @@ def score_sheets(
         f"({boot.resamples} resamples, seed {boot.seed}); n counts dialogues.",
         *(
             (
-                f"{unjudged} (dialogue, metric, judge) triples have no parsed judge score and are left out of Cohen's Kappa.",
+                f"{unjudged} (dialogue, metric{'' if alone else ', judge'}) {'pairs' if alone else 'triples'} have "
+                "no parsed judge score and are left out of Cohen's Kappa.",
             )
             if unjudged
             else ()
