@@ -106,6 +106,12 @@ def test_the_report_gives_table3_per_judge_their_agreement_and_the_panel_score(t
     assert "Table 3 under judge judge (SmolLM2-135M-Instruct)" in md
     assert "Table 3 under judge warm (SmolLM2-135M-Instruct)" in md
     assert "Agreement between judges" in md and "Table 3 under the panel score of 2 judges" in md
+    page = (report / "report.html").read_text()
+    assert "Table 3 under judge warm" in page and "Agreement between judges" in page
+    from personalens.report.browse import browsable
+
+    shown = browsable([out], 100, 0).dialogues  # the page's dialogue browser: model@judge's scores alone
+    assert shown and all(len([j for j in d["judgments"] if j["turn"] == -1]) == 6 for d in shown)
     # the assistant and both judges are SmolLM2 (family: smollm): named beside the numbers
     assert md.count("Self-preference: judge") >= 3
     with open(report / "judge_agreement.csv") as f:

@@ -1,4 +1,5 @@
-"""The dialogues shown in report.html's browser: their turns with the judge's scores and explanations.
+"""The dialogues shown in report.html's browser: their turns with the judge's scores and explanations
+(model@judge's, where a judge panel scored the run).
 
 A seeded sample when the runs hold more than `limit` dialogues, so that the page stays small enough
 to open; only the sampled dialogues' text is read (the keys are read first, then the chosen rows)."""
@@ -11,9 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
+from personalens.config.saved import read_judges
 from personalens.store import KEY_COLUMNS
 from personalens.store.results import part_files
 
@@ -52,7 +56,18 @@ def browsable(run_dirs: Sequence[Path], limit: int, seed: int) -> Browsable:
 
 
 def _dataset(run_dir: Path, table: str) -> ds.Dataset:
-    return ds.dataset([str(p) for p in part_files(Path(run_dir) / table)], format="parquet")
+    files = [str(p) for p in part_files(Path(run_dir) / table)]
+    # parts written before a column was added (judge_key) read as null in it
+    schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
+    return ds.dataset(files, schema=schema, format="parquet")
+
+
+def _model_judge(run_dir: Path, dataset: ds.Dataset) -> pc.Expression | None:
+    """The rows of the run's model@judge (judge.yaml), where a judge panel wrote others beside them."""
+    saved = read_judges(run_dir).get("judge")
+    if "judge_key" not in dataset.schema.names or saved is None:
+        return None
+    return pc.field("judge_key").is_null() | (pc.field("judge_key") == saved.fingerprint)
 
 
 def _read(run_dir: Path, wanted: set[tuple]) -> list[dict]:
@@ -60,7 +75,11 @@ def _read(run_dir: Path, wanted: set[tuple]) -> list[dict]:
     # the user filter keeps the read small; the exact key is checked below
     near = pc.field("user_id").isin(users)
     judged: dict[tuple, list[dict]] = defaultdict(list)
-    for j in _dataset(run_dir, "judgments").to_table(columns=list(_JUDGMENT_FIELDS), filter=near).to_pylist():
+    judgments = _dataset(run_dir, "judgments")
+    ours = _model_judge(run_dir, judgments)
+    for j in judgments.to_table(
+        columns=list(_JUDGMENT_FIELDS), filter=near if ours is None else near & ours
+    ).to_pylist():
         key = tuple(j[c] for c in _KEY)
         if key in wanted:
             judged[key].append(
