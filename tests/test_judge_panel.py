@@ -230,3 +230,21 @@ def test_a_family_is_declared_or_inferred_from_the_architecture(tmp_path):
     unknown = family_of({"path": None, "family": None})
     assert unknown.name is None and not unknown.shared_with(unknown)  # an unknown family is never named
     assert inferred.shared_with(family_of({"family": "qwen"}))
+
+
+def test_merge_wants_every_judgment_of_every_judge_of_the_panel(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    from personalens.merge import command as merge_command
+
+    out, _ = generated(tmp_path)
+    cfg = config(f"run.out_dir={out}", "data.kinds=SD", WARM)
+    assert judge_command.judge(cfg, lambda: {"judge": Judge()}) == 0
+    assert merge_command.merge(cfg) == 0  # both judges' rows, none counted twice
+    assert "merge: complete" in capsys.readouterr().out
+    for path in (out / "judgments").rglob("part-*.parquet"):  # rows of one judge lost from each part
+        table = pq.read_table(path)
+        keys = table.column("judge_key").to_pylist()
+        pq.write_table(table.filter([k != keys[-1] for k in keys]), path)
+    assert merge_command.merge(cfg) == 1
+    assert "judgments missing" in capsys.readouterr().out

@@ -18,11 +18,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from personalens.config.saved import read_judges
 from personalens.prompts.render import SPEAKERS
 from personalens.store import JUDGMENT_KEY, KEY_COLUMNS, partial_dialogues, read_table, shard_dir
 
 DialogueKey = tuple[str, str, str, int]  # user_id, task_id, setting, trial
-JudgmentKey = tuple[str, str, str, int, str, str, int]  # + dimension, speaker, turn
+JudgmentKey = tuple  # DialogueKey + dimension, speaker, turn (+ the judge's key under a judge panel)
 Shard = tuple[int, int]  # (index, count)
 
 _SHARD_FOLDER = re.compile(r"shard-(\d+)-of-(\d+)")
@@ -120,12 +121,15 @@ def merge(
     expected_shard = {key: (index, shard_count) for key, index in expected.items()}
 
     found: dict[Shard, list[DialogueKey]] = {s: _keys(t, KEY_COLUMNS) for s, t in dialogues.items()}
-    judged: dict[Shard, list[JudgmentKey]] = {s: _keys(t, JUDGMENT_KEY) for s, t in judgments.items()}
+    # a judge panel's judges each owe every judgment (docs/validation.md#judge-panels)
+    judges = [saved.fingerprint or "" for saved in read_judges(out_dir).values()] or [""]
+    judged: dict[Shard, list[JudgmentKey]] = {s: _judged(t, judges) for s, t in judgments.items()}
     wanted_judgments = {
-        (*key, dim, speaker, -1): shard
+        (*key, dim, speaker, -1, *([judge] if len(judges) > 1 else [])): shard
         for key, shard in expected_shard.items()
         for dim in dimensions
         for speaker in SPEAKERS.get(dim, ("",))
+        for judge in judges
     }
 
     problems: dict[Shard, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -192,6 +196,16 @@ def _partly_simulated(out_dir: Path, shard: Shard, missing: Sequence[DialogueKey
 
 def _keys(table: pa.Table, columns: Sequence[str]) -> list[tuple]:
     return list(zip(*(table.column(c).to_pylist() for c in columns)))
+
+
+def _judged(table: pa.Table, judges: Sequence[str]) -> list[JudgmentKey]:
+    """A shard's judgment keys; with a judge panel (several `judges`, model@judge's first) each with
+    its judge's key last, rows written before judge keys being model@judge's."""
+    keys = _keys(table, JUDGMENT_KEY)
+    if len(judges) == 1:
+        return keys
+    rows = table.column("judge_key").to_pylist() if "judge_key" in table.column_names else [None] * table.num_rows
+    return [(*key, judge or judges[0]) for key, judge in zip(keys, rows)]
 
 
 def _concat(tables: Iterable[pa.Table], order: Sequence[str]) -> pa.Table:
