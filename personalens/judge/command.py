@@ -39,15 +39,17 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
     by_model: dict[str, list] = {}
     for member in judges:
         by_model.setdefault(member.model, []).append(member)
-    for members in by_model.values():
+    groups = list(by_model.values())
+    for i, members in enumerate(groups):
         shared = engines if engines is not None and members[0].name == judges[0].name else None
         load = shared or R.engines(members[0].cfg, ("judge",), stop, first=next(iter(scenarios), None))
         try:
             for member in members:
                 judge_one(member.cfg, member.saved, member.name, load, scenarios, stop)
         finally:
-            if shared is None:
-                load.close()
+            # the engines `run` generated with are freed too when another model is to load after them
+            if shared is None or i + 1 < len(groups):
+                getattr(load, "close", lambda: None)()
     return 0
 
 
