@@ -47,24 +47,25 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
     scenarios = R.scenarios(cfg)
     # checks the model, its layout and its chat template before the config is saved
     load = engines or R.engines(cfg, ("judge",), stop, first=next(iter(scenarios), None))
-    C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load), parts)
-    print(f"judge: fidelity option {fidelity.name}", file=console.err())
-    summary = score(
-        dialogues.to_pylist(),
-        {s.key: s for s in scenarios},
-        templates=templates,
-        load_engine=lambda: load()["judge"],
-        sampling=sampling,
-        dimensions=list(cfg.judging.dimensions),
-        turn_level=bool(cfg.judging.turn_level),
-        folder=shard_dir(out_dir, "judgments", cfg.shard.index, cfg.shard.count),
-        progress=bool(cfg.progress),
-        formats=formats,
-        chunk=chunk,
-        stop=stop,
-    )
-    if summary.judgments:
-        append_summary(out_dir, "judge", cfg.shard.index, cfg.shard.count, summary)
+    with R.shard_lease(cfg, "judge", stop):
+        C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load), parts)
+        print(f"judge: fidelity option {fidelity.name}", file=console.err())
+        summary = score(
+            dialogues.to_pylist(),
+            {s.key: s for s in scenarios},
+            templates=templates,
+            load_engine=lambda: load()["judge"],
+            sampling=sampling,
+            dimensions=list(cfg.judging.dimensions),
+            turn_level=bool(cfg.judging.turn_level),
+            folder=shard_dir(out_dir, "judgments", cfg.shard.index, cfg.shard.count),
+            progress=bool(cfg.progress),
+            formats=formats,
+            chunk=chunk,
+            stop=stop,
+        )
+        if summary.judgments:
+            append_summary(out_dir, "judge", cfg.shard.index, cfg.shard.count, summary)
     return 0
 
 
