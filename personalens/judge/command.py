@@ -48,7 +48,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
     # checks the model, its layout and its chat template before the config is saved
     load = engines or R.engines(cfg, ("judge",), stop, first=next(iter(scenarios), None))
     with R.shard_lease(cfg, "judge", stop):
-        C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load), parts)
+        C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load), parts, ("judge",))
         print(f"judge: fidelity option {fidelity.name}", file=console.err())
         summary = score(
             dialogues.to_pylist(),

@@ -72,7 +72,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
     load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
     count = cohorts_setting(cfg.lockstep.get("cohorts", "auto"), one=getattr(load, "in_process_core", False))
     with R.shard_lease(cfg, "generate", stop):
-        C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts)
+        C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts, ROLES)
         folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
         turns = shard_dir(out_dir, "turns", cfg.shard.index, cfg.shard.count)
         done = existing_values(folder, KEY_COLUMNS)
