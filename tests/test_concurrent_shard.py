@@ -42,8 +42,8 @@ def test_a_second_invocation_of_a_running_shard_waits_for_it_and_no_dialogue_mix
         wait_for(lambda: any(turns.glob("part-*.parquet")), first, tmp_path / "first.log")
         os.killpg(first.pid, signal.SIGSTOP)  # held mid-run, its lease fresh, while the others start
         try:
-            refused = run_cli(*args, "lease.wait_s=0", check=False, env=ENGINE_CORE_HERE)
             second = start_cli(*args, log=tmp_path / "second.log", env=ENGINE_CORE_HERE)
+            refused = run_cli(*args, "lease.wait_s=0", check=False, env=ENGINE_CORE_HERE)  # beside it
             wait_for(lambda: "waiting up to" in (tmp_path / "second.log").read_text(), second, tmp_path / "second.log")
         finally:
             os.killpg(first.pid, signal.SIGCONT)
