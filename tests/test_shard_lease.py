@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -65,6 +66,19 @@ def test_the_lease_of_a_process_that_ended_on_this_host_is_taken_over_at_once(tm
     planted(path, pid=int(ended.stdout), process_start=0)
     with lease(path) as mine:
         assert json.loads(path.read_text())["token"] == mine.holder.token
+
+
+def test_the_lease_of_a_killed_process_not_yet_reaped_is_taken_over_at_once(tmp_path):
+    path = lease_path(tmp_path, "generate", 0, 1)
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(killed.pid, signal.SIGKILL)
+        time.sleep(0.5)  # a zombie until waited for
+        planted(path, pid=killed.pid, process_start=0)
+        with lease(path):
+            pass
+    finally:
+        killed.wait()
 
 
 def test_a_reused_pid_does_not_keep_a_dead_holders_lease(tmp_path):

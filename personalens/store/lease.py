@@ -195,21 +195,31 @@ def _me() -> Holder:
     return Holder(socket.gethostname(), pid, job, since, uuid.uuid4().hex, _process_start(pid))
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (empty where there is none)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _process_start(pid: int) -> int:
     """The process's start time in clock ticks after boot (/proc; 0 where there is none)."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return 0
+    fields = _stat(pid)
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else 0
 
 
 def _alive(holder: Holder) -> bool:
-    """Whether `holder`'s process (on this host) still runs: its pid exists and, where known, was
-    started when the holder's was (not a later process given the same pid)."""
+    """Whether `holder`'s process (on this host) still runs: its pid exists, has not exited (a zombie
+    its parent has not reaped yet) and, where known, was started when the holder's was (not a later
+    process given the same pid)."""
     try:
         os.kill(holder.pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # another user's process: it exists
+    fields = _stat(holder.pid)
+    if fields and fields[0] in ("Z", "X"):
+        return False
     return not holder.process_start or _process_start(holder.pid) in (0, holder.process_start)
