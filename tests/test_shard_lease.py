@@ -118,3 +118,25 @@ def test_a_held_lease_is_refreshed_and_a_holder_whose_lease_was_taken_is_told(tm
         time.sleep(0.5)
     assert len(lost) == 1 and "lost its lease" in lost[0] and "host node-elsewhere, pid 99" in lost[0]
     assert path.exists()  # the other holder's lease is left alone
+
+
+def test_generate_and_judge_take_their_shards_lease_before_they_read_or_write_anything(tmp_path):
+    from test_fidelity import PromptRecorder, config
+
+    from personalens.judge import command as judge_command
+    from personalens.simulate import command as simulate_command
+
+    out = tmp_path / "run"
+    engine = PromptRecorder()
+    engines = lambda: {"user_agent": engine, "assistant": engine, "judge": engine}  # noqa: E731
+    for name, command in (("generate", simulate_command.generate), ("judge", judge_command.judge)):
+        path = lease_path(out, name, 0, 1)
+        planted(path, host="node-elsewhere", pid=4711, job="81_0")
+        with pytest.raises(
+            PersonalensError, match=rf"{name} of shard 0 of 1 .* \(host node-elsewhere, pid 4711, job 81_0"
+        ):
+            command(config(f"run.out_dir={out}", "lease.wait_s=0"), engines)
+        assert not (out / f"{name}.yaml").exists()  # refused before its config was saved
+        path.unlink()
+        assert command(config(f"run.out_dir={out}", "lease.wait_s=0"), engines) == 0
+        assert not path.exists()  # released when it ended
