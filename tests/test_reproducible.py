@@ -25,6 +25,7 @@ from personalens.engines.placement.gpus import GpuSpec, parse_nvidia_smi, simula
 from personalens.engines.serving.managed import server_env
 from personalens.engines.stop import RESUMABLE, Stop, Stopped
 from personalens.engines.vllm import invariance
+from personalens.engines.vllm.args import cli_flags, engine_args
 from personalens.errors import PersonalensError
 from personalens.judge import command as judge_command
 from personalens.report import build_report
@@ -140,7 +141,7 @@ def test_batch_invariant_engines_and_servers_get_the_environment_when_they_start
             load()
             assert seen == [(*where, value) for where in started]
             if reproducible:
-                assert load.batch_invariance.startswith("VLLM_BATCH_INVARIANT=1 for Llama-3.1-")
+                assert load.batch_invariance.startswith("VLLM_BATCH_INVARIANT=1 and prefix caching off for Llama-3.1-")
                 assert load.batch_invariance.endswith("compute capability 9.0")
                 # what ran is kept beside the saved config
                 cfg = OmegaConf.create({"assistant": {"engine": "vllm", "dtype": "auto"}})
@@ -148,6 +149,38 @@ def test_batch_invariant_engines_and_servers_get_the_environment_when_they_start
                 monkeypatch.delenv("VLLM_BATCH_INVARIANT")
             else:
                 assert load.batch_invariance is None
+
+
+def test_on_gpus_the_mode_runs_engines_and_managed_servers_without_prefix_caching(tmp_path, monkeypatch):
+    """A cached prompt prefix holds keys and values computed in other batches, which vLLM's batch
+    invariance (a batch's size and order) does not cover: the vLLM arguments of every engine and
+    managed server a planned GPU layout starts have prefix caching off in the mode, as on the CPU."""
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "unset")
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT")
+    monkeypatch.setattr(factory, "vllm_is_cpu_build", lambda: False)
+    managed = {
+        "assistant": conf(tmp_path, "llama31_8b"),
+        "judge": conf(tmp_path, "mistral7b_v02", placement="managed_server"),
+    }
+    for reproducible in (False, True):
+        starting = Recorder()
+        load = EngineLoader(
+            managed,
+            tmp_path / "logs",
+            reproducible=reproducible,
+            gpus=lambda: node(*["9.0"] * 4),
+            build=starting.build,
+            serve=starting.serve,
+        )
+        load()
+        started = [d.run_config for d in starting.served] + [c for c in starting.built if c.engine == "vllm"]
+        assert len(started) == 4  # the 8B in this process, three servers (the forced one and two copies)
+        for model in started:
+            args = engine_args(model, "/models/m", "bfloat16")
+            assert args["enable_prefix_caching"] is not reproducible
+            assert ("--no-enable-prefix-caching" in cli_flags(args)) is reproducible
+        if reproducible:
+            monkeypatch.delenv("VLLM_BATCH_INVARIANT")
 
 
 def test_gpus_without_batch_invariant_kernels_are_refused_before_any_engine_is_made(tmp_path):
@@ -270,6 +303,32 @@ def test_the_option_is_in_the_fingerprint_the_saved_config_and_the_report(tmp_pa
         md = (out / "report" / "report.md").read_text()
         assert named in md and named.capitalize() in (out / "report" / "table3.md").read_text()
         assert report.setups[0].engines == named
+
+
+def test_a_resume_that_changes_the_batch_settings_is_refused_in_the_mode_in_one_line(tmp_path):
+    engine = PromptRecorder()
+    engines = lambda: {"user_agent": engine, "assistant": engine, "judge": engine}  # noqa: E731
+    on, off = tmp_path / "on", tmp_path / "off"
+    for out, value in ((on, "true"), (off, "false")):
+        cfg = config(f"run.out_dir={out}", f"reproducible={value}")
+        assert simulate_command.generate(cfg, engines) == 0 and judge_command.judge(cfg, engines) == 0
+    refused = [
+        (simulate_command.generate, "assistant.max_num_seqs=7", "assistant.max_num_seqs (saved 256, now 7)"),
+        (simulate_command.generate, "user_agent.block_size=64", "user_agent.block_size (saved 32, now 64)"),
+        (simulate_command.generate, "assistant.max_num_batched_tokens=512", "assistant.max_num_batched_tokens"),
+        (simulate_command.generate, "lockstep.max_requests_per_call=4", "lockstep.max_requests_per_call (saved 4096, now 4)"),
+        (judge_command.judge, "judge.max_num_seqs=7", "judge.max_num_seqs (saved 256, now 7)"),
+        (judge_command.judge, "judging.chunk=3", "judging.chunk (saved 512, now 3)"),
+    ]  # fmt: skip
+    for command, override, named in refused:
+        with pytest.raises(PersonalensError) as err:
+            command(config(f"run.out_dir={on}", "reproducible=true", override), engines)
+        line = str(err.value)
+        assert "\n" not in line and line.startswith("reproducible: true: this ") and named in line, line
+        # without the mode they change how fast a run goes, not what it may resume
+        assert command(config(f"run.out_dir={off}", "reproducible=false", override), engines) == 0
+    # the same settings, or those that decide nothing about the batches, resume
+    assert simulate_command.generate(config(f"run.out_dir={on}", "reproducible=true", "progress=false"), engines) == 0
 
 
 def test_plan_states_the_mode_its_cost_and_whether_this_machine_takes_it(tmp_path):

@@ -153,6 +153,47 @@ def test_the_shares_in_flight_never_add_up_to_more_than_one_and_waiters_go_first
     asyncio.run(queued_behind_a_waiter())
 
 
+def test_calls_that_try_again_take_the_budget_in_the_order_they_came():
+    """The in-process engine's calls (`try_take` with the call as `caller`): a call of large requests
+    that does not fit waits, and later calls of smaller ones that would fit the room left do not take
+    it before it; once in, its next request waits behind them."""
+    budget = InFlight()
+    assert budget.try_take(share(3), "earlier") and budget.try_take(share(3), "earlier")  # two thirds held
+    assert not budget.try_take(share(2), "large")  # a half does not fit: it waits, first in line
+    assert not budget.try_take(share(3), "small")  # a third fits, but came after `large`
+    assert not budget.try_take(share(3))  # nor does a caller with no place in line
+    budget.give(share(3))  # a third held: `large` fits
+    assert not budget.try_take(share(3), "small")
+    assert budget.try_take(share(2), "large") and budget.held == Fraction(5, 6)
+    assert not budget.try_take(share(2), "large")  # its next request: in line behind `small`
+    budget.give(share(3))  # a half held: either fits
+    assert not budget.try_take(share(2), "large")
+    assert budget.try_take(share(3), "small") and budget.held == Fraction(5, 6)
+    budget.give(share(2))
+    assert budget.try_take(share(2), "large")
+    budget.give(share(2))
+    budget.give(share(3))
+    assert budget.held == 0
+
+    async def a_coroutine_behind_a_call():
+        budget.try_take(share(1), "whole")
+        assert not budget.try_take(share(1), "next")  # in line behind nothing, but nothing fits
+        waiter = asyncio.ensure_future(budget.take(share(4)))  # after `next`, which it does not pass
+        await asyncio.sleep(0)
+        budget.give(share(1))
+        await asyncio.sleep(0)
+        assert not waiter.done() and budget.try_take(share(1), "next")
+        budget.give(share(1))  # `next` took its turn: the coroutine's comes
+        await asyncio.wait_for(waiter, 5)
+        assert budget.held == Fraction(1, 4)
+        assert not budget.try_take(share(1), "gone")
+        budget.leave("gone")  # its call ended while it waited: no one waits behind it
+        budget.give(share(4))
+        assert budget.try_take(share(1)) and budget.held == 1
+
+    asyncio.run(a_coroutine_behind_a_call())
+
+
 def test_a_cancelled_waiter_takes_nothing_and_lets_those_behind_it_go():
     async def run():
         budget = InFlight()

@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from personalens.config.batches import check_batches
 from personalens.errors import PersonalensError
 from personalens.paths import PROJECT_ROOT
 
@@ -91,13 +92,20 @@ def model_identity(model_cfg: DictConfig) -> dict:
 
 
 def check_or_save(
-    out_dir: Path, name: str, cfg: DictConfig, digest: str, resolved: dict | None = None, parts: dict | None = None
+    out_dir: Path,
+    name: str,
+    cfg: DictConfig,
+    digest: str,
+    resolved: dict | None = None,
+    parts: dict | None = None,
+    roles: tuple[str, ...] = (),
 ) -> None:
     """Save the resolved config as `<out_dir>/<name>.yaml`, with `resolved` (what settings such as
     `dtype: auto` became on this machine) and the fingerprinted `parts` beside it (so that a later
     comparison of runs can name the part that differs: personalens/config/saved.py); refuse to run
     into an output dir whose saved config has another fingerprint, so results of different
-    configurations never mix."""
+    configurations never mix; under `reproducible: true`, nor into one whose batch settings for the
+    models of `roles` differ (config/batches.py)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.yaml"
     if path.exists():
@@ -108,6 +116,8 @@ def check_or_save(
                 f"{saved.get('fingerprint')} vs {digest} now: models, prompts, sampling or protocol differ). "
                 f"Use another run.name / run.out_dir, or delete {out_dir} to start over."
             )
+        if reproducible(cfg):
+            check_batches(saved.get("config") or {}, plain(cfg), name, roles)
         return
     saved = OmegaConf.create(
         {"fingerprint": digest, "config": plain(cfg), "resolved": resolved or {}, "parts": parts or {}}

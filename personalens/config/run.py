@@ -203,3 +203,25 @@ def engine(cfg: DictConfig, role: str, stop: Stop | None = None):
     from personalens.engines.models.config import ModelConfig
 
     return build_engine(ModelConfig.from_mapping(cfg[role], where=f"model@{role}"), stop)
+
+
+def shard_lease(cfg: DictConfig, command: str, stop: Stop | None = None):
+    """The lease `command` holds on the run's shard while it writes it (store/lease.py; `lease:` in
+    conf/config.yaml); losing it stops the command through `stop`."""
+    from personalens.store.lease import ShardLease, lease_path
+
+    index, count, out_dir = int(cfg.shard.index), int(cfg.shard.count), Path(cfg.run.out_dir)
+    section = cfg.get("lease") or {}
+
+    def lost(line: str) -> None:
+        if stop is not None:
+            stop.request(PersonalensError(line))
+
+    return ShardLease(
+        lease_path(out_dir, command, index, count),
+        f"{command} of shard {index} of {count} in {out_dir}",
+        wait_s=float(section.get("wait_s", 600)),
+        stale_s=float(section.get("stale_s", 180)),
+        on_lost=lost,
+        check=stop.check if stop is not None else lambda: None,
+    )

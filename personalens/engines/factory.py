@@ -82,8 +82,10 @@ class EngineLoader:
         self.mode = _reproducible_mode(self.configs, spec) if reproducible else None
         # engines' cores in this process (vLLM's CPU build): they take turns, so generate runs one cohort
         self.in_process_core = self.mode is not None and self.mode.in_process_core
-        if self.in_process_core:
-            # each prompt computed whole in its own call: a resumed run's empty cache changes nothing
+        if self.mode is not None:
+            # each prompt computed whole in its own call, on GPUs too (vLLM's batch invariance covers a
+            # batch's size and order, not keys and values cached from other batches): a resumed run's
+            # empty cache changes nothing
             self.configs = {
                 role: dataclasses.replace(c, enable_prefix_caching=False) if c.engine == "vllm" else c
                 for role, c in self.configs.items()

@@ -35,7 +35,7 @@ import asyncio
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -151,7 +151,7 @@ def share(count: int) -> Fraction:
 @dataclass(eq=False)
 class _Waiter:
     share: Fraction
-    wake: Callable[[], None]
+    wake: Callable[[], None] | None  # None: a `try_take` caller, which takes its share itself
     granted: bool = False
 
 
@@ -161,25 +161,47 @@ class InFlight:
     one (so any one request fits an engine with nothing in flight). A request that does not fit
     waits, first come first served, until finished ones make room; `try_take` is for a caller that
     has other work meanwhile (the in-process engine steps vLLM), `take` for a coroutine in its own
-    thread's event loop, woken from whichever thread makes room."""
+    thread's event loop, woken from whichever thread makes room. A `try_take` caller whose share does
+    not fit is queued like a `take` and keeps its place until it takes it, so a call of large requests
+    is not overtaken by later calls of smaller ones that fit the room it waits for; its next request
+    queues anew, behind them (calls that keep asking take turns)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held = Fraction(0)
         self._waiters: deque[_Waiter] = deque()
+        self._callers: dict[Hashable, _Waiter] = {}  # the `try_take` callers' places in `_waiters`
 
     @property
     def held(self) -> Fraction:
         with self._lock:
             return self._held
 
-    def try_take(self, share: Fraction) -> bool:
-        """Takes `share` if it fits now and nothing waits before it; whether it did."""
+    def try_take(self, share: Fraction, caller: Hashable | None = None) -> bool:
+        """Takes `share` if it fits now and nothing waits before it; whether it did. A `caller` (a
+        call that asks again until it takes) that did not take it waits in line from then on: it takes
+        it once it fits and nothing waits before it."""
         with self._lock:
-            if self._waiters or self._held + share > 1:
+            place = self._callers.get(caller) if caller is not None else None
+            first = self._waiters[0] is place if place is not None else not self._waiters
+            if not first or self._held + share > 1:
+                if place is None and caller is not None:
+                    self._waiters.append(self._callers.setdefault(caller, _Waiter(share, None)))
                 return False
+            if place is not None:
+                self._waiters.popleft()
+                del self._callers[caller]
             self._held += share
+            self._grant()  # the coroutines it held back, up to the next caller in line
             return True
+
+    def leave(self, caller: Hashable) -> None:
+        """`caller` no longer waits (its call ended): the ones after it go on."""
+        with self._lock:
+            place = self._callers.pop(caller, None)
+            if place is not None:
+                self._waiters.remove(place)
+                self._grant()
 
     async def take(self, share: Fraction) -> None:
         """Takes `share`, once it fits. Cancelled while it waits, it takes nothing (a share it was
@@ -213,7 +235,7 @@ class InFlight:
 
     def _grant(self) -> None:
         """Gives the waiters at the front the shares that fit (the caller holds the lock)."""
-        while self._waiters and self._held + self._waiters[0].share <= 1:
+        while self._waiters and self._waiters[0].wake is not None and self._held + self._waiters[0].share <= 1:
             waiter = self._waiters.popleft()
             self._held += waiter.share
             waiter.granted = True

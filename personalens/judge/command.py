@@ -40,17 +40,25 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
     for member in judges:
         by_model.setdefault(member.model, []).append(member)
     groups = list(by_model.values())
-    for i, members in enumerate(groups):
-        shared = engines if engines is not None and members[0].name == judges[0].name else None
-        load = shared or R.engines(members[0].cfg, ("judge",), stop, first=next(iter(scenarios), None))
-        try:
-            for member in members:
-                judge_one(member.cfg, member.saved, member.name, load, scenarios, stop)
-        finally:
-            # the engines `run` generated with are freed too when another model is to load after them
-            if shared is None or i + 1 < len(groups):
-                getattr(load, "close", lambda: None)()
+    with R.shard_lease(cfg, "judge", stop):
+        for i, members in enumerate(groups):  # model@judge's group first
+            shared = engines if engines is not None and i == 0 else None
+            _judge_group(members, shared, i + 1 < len(groups), scenarios, stop)
     return 0
+
+
+def _judge_group(
+    members: list, shared: Callable[[], dict] | None, more: bool, scenarios: list, stop: Stop | None
+) -> None:
+    """The judges of one model config, on `shared` engines (`run`'s) or on their own, closed after
+    them (`shared` too when `more` models are to load after them)."""
+    load = shared or R.engines(members[0].cfg, ("judge",), stop, first=next(iter(scenarios), None))
+    try:
+        for member in members:
+            judge_one(member.cfg, member.saved, member.name, load, scenarios, stop)
+    finally:
+        if shared is None or more:
+            getattr(load, "close", lambda: None)()
 
 
 def identity(cfg: DictConfig) -> tuple[str, dict]:
@@ -91,7 +99,7 @@ def judge_one(
     formats, chunk = settings(cfg)
     digest, parts = identity(cfg)
     # checks the model, its layout and its chat template before the config is saved
-    C.check_or_save(out_dir, saved, cfg, digest, R.resolved(cfg, ("judge",), load), parts)
+    C.check_or_save(out_dir, saved, cfg, digest, R.resolved(cfg, ("judge",), load), parts, ("judge",))
     print(f"judge: fidelity option {fidelity.name}; judge {name} ({cfg.judge.name}), key {digest}", file=console.err())
     summary = score(
         dialogues.to_pylist(),

@@ -3,6 +3,7 @@ calls, streaming the judgments to Parquet and skipping those a previous run alre
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.data.records import Scenario, Turn
-from personalens.engines.base import Engine, Generation, Request, Sampling, conversation
+from personalens.engines.base import Engine, Generation, Request, Sampling, conversation, derive_seed
 from personalens.engines.chat.reasoning import THINKING
 from personalens.engines.progress import generate_in_chunks
 from personalens.engines.stop import Stop
@@ -102,6 +103,13 @@ def plan(
     return [i for i in items if i.key not in done]
 
 
+def judge_seed(item: Item) -> int:
+    """A judgment's sampling seed: from its dialogue's seed (the run's seed, the user, the task and the
+    trial: simulate/generate.py) and the rest of its key, so that a judge sampling at a temperature
+    above 0 draws the same numbers for the same judgment in any batch, shard or resume."""
+    return derive_seed(item.dialogue.get("seed"), "judge", *item.key)
+
+
 def render(templates: Templates, item: Item) -> list[dict]:
     return judge_messages(templates, item.dimension, item.scenario, item.turns(), speaker=item.speaker or None)
 
@@ -165,7 +173,7 @@ def judge(
         return [
             Request(
                 messages=render(templates, i),
-                sampling=sampling,
+                sampling=dataclasses.replace(sampling, seed=judge_seed(i)),
                 grammar=format_for(i.dimension, formats).grammar,
                 # a dialogue's judgments share its text: one copy of the judge's model answers them all
                 affinity=conversation(*(i.dialogue[k] for k in KEY_COLUMNS)),

@@ -71,48 +71,49 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
     # checks the models, their layout and chat templates before the config is saved
     load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
     count = cohorts_setting(cfg.lockstep.get("cohorts", "auto"), one=getattr(load, "in_process_core", False))
-    C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts)
-    folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
-    turns = shard_dir(out_dir, "turns", cfg.shard.index, cfg.shard.count)
-    done = existing_values(folder, KEY_COLUMNS)
-    print(f"generate: fidelity option {fidelity.name}, assistant prompt family {family}", file=console.err())
-    summary = simulate(
-        scenarios,
-        setting=setting,
-        templates=templates,
-        load_engines=lambda: {"user": load()["user_agent"], "assistant": load()["assistant"]},
-        protocol=Protocol(
-            cfg.protocol.max_rounds_sd,
-            cfg.protocol.max_rounds_md,
-            sampling,
-            EndRules(fidelity.terminate, fidelity.reply_after_cap),
-            context_room(cfg.protocol.get("context_room")),
-        ),
-        trials=int(cfg.trials),
-        seed=int(cfg.seed),
-        writer=PartWriter(folder, DIALOGUE_SCHEMA),
-        trace_writer=PartWriter(shard_dir(out_dir, "trace", cfg.shard.index, cfg.shard.count), TRACE_SCHEMA),
-        turn_writer=PartWriter(turns, TURNS_SCHEMA),
-        stored=stored_turns(turns, skip=done),
-        stop=stop,
-        done=done,
-        run_id=str(cfg.run.name),
-        config_hash=digest,
-        progress=bool(cfg.progress),
-        family=family,
-        history_reasoning=keep,
-        scheduling=Scheduling(
-            str(cfg.scheduling),
-            int(cfg.lockstep.max_requests_per_call),
-            bool(cfg.lockstep.token_ids),
-            int(cfg.continuous.in_flight),
-            count,
-            in_flight(cfg.lockstep.get("in_flight", "auto")),
-            tuple(getattr(load, "caches", ())),  # the layout's (engines/factory.py); none without GPUs
-        ),
-    )
-    if summary.dialogues:
-        append_summary(out_dir, "generate", cfg.shard.index, cfg.shard.count, summary)
+    with R.shard_lease(cfg, "generate", stop):
+        C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts, ROLES)
+        folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
+        turns = shard_dir(out_dir, "turns", cfg.shard.index, cfg.shard.count)
+        done = existing_values(folder, KEY_COLUMNS)
+        print(f"generate: fidelity option {fidelity.name}, assistant prompt family {family}", file=console.err())
+        summary = simulate(
+            scenarios,
+            setting=setting,
+            templates=templates,
+            load_engines=lambda: {"user": load()["user_agent"], "assistant": load()["assistant"]},
+            protocol=Protocol(
+                cfg.protocol.max_rounds_sd,
+                cfg.protocol.max_rounds_md,
+                sampling,
+                EndRules(fidelity.terminate, fidelity.reply_after_cap),
+                context_room(cfg.protocol.get("context_room")),
+            ),
+            trials=int(cfg.trials),
+            seed=int(cfg.seed),
+            writer=PartWriter(folder, DIALOGUE_SCHEMA),
+            trace_writer=PartWriter(shard_dir(out_dir, "trace", cfg.shard.index, cfg.shard.count), TRACE_SCHEMA),
+            turn_writer=PartWriter(turns, TURNS_SCHEMA),
+            stored=stored_turns(turns, skip=done),
+            stop=stop,
+            done=done,
+            run_id=str(cfg.run.name),
+            config_hash=digest,
+            progress=bool(cfg.progress),
+            family=family,
+            history_reasoning=keep,
+            scheduling=Scheduling(
+                str(cfg.scheduling),
+                int(cfg.lockstep.max_requests_per_call),
+                bool(cfg.lockstep.token_ids),
+                int(cfg.continuous.in_flight),
+                count,
+                in_flight(cfg.lockstep.get("in_flight", "auto")),
+                tuple(getattr(load, "caches", ())),  # the layout's (engines/factory.py); none without GPUs
+            ),
+        )
+        if summary.dialogues:
+            append_summary(out_dir, "generate", cfg.shard.index, cfg.shard.count, summary)
     return 0
 
 

@@ -215,8 +215,11 @@ def resume(todo: Sequence[Dialogue], stored: Mapping[DialogueKey, Sequence[dict]
     return restored
 
 
-def turn_rows(dialogue: Dialogue, start: int, run_id: str, session_started: float) -> list[dict]:
-    """The store/turns.py rows of the dialogue's turns from `start` on."""
+def turn_rows(
+    dialogue: Dialogue, start: int, run_id: str, session_started: float, follows: float | None = None
+) -> list[dict]:
+    """The store/turns.py rows of the dialogue's turns from `start` on; `follows`: the invocation that
+    stored turn `start - 1` (None: `start` is the opening)."""
     user_id, task_id, setting, trial = dialogue.key
     return [
         {
@@ -229,6 +232,7 @@ def turn_rows(dialogue: Dialogue, start: int, run_id: str, session_started: floa
             **vars(turn),
             "said_terminate": dialogue.said_terminate(index),
             "session_started": session_started,
+            "follows_session": follows if index == start else session_started,
         }
         for index, turn in enumerate(dialogue.turns[start:], start)
     ]
@@ -267,7 +271,8 @@ def generate(
     are written: a requested stop raises there (engines/stop.py)."""
     todo, skipped = plan_dialogues(scenarios, setting, trials, seed, protocol, done)
     session_started = time.time()  # tells a resumed run's dialogues and calls from the earlier runs' ones
-    resumed_turns = resume(todo, stored or {}, time.monotonic())
+    stored = stored or {}
+    resumed_turns = resume(todo, stored, time.monotonic())
     resumed = sum(bool(d.turns) for d in todo)
     engines = load_engines() if todo else {}
     if stop is not None:
@@ -279,6 +284,8 @@ def generate(
     ended: dict[str, int] = {}
     cut: dict[str, int] = {}
     stored_up_to = {id(d): len(d.turns) for d in todo}  # turns of each dialogue in the turns table
+    # the invocation that stored each dialogue's last stored turn: the one its next turn answers
+    follows = {id(d): stored[d.key][-1]["session_started"] if d.turns else None for d in todo}
     continuous = scheduling.mode == "continuous"
     turns_stored_at = time.monotonic()
 
@@ -289,8 +296,8 @@ def generate(
         rows = []
         for d in todo if advanced is None else advanced:
             if len(d.turns) > stored_up_to[id(d)]:
-                rows += turn_rows(d, stored_up_to[id(d)], run_id, session_started)
-                stored_up_to[id(d)] = len(d.turns)
+                rows += turn_rows(d, stored_up_to[id(d)], run_id, session_started, follows[id(d)])
+                stored_up_to[id(d)], follows[id(d)] = len(d.turns), session_started
         if turn_writer is not None:
             turn_writer.write(rows)
 

@@ -9,17 +9,24 @@ With a single engine there is nothing to overlap, and its calls run in the calle
 are queued. The command's stop (engines/stop.py) reaches the caller through the engines, which check
 it in their own threads and raise it as a failed call. A failed call fails the caller's `next()`; leaving the `with` block (after a failure or an
 interrupt) stops the other workers: a call still running is told to stop at its next finished
-request (`stopped` raises `Abandoned` from its `on_finished`), queued calls are dropped, and the block
-ends once no engine is still answering."""
+request (`stopped` raises `Abandoned` from its `on_finished`), queued calls are dropped, and the
+block ends once no engine is still answering, or after `JOIN_S` at most: a thread still in its
+engine then (a long reply) is left to end with the command (a daemon) and named in the log."""
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from personalens.engines.base import Engine
+
+log = logging.getLogger(__name__)
+
+JOIN_S = 60.0  # the longest leaving the block waits for the workers' engine calls to end
 
 
 class Abandoned(Exception):
@@ -84,8 +91,12 @@ class EngineWorkers:
         self._stop.set()
         for jobs in self._queues.values():
             jobs.put(None)
+        deadline = time.monotonic() + JOIN_S
         for thread in self._threads:
-            thread.join()
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        left = [t.name for t in self._threads if t.is_alive()]
+        if left:
+            log.warning(f"engine calls still running {JOIN_S:g} s after the run stopped, left to end with it: {left}")
 
     def _work(self, jobs: queue.SimpleQueue) -> None:
         while (job := jobs.get()) is not None:

@@ -60,6 +60,10 @@ TURNS_SCHEMA = pa.schema(
         *((f.name, f.type) for f in TURN_TYPE),
         ("said_terminate", pa.bool_()),  # a user reply that said TERMINATE (the word is removed from `text`)
         ("session_started", pa.float64()),  # the `generate` invocation that simulated the turn
+        # the invocation that stored the turn this one answers (turn index - 1): the same one, or, at a
+        # resumed dialogue's first new turn, the one whose stored turns it resumed from; null for an
+        # opening and in turns stored before the column existed (store/turns.py reads the chains)
+        ("follows_session", pa.float64()),
     ]
 )
 

@@ -40,8 +40,9 @@ STILL_VARIES = (
 @dataclass(frozen=True)
 class Mode:
     """What `reproducible: true` runs on a platform: the environment every engine starts with, whether
-    the engines' cores run in this process (then prefix caching is off, one lockstep cohort runs and
-    managed servers are refused), and the mode's cost as far as it is known."""
+    the engines' cores run in this process (then one lockstep cohort runs and managed servers are
+    refused), and the mode's cost as far as it is known. Prefix caching is off in either mode
+    (engines/factory.py)."""
 
     name: str
     env: dict[str, str]
@@ -55,8 +56,8 @@ BATCH_INVARIANT = Mode(
     in_process_core=False,
     # vLLM's page gives no figure for the cost, only what it turns off
     cost="vLLM documents a throughput cost without a figure (deterministic kernels; on compute capability 8.x "
-    "Triton matrix products in place of cuBLAS; for some bf16 models no torch.compile); the times here "
-    "do not include it",
+    "Triton matrix products in place of cuBLAS; for some bf16 models no torch.compile), and prefix caching is "
+    "off (every prompt computed whole); the times here do not include it",
 )
 ENGINE_CORE_HERE = Mode(
     "same batches on vLLM's CPU build",
@@ -123,4 +124,4 @@ def describe(chosen: Mode, engines: Sequence[str], gpus: GpuSpec | None) -> str:
         )
     assert gpus is not None  # refused without GPUs
     caps = ", ".join(sorted(set(gpus.capabilities), key=capability))
-    return f"{env} for {', '.join(engines)} on {gpus.describe()}, compute capability {caps}"
+    return f"{env} and prefix caching off for {', '.join(engines)} on {gpus.describe()}, compute capability {caps}"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -51,6 +50,7 @@ from personalens.engines.models.embedded import model_path
 from personalens.engines.stop import Stop
 from personalens.engines.vllm.args import engine_args
 from personalens.engines.vllm.check import check_in_process
+from personalens.engines.vllm.turn_lock import TurnLock
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +123,11 @@ class VllmEngine:
         queued: dict[str, int] = {}  # this call's requests in vLLM, or finished and not yet taken
         waiting = deque(range(len(requests)))
         each = share(self.slots(requests)) if self.capped else Fraction(0)  # not capped: all at once
+        turn = object()  # the call's place in the engine's in-flight queue (first come, first served)
         try:
             while queued or waiting:
                 with self._lock:
-                    refused = self._add(requests, waiting, queued, replies, each)
+                    refused = self._add(requests, waiting, queued, replies, each, turn)
                     mine = self._take(queued)
                     # no step while another call's finished replies wait for it (up to TAKE_WAIT_S, so
                     # a call busy elsewhere holds no other up): the lock goes round in turn, so each
@@ -147,6 +148,7 @@ class VllmEngine:
                     if on_finished is not None:
                         on_finished(1, gen.completion_tokens)
         finally:
+            self._in_flight.leave(turn)
             if queued:  # interrupted: nothing of this call stays queued in the engine
                 self._abort(queued)
         check_refusals(self.name, replies)
@@ -159,11 +161,13 @@ class VllmEngine:
         queued: dict[str, int],
         replies: list[Generation | None],
         each: Fraction,
+        turn: object,
     ) -> int:
-        """Queues the call's waiting requests while the engine's in-flight budget takes them (the
-        caller holds the lock); how many vLLM refused (answered in `replies`)."""
+        """Queues the call's waiting requests while the engine's in-flight budget takes them, the call
+        waiting its `turn` behind calls that came first (the caller holds the lock); how many vLLM
+        refused (answered in `replies`)."""
         refused = 0
-        while waiting and self._in_flight.try_take(each):
+        while waiting and self._in_flight.try_take(each, turn):
             i = waiting.popleft()
             request_id, refusal = self._queue(requests[i])
             if refusal is None:
@@ -179,13 +183,23 @@ class VllmEngine:
 
     def _step(self) -> None:
         """One step of vLLM for every running call: the finished replies go to `_done`, their shares
-        back to the budget (the caller holds the lock)."""
-        for request_id, gen in self._stepped():
+        back to the budget (the caller holds the lock). Requests vLLM no longer runs, yet never
+        reported finished, are answered as refused, so that no call waits on them forever."""
+        finished = self._stepped()
+        if self._idle():
+            seen = {request_id for request_id, _ in finished}
+            lost = rejected("vLLM dropped the request without a reply")
+            finished += [(request_id, lost) for request_id in self._running if request_id not in seen]
+        for request_id, gen in finished:
             each = self._running.pop(request_id, None)
             if each is not None:
                 self._in_flight.give(each)
                 self._done[request_id] = gen
                 self._stepped_at = time.monotonic()
+
+    def _idle(self) -> bool:
+        """Whether vLLM runs no request (the caller holds the lock)."""
+        return not self._llm.llm_engine.has_unfinished_requests()
 
     def _abort(self, queued: dict[str, int]) -> None:
         """Ends an interrupted call: its requests still in vLLM aborted, its replies not taken
@@ -238,9 +252,19 @@ class VllmEngine:
 
     def _stepped(self) -> list[tuple[str, Generation]]:
         """One step of vLLM, after a look at the command's stop: the requests that finished in it
-        (the caller holds the lock)."""
+        (the caller holds the lock). A finished output that cannot be read (its thinking split, its
+        text decoded) is answered as refused, alone: the step's other replies are handed on."""
         self._stop.check()
-        return [(out.request_id, self._split(out)) for out in self._llm.llm_engine.step() if out.finished]
+        return [(out.request_id, self._read(out)) for out in self._llm.llm_engine.step() if out.finished]
+
+    def _read(self, out) -> Generation:
+        try:
+            return self._split(out)
+        except self._fatal:
+            raise
+        except Exception as err:
+            log.warning(f"{self.name}: the reply to request {out.request_id} could not be read: {err!r}")
+            return rejected(f"its reply could not be read: {type(err).__name__}: {err}", len(out.prompt_token_ids))
 
     def _reasoning_parser(self, config: ModelConfig, tokenizer):
         """vLLM's reasoning parser of the config (None: the text fallback of engines/chat/reasoning.py,
@@ -309,43 +333,6 @@ class VllmEngine:
         """Stops vLLM's engine processes and frees their memory now, not at interpreter exit."""
         self._llm = None
         gc.collect()  # the LLM sits in reference cycles; its finalizers stop the processes
-
-
-class TurnLock:
-    """A lock its threads take in turn, in the order they asked: a call that steps vLLM again and
-    again cannot keep another call from adding its requests or taking its replies between its steps
-    (a plain Lock lets the thread that releases it take it again first)."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._next = 0  # the next ticket handed out
-        self._serving = 0  # the ticket that holds the lock
-        self._gone: set[int] = set()  # tickets whose thread stopped waiting (an interrupt)
-
-    def __enter__(self) -> None:
-        with self._changed:
-            ticket, self._next = self._next, self._next + 1
-            try:
-                while ticket != self._serving:
-                    self._changed.wait()
-            except BaseException:  # interrupted while it waited: its turn passes, or ends at once
-                if ticket == self._serving:
-                    self._pass()
-                else:
-                    self._gone.add(ticket)
-                raise
-
-    def __exit__(self, *exc: object) -> None:
-        with self._changed:
-            self._pass()
-
-    def _pass(self) -> None:
-        """The turn to the next ticket still waiting (the caller holds `_changed`)."""
-        self._serving += 1
-        while self._serving in self._gone:
-            self._gone.remove(self._serving)
-            self._serving += 1
-        self._changed.notify_all()
 
 
 def _generation(out) -> Generation:
