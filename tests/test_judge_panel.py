@@ -248,3 +248,18 @@ def test_merge_wants_every_judgment_of_every_judge_of_the_panel(tmp_path, capsys
         pq.write_table(table.filter([k != keys[-1] for k in keys]), path)
     assert merge_command.merge(cfg) == 1
     assert "judgments missing" in capsys.readouterr().out
+
+
+def test_runs_of_one_judge_each_reported_together_are_no_panel(tmp_path):
+    from personalens.report import build_report
+
+    runs = []
+    for name, temperature in (("a", 0.0), ("b", 0.7)):
+        out, _ = generated(tmp_path / name, f"run.name={name}")
+        cfg = config(
+            f"run.out_dir={out}", f"run.name={name}", "data.kinds=SD", f"protocol.judge.temperature={temperature}"
+        )
+        assert judge_command.judge(cfg, lambda: {"judge": Judge()}) == 0
+        runs.append(out)
+    report = build_report(runs, tmp_path / "report", bootstrap=50)
+    assert report.panel is None and "Judge panel" not in (tmp_path / "report" / "report.md").read_text()

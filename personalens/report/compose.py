@@ -44,7 +44,9 @@ def build_report(
     # a judge panel: its tables over every judge's rows; the report's own tables hold each run's model@judge
     judges = run_judges(dirs)
     defaults = [judges.default[str(d)] for d in dirs]
-    panel = panel_tables(judges.keyed(data.judgments), defaults, judges, Bootstrap(bootstrap, seed))
+    # runs of one judge each (reported side by side, judged by different models) are no panel
+    scored = judges.keyed(data.judgments) if any(len(k) > 1 for k in judges.per_run.values()) else ()
+    panel = panel_tables(scored, defaults, judges, Bootstrap(bootstrap, seed))
     data = replace(data, judgments=judges.primary(data.judgments))
     # the release's domains, and any a lab added that the runs hold
     domains = with_domains(d for j in data.judgments for d in j.domains)
