@@ -103,4 +103,3 @@ def test_a_killed_judge_resumes_with_every_judgment_present_exactly_once(sample_
     with open(out / "report" / "judge_agreement.csv") as f:
         agreement = list(csv.DictReader(f))
     assert len(agreement) == 6 and all(int(r["kappa_n"]) > 0 for r in agreement)
-    print("\n".join(line for line in md.splitlines() if line.startswith("| judge (")))
