@@ -36,7 +36,11 @@ _ADDED_AT = {
     "reasoning_parser": None,
     "chat_template_kwargs": {},
     "history_reasoning": "family",
+    "rope_scaling": None,
 }
+# a model's own sampling: a role's fingerprint holds the sampling it runs with (config/sampling.py), which
+# an explicit override may take from the protocol instead
+_RECORDED_WITH_THE_ROLE = {"sampling"}
 
 
 def register_resolvers() -> None:
@@ -86,7 +90,7 @@ def model_identity(model_cfg: DictConfig) -> dict:
     return {
         k: v
         for k, v in plain(model_cfg).items()
-        if k not in _RUNTIME_ONLY and (k not in _ADDED_AT or v != _ADDED_AT[k])
+        if k not in _RUNTIME_ONLY | _RECORDED_WITH_THE_ROLE and (k not in _ADDED_AT or v != _ADDED_AT[k])
     }
 
 

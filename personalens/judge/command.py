@@ -33,11 +33,11 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
         )
     templates, templates_digest = R.templates(cfg, fidelity)
     R.history_reasoning(cfg, "judge")
-    sampling = R.sampling(cfg, "judge")
+    sampling, chosen = R.sampling(cfg, "judge")
     formats, chunk = settings(cfg)
     parts = {
         "judge": C.model_identity(cfg.judge),
-        "sampling": C.sampling_identity(cfg.protocol.judge),
+        "sampling": chosen.identity(),
         "templates": templates_digest,
         "turn_level": bool(cfg.judging.turn_level),
         "fidelity": fidelity.identity(),
@@ -48,7 +48,8 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
     # checks the model, its layout and its chat template before the config is saved
     load = engines or R.engines(cfg, ("judge",), stop, first=next(iter(scenarios), None))
     with R.shard_lease(cfg, "judge", stop):
-        C.check_or_save(out_dir, "judge", cfg, digest, R.resolved(cfg, ("judge",), load), parts, ("judge",))
+        resolved = {**R.resolved(cfg, ("judge",), load), "sampling": {"judge": chosen.record()}}
+        C.check_or_save(out_dir, "judge", cfg, digest, resolved, parts, ("judge",))
         print(f"judge: fidelity option {fidelity.name}", file=console.err())
         summary = score(
             dialogues.to_pylist(),

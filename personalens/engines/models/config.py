@@ -17,6 +17,7 @@ from personalens.engines.models.hub import (
     find_snapshot,
     is_valid_id,
 )
+from personalens.engines.models.sampling import ModelSampling, model_sampling
 from personalens.errors import PersonalensError
 
 ENGINE_KINDS = ("vllm", "server")
@@ -111,6 +112,13 @@ class ModelConfig:
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
     # HISTORY_REASONING; a prompt setting, not the engine's: roles that differ in it alone share an engine
     history_reasoning: str = field(default="family", compare=False)
+    # the model card's sampling, applied per request to whatever role the model plays (config/sampling.py):
+    # roles that differ in it alone share an engine
+    sampling: ModelSampling = field(default=ModelSampling(), compare=False)
+    # a RoPE scaling of the model's config.json (YaRN: {rope_type: yarn, factor: 4.0,
+    # original_max_position_embeddings: 32768}), sorted (name, value) pairs; given to vLLM as hf_overrides
+    # (engines/vllm/args.py) in process and to managed servers; () keeps the model's own
+    rope_scaling: tuple[tuple[str, Any], ...] = ()
     placement: str = "auto"
     # GPUs of a managed server, as indices into this job's visible GPUs; None: the planner picks
     gpus: tuple[int, ...] | None = None
@@ -129,8 +137,18 @@ class ModelConfig:
         server = values.pop("server", None)
         gpus = _gpus(values.pop("gpus", None), where)
         kwargs = _template_kwargs(values.pop("chat_template_kwargs", None), where)
+        rope = _template_kwargs(values.pop("rope_scaling", None), where, "rope_scaling")
+        try:
+            sampling = model_sampling(values.pop("sampling", None), where)
+        except PersonalensError as err:
+            raise ModelConfigError(str(err)) from None
         config = cls(
-            **_checked(cls, values, where), gpus=gpus, server=_server(server, where), chat_template_kwargs=kwargs
+            **_checked(cls, values, where),
+            gpus=gpus,
+            server=_server(server, where),
+            chat_template_kwargs=kwargs,
+            sampling=sampling,
+            rope_scaling=rope,
         )
         if config.engine == "server" and config.server is None:
             raise ModelConfigError(f"{where}.server.base_url: required when engine is server")
@@ -245,7 +263,9 @@ def _check_snapshot(snapshot: HubSnapshot, key: str, config: ModelConfig, where:
 
 
 def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
-    if raw is None:
+    """The endpoint of an engine: server; a block whose base_url is null (every family config's, so that
+    `X.server.base_url=...` is one override) names none."""
+    if raw is None or (isinstance(raw, Mapping) and raw.get("base_url") is None):
         return None
     if not isinstance(raw, Mapping):
         raise ModelConfigError(f"{where}.server: expected a mapping, got {raw!r}")
@@ -263,18 +283,16 @@ def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
     return server
 
 
-def _template_kwargs(raw: Any, where: str) -> tuple[tuple[str, Any], ...]:
-    """Chat template variables as sorted (name, value) pairs (configs are hashable); values are
-    plain scalars (enable_thinking: false, reasoning_effort: low)."""
+def _template_kwargs(raw: Any, where: str, name: str = "chat_template_kwargs") -> tuple[tuple[str, Any], ...]:
+    """Chat template variables (or `rope_scaling`'s) as sorted (name, value) pairs (configs are
+    hashable); values are plain scalars (enable_thinking: false, reasoning_effort: low, factor: 4.0)."""
     if raw is None:
         return ()
     if not isinstance(raw, Mapping):
-        raise ModelConfigError(f"{where}.chat_template_kwargs: expected a mapping such as {{enable_thinking: false}}")
+        raise ModelConfigError(f"{where}.{name}: expected a mapping such as {{enable_thinking: false}}")
     for key, value in raw.items():
         if not isinstance(key, str) or not isinstance(value, (str, int, float, bool)):
-            raise ModelConfigError(
-                f"{where}.chat_template_kwargs.{key}: expected a name and a plain value, got {value!r}"
-            )
+            raise ModelConfigError(f"{where}.{name}.{key}: expected a name and a plain value, got {value!r}")
     return tuple(sorted(raw.items()))
 
 
@@ -293,7 +311,7 @@ def _checked(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
     known = {
         f.name: f
         for f in fields(cls)
-        if f.name not in ("server", "gpus", "snapshots", "api_key", "chat_template_kwargs")
+        if f.name not in ("server", "gpus", "snapshots", "api_key", "chat_template_kwargs", "sampling", "rope_scaling")
     }
     unknown = sorted(set(values) - set(known))
     if unknown:

@@ -14,9 +14,11 @@ KV cache.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,7 +189,9 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
             f"model {config.name}: no {config_json}; placement sizes each model from its files: set "
             "path to a local Hugging Face directory, or to a hub id in the local Hugging Face cache"
         )
-    arch = Architecture.from_config(json.loads(config_json.read_text()), where=str(config_json))
+    arch = scaled_context(
+        Architecture.from_config(json.loads(config_json.read_text()), where=str(config_json)), config.rope_scaling
+    )
     size = run_dtype_bytes(config)
     leading = tuple(range(config.tensor_parallel_size))
     placement = config.placement
@@ -217,4 +221,16 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
         replicas=config.explicit_replicas,
         utilization=config.gpu_memory_utilization,
         config=config,
+    )
+
+
+def scaled_context(arch: Architecture, rope_scaling: tuple[tuple[str, Any], ...]) -> Architecture:
+    """The architecture with the context a RoPE scaling gives it (YaRN: its factor times the original
+    positions, as vLLM derives max_model_len), which max_model_len: auto may then reach."""
+    scaling = dict(rope_scaling)
+    factor = scaling.get("factor")
+    if not factor or arch.context is None:
+        return arch
+    return dataclasses.replace(
+        arch, context=int(float(factor) * int(scaling.get("original_max_position_embeddings", arch.context)))
     )

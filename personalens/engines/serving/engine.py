@@ -208,6 +208,7 @@ def chat_body(
     }
     if s.seed is not None:
         body["seed"] = s.seed
+    body.update(s.extras())  # top_k, min_p, repetition_penalty: vLLM's extensions; presence_penalty: OpenAI's
     if s.min_tokens:
         body["min_tokens"] = s.min_tokens  # a vLLM extension, sent only when asked for
     if s.thinking_budget is not None:

@@ -364,4 +364,5 @@ def sampling_params(request: Request):
         structured_outputs=StructuredOutputsParams(grammar=request.grammar) if request.grammar else None,
         # asked only when set: vLLM refuses it unless the engine has a reasoning parser (vllm/args.py)
         **({"thinking_token_budget": s.thinking_budget} if s.thinking_budget is not None else {}),
+        **s.extras(),
     )
