@@ -7,8 +7,8 @@ fingerprint only when set. tests/test_reasoning_vllm.py runs it through a real `
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 from engine_fixtures import chat
+from omegaconf import OmegaConf
 from test_fidelity import PromptRecorder, config
 
 from personalens.config import run as R
@@ -48,7 +48,9 @@ def test_the_budget_reaches_each_roles_requests_and_the_fingerprint_only_when_se
     cfg = _roles(f"run.out_dir={tmp_path / 'run'}", "protocol.assistant.thinking_budget=48")
     assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
     user_agent = [r.messages[-1]["content"].startswith("<user_profile>") for r in engine.requests]
-    budgets = {(user, r.sampling.thinking_budget, r.sampling.max_tokens) for user, r in zip(user_agent, engine.requests)}
+    budgets = {
+        (user, r.sampling.thinking_budget, r.sampling.max_tokens) for user, r in zip(user_agent, engine.requests)
+    }
     assert budgets == {(False, 48, 48 + 96), (True, None, 64)}  # the assistant's requests, the user agent's
     # a budget left at null is no part of the fingerprint, so runs saved before the setting resume
     plain = config()

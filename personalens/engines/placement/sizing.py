@@ -18,9 +18,9 @@ import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.models.embedded import model_path
