@@ -46,6 +46,7 @@ EVERY_SETTING = ModelConfig(
     block_size=32,
     cpu_reserved_cores=0,
     load_format="dummy",
+    rope_scaling=(("factor", 4.0), ("original_max_position_embeddings", 1024), ("rope_type", "yarn")),
 )
 
 SCORE_GRAMMAR = 'root ::= "Score: " [1-5] "\\n" [a-zA-Z ,.]*'

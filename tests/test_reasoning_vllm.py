@@ -14,6 +14,7 @@ import dataclasses
 import pytest
 from cli_helpers import read_rows
 from engine_fixtures import TEST_KV_CACHE_BYTES
+from omegaconf import OmegaConf
 from reasoning_family import gguf_part, write_model
 from test_fidelity import config
 
@@ -93,9 +94,12 @@ def thinking_engine(tmp_path_factory):
 
 def test_thinking_of_every_role_is_stored_counted_and_never_sent_on(thinking_engine, tmp_path):
     out = tmp_path / "run"
-    cfg = config(f"run.out_dir={out}")
+    # the assistant samples with a card's top_k and min_p, which reach vLLM's SamplingParams
+    card = ("temperature=0.6", "top_p=0.95", "top_k=20", "min_p=0.05", "source=card")
+    cfg = config(f"run.out_dir={out}", *(f"assistant.sampling.{value}" for value in card))
     engine = thinking_engine
     assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
+    assert {(r.sampling.top_k, r.sampling.min_p) for r in engine.requests} == {(20, 0.05), (None, None)}
     assert judge_command.judge(cfg, lambda: {"judge": engine}) == 0
     assert report_command.report(cfg) == 0
 
@@ -169,12 +173,18 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
     budget, answer = 6, 'root ::= "Blue" [a-z ]{2,8}'
     out = tmp_path / "run"
     roles = ("user_agent", "assistant", "judge")
+    # the assistant with its card's sampling (conf/model/deepseek_r1_distill_qwen_7b.yaml's, with top_k and
+    # min_p beside it), its own thinking budget and the paper's 800-token answer budget
+    card = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "thinking_budget": 8}
     cfg = config(
         f"run.out_dir={out}",
         "protocol.max_rounds_sd=1",
         "protocol.max_rounds_md=1",
+        "protocol.assistant.max_tokens=800",
         *(f"{role}.reasoning_parser=deepseek_r1" for role in roles),
-        *(f"protocol.{role}.thinking_budget=8" for role in roles),
+        *(f"protocol.{role}.thinking_budget=8" for role in ("user_agent", "judge")),
+        *(f"assistant.sampling.{key}={value}" for key, value in card.items()),
+        "assistant.sampling.source='DeepSeek-R1 card'",
     )
     stop = Stop()
     try:
@@ -213,6 +223,19 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
     assert sent and not [c for c in sent if any(m in c for m in MARKERS)]
     turns = [t for d in read_rows(out / "dialogues") for t in d["turns"]]
     assert turns and all(t["reasoning"] and not any(m in t["text"] for m in MARKERS) for t in turns)
+    # the assistant's requests: the card's sampling, the budget sent to vLLM and 800 answer tokens beside it
+    sent_sampling = {r.sampling for r in answering.requests if r.sampling.top_k is not None}
+    assert {(s.temperature, s.top_p, s.top_k, s.min_p, s.thinking_budget, s.max_tokens) for s in sent_sampling} == {
+        (0.6, 0.95, 20, 0.05, 8, 808)
+    }
+    # its thinking stopped by the budget (random weights never end it), then an answer of its own length
+    # that ended itself, far inside its 800 tokens
+    replies = [t for t in turns if t["role"] == "assistant"]
+    assert replies and all(t["finish_reason"] == "stop" and t["text"] for t in replies)
+    assert all(8 + 2 <= t["completion_tokens"] <= 8 + 1 + len(t["text"]) + 1 < 800 for t in replies)
+    saved = OmegaConf.load(out / "generate.yaml")
+    assert saved.resolved.sampling.assistant.origins.top_k == "model card"
+    assert saved.resolved.sampling.assistant.source == "DeepSeek-R1 card"
     judgments = read_rows(out / "judgments")
     assert judgments and all(j["judge_reasoning"] for j in judgments)
     assert "**Leak check: 0 thinking markers**" in (out / "report" / "report.md").read_text()

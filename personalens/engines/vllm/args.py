@@ -47,7 +47,9 @@ def engine_args(config: ModelConfig, model: str, dtype: str) -> dict[str, Any]:
 def rope_overrides(scaling: dict[str, Any], model: str) -> dict[str, Any]:
     """vLLM's hf_overrides that scale the model's RoPE: transformers 5 keeps the scaling and the base
     frequency together in `rope_parameters` (replaced whole by a mapping override, so the model's
-    config.json's rope_theta goes with it); earlier releases read `rope_scaling` beside rope_theta."""
+    config.json's rope_theta goes with it) and reads a YaRN model's max_position_embeddings as the scaled
+    length (vLLM 0.32 then applies no factor to it); earlier releases read `rope_scaling` beside
+    rope_theta and scale the original positions themselves."""
     import transformers
 
     if int(transformers.__version__.split(".")[0]) < 5:
@@ -55,7 +57,12 @@ def rope_overrides(scaling: dict[str, Any], model: str) -> dict[str, Any]:
     found = Path(model) / "config.json"
     raw = json.loads(found.read_text()) if found.is_file() else {}
     theta = raw.get("rope_theta", (raw.get("rope_parameters") or {}).get("rope_theta"))
-    return {"rope_parameters": {**({"rope_theta": theta} if theta is not None else {}), **scaling}}
+    out: dict[str, Any] = {"rope_parameters": {**({"rope_theta": theta} if theta is not None else {}), **scaling}}
+    if "factor" in scaling and "original_max_position_embeddings" in scaling:
+        out["max_position_embeddings"] = int(
+            float(scaling["factor"]) * int(scaling["original_max_position_embeddings"])
+        )
+    return out
 
 
 def cli_flags(args: Mapping[str, Any]) -> list[str]:
