@@ -31,7 +31,7 @@ def compare(cfg: DictConfig) -> int:
         ),
     )
     for accepted in result.accepted:
-        print(f"compare: compared despite a difference: {accepted.line()}", file=console.err())
+        print(f"compare: {accepted.label}: {accepted.line()}", file=console.err())
     print(render.markdown(result.tables), file=console.out())
     print("\n## Power\n\n" + render.markdown(result.power_tables), file=console.out())
     print(f"\ncomparison written to {out_dir}", file=console.err())
