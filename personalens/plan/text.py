@@ -164,6 +164,7 @@ def _tokens(t: Mapping) -> list[str]:
             for limit in [t["max_model_len"][where]]
         ]
         out.append(f"    the longest {kind} prompts at the cap: " + "; ".join(notes))
+    out += [f"  OVER its context: {line}" for line in t.get("overflows", [])]
     if "calibrated" in t:
         out += _estimate("calibrated", t["calibrated"])
     return out
@@ -187,15 +188,17 @@ def _calibration(c: Mapping | None) -> list[str]:
         f"  first prompts of its dialogues: rendered here {_n(c['first_prompts']['rendered'])}, counted by its "
         f"engine {_n(c['first_prompts']['measured'])}",
     ]
-    ended = c.get("context_ended") or {}
-    if ended:
-        out.append(
-            "  ended on a full context in it: "
-            + "; ".join(
-                f"{kind} {e['measured']} of {e['of']}, so about {_n(e['expected'])} of the {_n(e['planned'])} planned"
-                for kind, e in ended.items()
+    for key, what in (("context_ended", "on a full context"), ("thinking_ended", "inside a reply's thinking")):
+        ended = c.get(key) or {}
+        if ended:
+            out.append(
+                f"  ended {what} in it: "
+                + "; ".join(
+                    f"{kind} {e['measured']} of {e['of']}, so about {_n(e['expected'])} of the {_n(e['planned'])} "
+                    "planned"
+                    for kind, e in ended.items()
+                )
             )
-        )
     for job in ("generate", "judge"):
         r = c[job]
         if r:
