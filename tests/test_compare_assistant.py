@@ -55,3 +55,16 @@ def test_a_different_user_agent_or_cap_is_still_refused(runs, tmp_path):
         build_comparison([runs["qwen"], runs["qwen_user"]], tmp_path / "a")
     with pytest.raises(PersonalensError, match=r"differ in protocol .*dialogue.assistant.max_tokens: 96 vs 48"):
         build_comparison([runs["qwen"], runs["qwen_cap"]], tmp_path / "b")
+
+
+def test_the_report_says_where_each_roles_sampling_came_from(runs):
+    from personalens.report import command as report_command
+
+    assert report_command.report(config(f"run.out_dir={runs['qwen']}", "model@assistant=qwen3_8b")) == 0
+    text = (runs["qwen"] / "report" / "report.md").read_text()
+    assert "assistant sampling min_p 0.0 (model card), temperature 0.6 (model card)" in text
+    assert "top_k 20 (model card)" in text
+    assert "from Qwen/Qwen3-8B model card" in text
+    assert (
+        "user agent sampling temperature 0.5 (protocol)" in text and "judge sampling temperature 0.0 (protocol)" in text
+    )

@@ -24,6 +24,7 @@ class SavedStep:
     fingerprint: str | None
     config: dict[str, Any]
     parts: dict[str, Any] = field(default_factory=dict)
+    resolved: dict[str, Any] = field(default_factory=dict)  # what settings became on the machine that ran it
 
 
 def read_saved(run_dir: Path) -> dict[str, SavedStep]:
@@ -39,5 +40,7 @@ def read_saved(run_dir: Path) -> dict[str, SavedStep]:
             raise PersonalensError(f"{path}: not a readable run configuration ({err})") from err
         if not isinstance(raw, dict):
             raise PersonalensError(f"{path}: not a readable run configuration (not a mapping)")
-        saved[step] = SavedStep(path, raw.get("fingerprint"), raw.get("config") or {}, raw.get("parts") or {})
+        saved[step] = SavedStep(
+            path, raw.get("fingerprint"), raw.get("config") or {}, raw.get("parts") or {}, raw.get("resolved") or {}
+        )
     return saved
