@@ -189,13 +189,16 @@ def check_templates(cfg: DictConfig, configs: Mapping[str, ModelConfig], first: 
 
 def work(cfg: DictConfig, roles: tuple[str, ...]) -> dict[str, float]:
     """Per role the tokens it generates per dialogue at the protocol's cap (the mean of the two kinds'
-    round caps, one reply of max_tokens a round; the judge one reply per dimension), by which the
-    GPUs a layout leaves free are shared out among copies of its models."""
+    round caps, one reply of its thinking budget and max_tokens a round; the judge one reply per
+    dimension), by which the GPUs a layout leaves free are shared out among copies of its models."""
+    from personalens.config.sampling import role_sampling
+
     p = cfg.protocol
     rounds = (int(p.max_rounds_sd) + int(p.max_rounds_md)) / 2
-    out = {role: rounds * int(p[role].max_tokens) for role in ("user_agent", "assistant") if role in roles}
+    reply = {role: role_sampling(cfg, role).request_max_tokens for role in roles if role in p}
+    out = {role: rounds * reply[role] for role in ("user_agent", "assistant") if role in roles}
     if "judge" in roles:
-        out["judge"] = len(cfg.judging.dimensions) * int(p.judge.max_tokens)
+        out["judge"] = len(cfg.judging.dimensions) * reply["judge"]
     return out
 
 
