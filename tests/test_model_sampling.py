@@ -213,3 +213,22 @@ def test_yarn_rope_scaling_reaches_vllm_as_hf_overrides_and_sizes_the_context(tm
     published = json.loads((folder / "config.json").read_text())
     theta = published.get("rope_theta") or published["rope_parameters"]["rope_theta"]
     assert model.hf_text_config.rope_parameters["rope_theta"] == theta  # the model's own base frequency kept
+
+
+def test_plan_counts_the_thinking_budget_in_replies_not_in_history_and_the_thinking_endings():
+    from personalens.plan.budget import cap_turns
+    from personalens.plan.calibration import Calibration
+    from personalens.plan.estimate import _reply_tokens
+
+    cfg = config("model@assistant=qwen3_8b", "protocol=paper")
+    requests, answers = _reply_tokens(cfg)
+    assert (requests["assistant"], answers["assistant"], requests["user_agent"]) == (4096 + 800, 800, 800)
+    kept = config("model@assistant=qwen3_8b", "protocol=paper", "assistant.history_reasoning=all")
+    assert _reply_tokens(kept)[1]["assistant"] == 4896  # its thinking comes back in its history
+    turns = cap_turns(60, {"user": 800, "assistant": 4896}, {"user": 800, "assistant": 800})
+    assert (turns.reply["assistant"], turns.history) == (4896, 800)
+    ended = [{"kind": "MD", "ended": e, "turns": []} for e in ("thinking", "terminate", "terminate", "context")]
+    run = Calibration("pilot", ended, 0, None, None)
+    assert run.context_ended({"MD": 100}, "thinking") == {
+        "MD": {"measured": 1, "of": 4, "expected": 25, "planned": 100}
+    }
