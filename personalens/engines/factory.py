@@ -21,7 +21,8 @@ from personalens.engines.dtype import vllm_is_cpu_build
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.placement.gpus import GpuSpec, visible_gpu_spec
 from personalens.engines.placement.inflight import Cache, caches
-from personalens.engines.placement.layout import Placement, plan_layout
+from personalens.engines.placement.layout import plan_layout
+from personalens.engines.placement.placed import Placement
 from personalens.engines.replicated import ReplicatedEngine
 from personalens.engines.serving.managed import start_servers
 from personalens.engines.stop import Stop

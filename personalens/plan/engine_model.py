@@ -1,6 +1,6 @@
 """A model of how fast vLLM serves a run's dialogues on GPUs: dialogues replayed through a simplified
 continuous-batching engine (vLLM's scheduler, much simplified) whose step time comes from a roofline
-model of its GPUs. `personalens plan` compares layouts with it, bench/stragglers.py schedulers.
+model of its GPUs (gpu_model.py). `personalens plan` compares layouts with it, bench/stragglers.py schedulers.
 
 The engine: FCFS admission while fewer than `max_num_seqs` requests run and their KV fits the cache;
 every step decodes one token of every running request and prefills up to `max_num_batched_tokens` -
@@ -32,70 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from personalens.engines.placement.cohorts import window_share
-
-# assumed: the share of a GPU's peak HBM bandwidth decoding reaches, and of its dense bf16 FLOPS
-# prefill-heavy steps reach
-BANDWIDTH_EFFICIENCY = 0.75
-FLOPS_EFFICIENCY = 0.5
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    """One engine on its GPUs. The defaults: Llama-3.1-8B-Instruct (its published config: 8.03e9
-    parameters, 32 layers, hidden 4096, 8 KV heads of 128) in bf16 on one H100 SXM (datasheet:
-    3.35 TB/s HBM3, 989 TFLOPS dense bf16, 80 GB). Efficiencies, overhead and the engine's limits are
-    assumptions."""
-
-    params: float = 8.03e9
-    layers: int = 32
-    hidden: int = 4096
-    kv_bytes_per_token: int = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 heads of 128, 2 bytes
-    bandwidth: float = 3.35e12 * BANDWIDTH_EFFICIENCY
-    flops: float = 989e12 * FLOPS_EFFICIENCY
-    overhead: float = 0.5e-3  # assumed: per engine step (scheduling, launches; CUDA graphs on)
-    kv_tokens: int = 400_000  # assumed: 0.9 x 80 GB - 16 GB weights - activations, / 128 KiB per token
-    max_num_seqs: int = 256  # conf/model/llama31_8b.yaml
-    max_batched_tokens: int = 8192  # assumed: vLLM's chunked-prefill token budget per step
-    bytes_per_param: int = 2  # the weights' dtype, read once a step
-    name: str = ""  # the model it stands for, in Result.busy
-
-    def step_seconds(self, decodes: int, prefill: int, context: int) -> float:
-        """One engine step: `decodes` running requests one token each, `prefill` prompt tokens,
-        `context` tokens of KV read by the step's attention."""
-        memory = (self.bytes_per_param * self.params + context * self.kv_bytes_per_token) / self.bandwidth
-        tokens = decodes + prefill
-        compute = (2 * self.params * tokens + 4 * self.layers * self.hidden * context * min(tokens, 1)) / self.flops
-        return self.overhead + max(memory, compute)
-
-    def decode_seconds(self, decodes: int, context: int, steps: int) -> float:
-        """`steps` engine steps that only decode `decodes` requests, the KV read growing by `decodes`
-        tokens a step from `context`: step_seconds summed in closed form (both of its terms grow
-        linearly, so the larger one changes at most once)."""
-        memory = (
-            (self.bytes_per_param * self.params + context * self.kv_bytes_per_token) / self.bandwidth,
-            decodes * self.kv_bytes_per_token / self.bandwidth,
-        )
-        compute = (
-            (2 * self.params * decodes + 4 * self.layers * self.hidden * context) / self.flops,
-            4 * self.layers * self.hidden * decodes / self.flops,
-        )
-
-        def larger(i: int) -> tuple[float, float]:
-            return memory if memory[0] + i * memory[1] >= compute[0] + i * compute[1] else compute
-
-        first, last = larger(0), larger(steps - 1)
-        split = steps
-        if first is not last:  # the first step where the other term is larger
-            lo, hi = 0, steps - 1
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if larger(mid) is first else (lo, mid)
-            split = hi
-
-        def total(line: tuple[float, float], lo: int, hi: int) -> float:
-            return (hi - lo) * line[0] + line[1] * (lo + hi - 1) * (hi - lo) / 2
-
-        return steps * self.overhead + total(first, 0, split) + total(last, split, steps)
+from personalens.plan.gpu_model import GpuModel
 
 
 @dataclass(frozen=True)

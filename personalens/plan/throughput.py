@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 from personalens.engines.placement.cohorts import auto_cohorts, least_share
 from personalens.engines.placement.inflight import in_flight, run_window
-from personalens.engines.placement.layout import Layout, Placement
+from personalens.engines.placement.placed import Layout, Placement
 from personalens.engines.placement.sizing import ModelNeed
 from personalens.plan.budget import Workload, judge_prompts, turn_prompts
-from personalens.plan.engine_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel, Turn, simulate
+from personalens.plan.engine_model import Turn, simulate
+from personalens.plan.gpu_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel
 
 # which model serves a turn: the dialogue's roles are the user agent's and the assistant's turns
 TURN_ROLES = {"user": "user_agent", "assistant": "assistant", "judge": "judge"}

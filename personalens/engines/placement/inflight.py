@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from personalens.engines.placement.layout import Placement
+from personalens.engines.placement.placed import Placement
 
 DIALOGUE_ROLES = ("user_agent", "assistant")  # the roles every turn of a dialogue waits on
 MIN_BATCH_SHARE = 0.25  # of max_num_seqs: a window below it on any engine holds nothing back
