@@ -27,6 +27,7 @@ _RUNTIME_ONLY = {
     "replicas",
     "download",
     "server_start_timeout_s",
+    "kv_offload_gib",  # a reloaded block holds the values it was computed with
 }
 # settings added to the model configs later, at the value that generates what configs without them
 # did: left out of the identity then, so runs started before they existed still resume
@@ -36,6 +37,7 @@ _ADDED_AT = {
     "reasoning_parser": None,
     "chat_template_kwargs": {},
     "history_reasoning": "family",
+    "kv_cache_dtype": "auto",
 }
 
 

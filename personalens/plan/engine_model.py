@@ -8,7 +8,9 @@ running prompt tokens of the admitted requests (chunked prefill). A step takes o
 time, compute time): memory = weights + the running requests' KV read once, compute = 2 x parameters
 x tokens in the step + attention over the context. The prefix cache keeps each (dialogue, role)'s
 last sequence (prompt and reply) until it is evicted, least recently used first, when admissions need
-room; a hit saves the part of the new prompt that repeats it.
+room; a hit saves the part of the new prompt that repeats it. With host memory for KV
+(`GpuModel.host_tokens`, kv_offload_gib) an evicted sequence moves there, and a hit on it is copied
+back at the host link's bandwidth instead of prefilled again.
 
 Schedulers, on the same requests (same prompts, replies, order):
   lockstep    every active dialogue's next request submitted together; the next step's requests
@@ -66,6 +68,7 @@ class Result:
     generated: int = 0
     prompt: int = 0
     computed: int = 0  # prompt tokens prefilled (not served from the cache)
+    reloaded: int = 0  # prompt tokens copied back from host memory (kv_offload_gib)
     calls: list[tuple[float, float, list[float]]] = field(default_factory=list)  # lockstep: start, end, finishes
     busy: dict[str, float] = field(default_factory=dict)  # per GpuModel name: seconds its engines computed, summed
 
@@ -100,6 +103,11 @@ class Engine:
         self.cached_tokens = 0  # in the cache, not held by running requests
         self.held = 0  # KV of the running requests
         self.computed = 0
+        # evicted sequences kept in host memory (kv_offload_gib), least recently evicted first
+        self.host: OrderedDict[tuple[int, str], int] = OrderedDict()
+        self.host_used = 0
+        self.reloading = 0  # tokens to copy back from host memory before the next step
+        self.reloaded = 0
 
     @property
     def busy(self) -> bool:
@@ -128,6 +136,8 @@ class Engine:
             steps = min(r.remaining for r in decoding)
             if most is not None:
                 steps = max(1, min(steps, most))
+        self.now += self.gpu.reload_seconds(self.reloading)
+        self.reloaded, self.reloading = self.reloaded + self.reloading, 0
         if steps == 1:
             self.now += self.gpu.step_seconds(len(decoding), prefill, self.held)
         else:
@@ -160,16 +170,30 @@ class Engine:
             r = self.waiting[0]
             if self.running and self.held + r.turn.prompt > self.gpu.kv_tokens:
                 break
-            own = self.cache.pop((r.dialogue, r.turn.role), 0)  # its blocks become the request's own
+            key = (r.dialogue, r.turn.role)
+            own = self.cache.pop(key, 0)  # its blocks become the request's own
             self.cached_tokens -= own
+            offloaded = self.host.pop(key, 0) if not own else 0
+            self.host_used -= offloaded
             while self.cache and self.held + r.turn.prompt + self.cached_tokens > self.gpu.kv_tokens:
-                _, size = self.cache.popitem(last=False)  # the least recently used
+                evicted, size = self.cache.popitem(last=False)  # the least recently used
                 self.cached_tokens -= size
+                self._offload(evicted, size)
             self.waiting.popleft()
-            hit = max(min(own, r.turn.reusable), min(self.shared, r.turn.prompt))
+            self.reloading += min(offloaded, r.turn.reusable)
+            hit = max(min(own or offloaded, r.turn.reusable), min(self.shared, r.turn.prompt))
             r.prefill, r.remaining, r.context, r.cached = r.turn.prompt - hit, r.turn.reply, r.turn.prompt, hit
             self.running.append(r)
             self.held += r.context
+
+    def _offload(self, key: tuple[int, str], size: int) -> None:
+        """An evicted sequence copied to host memory while it has room, the oldest there dropped."""
+        if size > self.gpu.host_tokens:
+            return
+        while self.host_used + size > self.gpu.host_tokens:
+            self.host_used -= self.host.popitem(last=False)[1]
+        self.host[key] = size
+        self.host_used += size
 
 
 Engines = GpuModel | Mapping[str, Sequence[GpuModel]]
@@ -255,6 +279,7 @@ def simulate(
                     submit(waiting.popleft())
         result.seconds = engine.now
     result.computed = sum(e.computed for e in engines)
+    result.reloaded = sum(e.reloaded for e in engines)
     return result
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 # prefill-heavy steps reach
 BANDWIDTH_EFFICIENCY = 0.75
 FLOPS_EFFICIENCY = 0.5
+# assumed: host-to-GPU copies of offloaded KV at 80% of PCIe 5.0 x16's 64 GB/s a direction (H100 SXM, H200)
+HOST_BANDWIDTH = 0.8 * 64e9
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,12 @@ class GpuModel:
     max_batched_tokens: int = 8192  # assumed: vLLM's chunked-prefill token budget per step
     bytes_per_param: int = 2  # the weights' dtype, read once a step
     name: str = ""  # the model it stands for, in Result.busy
+    host_tokens: int = 0  # KV tokens its host memory keeps for evicted sequences (kv_offload_gib)
+    host_bandwidth: float = HOST_BANDWIDTH  # bytes/s of reloading them, all its GPUs' links together
+
+    def reload_seconds(self, tokens: int) -> float:
+        """Copying `tokens` of offloaded KV back to the GPUs (not overlapped with the step)."""
+        return tokens * self.kv_bytes_per_token / self.host_bandwidth if tokens else 0.0
 
     def step_seconds(self, decodes: int, prefill: int, context: int) -> float:
         """One engine step: `decodes` running requests one token each, `prefill` prompt tokens,

@@ -15,7 +15,7 @@ from personalens.engines.placement.placed import Layout, Placement
 from personalens.engines.placement.sizing import ModelNeed
 from personalens.plan.budget import Workload, judge_prompts, turn_prompts
 from personalens.plan.engine_model import Turn, simulate
-from personalens.plan.gpu_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel
+from personalens.plan.gpu_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, HOST_BANDWIDTH, GpuModel
 
 # which model serves a turn: the dialogue's roles are the user agent's and the assistant's turns
 TURN_ROLES = {"user": "user_agent", "assistant": "assistant", "judge": "judge"}
@@ -54,6 +54,8 @@ def engine_of(need: ModelNeed, placed: Placement, gpu: GpuFigures) -> GpuModel:
         max_batched_tokens=need.batched_tokens,
         bytes_per_param=need.dtype_bytes,
         name=need.key,
+        host_tokens=placed.host_kv_tokens,
+        host_bandwidth=HOST_BANDWIDTH * need.tp,
     )
 
 

@@ -44,6 +44,14 @@ class Placement:
         """Tokens of every layer its KV cache holds."""
         return self.kv_cache_memory_bytes // self.kv_per_token_per_gpu if self.kv_per_token_per_gpu else 0
 
+    @property
+    def host_kv_tokens(self) -> int:
+        """Tokens of every layer its host memory for offloaded KV holds (kv_offload_gib covers the
+        tensor-parallel group's GPUs together)."""
+        offload = self.config.kv_offload_gib
+        per_token = self.kv_per_token_per_gpu * max(1, len(self.gpus))
+        return int(offload * GIB) // per_token if offload and per_token else 0
+
     def held_per_gpu(self, rules: Rules) -> int:
         return self.weights_per_gpu + rules.overhead_bytes + self.activation_per_gpu + self.kv_cache_memory_bytes
 
