@@ -116,3 +116,20 @@ def test_offloaded_histories_are_reloaded_instead_of_prefilled_again():
     assert host.computed + host.reloaded <= alone.computed
     assert host.computed < alone.computed and host.seconds < alone.seconds
     assert simulate(work, GpuModel(kv_tokens=4_000_000), "continuous").reloaded == 0  # nothing evicted
+
+
+def test_the_engine_loader_refuses_before_anything_loads(tmp_path):
+    """Through the factory, on this machine: vLLM's CPU build refuses offloading (its KV cache is in
+    host memory already) before a layout is planned or an engine built."""
+    from personalens.engines.dtype import vllm_is_cpu_build
+    from personalens.engines.factory import EngineLoader
+    from personalens.errors import PersonalensError
+
+    if not vllm_is_cpu_build():
+        pytest.skip("vLLM's CPU build")
+    raw = OmegaConf.load(ROOT / "conf" / "model" / "smollm2.yaml")
+    raw.kv_offload_gib = 8
+    built = []
+    with pytest.raises(PersonalensError, match=r"^model SmolLM2-135M-Instruct: kv_offload_gib 8 refused: vLLM's CPU"):
+        EngineLoader({"assistant": raw}, tmp_path, gpus=lambda: None, build=built.append)
+    assert built == []
