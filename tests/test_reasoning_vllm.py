@@ -143,7 +143,7 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
     answer. The server engine reads the `reasoning` field of the stream. Then a user agent, assistant
     and judge on it, each with a budget, through `generate`, `judge` and `report`."""
     from personalens.engines.base import Request, Sampling
-    from personalens.engines.placement.layout import Placement
+    from personalens.engines.placement.placed import Placement
     from personalens.engines.serving.engine import ServerEngine
     from personalens.engines.serving.managed import start_servers
     from personalens.engines.stop import Stop

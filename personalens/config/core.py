@@ -27,6 +27,7 @@ _RUNTIME_ONLY = {
     "replicas",
     "download",
     "server_start_timeout_s",
+    "kv_offload_gib",  # a reloaded block holds the values it was computed with
 }
 # settings added to the model configs later, at the value that generates what configs without them
 # did: left out of the identity then, so runs started before they existed still resume
@@ -37,6 +38,7 @@ _ADDED_AT = {
     "chat_template_kwargs": {},
     "history_reasoning": "family",
     "rope_scaling": None,
+    "kv_cache_dtype": "auto",
 }
 # a model's own sampling: a role's fingerprint holds the sampling it runs with (config/sampling.py), which
 # an explicit override may take from the protocol instead

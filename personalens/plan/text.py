@@ -120,13 +120,18 @@ def _throughput(t: Mapping | None) -> list[str]:
 def _modelled(row: Mapping) -> str:
     if "tokens_per_s" not in row:
         return "nothing to model: every request of this shape exceeds its model's max_model_len"
-    kv = ", ".join(f"{key} {tokens:,}" for key, tokens in row["kv_tokens"].items())
+    host = row.get("host_kv_tokens", {})
+    kv = ", ".join(
+        f"{key} {tokens:,}" + (f" + {host[key]:,} in host memory" if key in host else "")
+        for key, tokens in row["kv_tokens"].items()
+    )
     busy = ", ".join(f"{key} {share:.0%}" for key, share in row["busy_share"].items())
     shard = f", the largest shard {duration(row['largest_shard_s'])}" if "largest_shard_s" in row else ""
+    reloaded = f" ({row['reloaded_share']:.0%} reloaded from host memory)" if "reloaded_share" in row else ""
     return (
         f"{row['tokens_per_s']:,.0f} generated tokens/s ({row['seconds']:,.0f} s{shard}), prompt tokens "
-        f"{row['prefilled_share']:.0%} prefilled / {row['cached_share']:.0%} cached; busy: {busy}; KV cache tokens: {kv}"
-        + _cohorts(row)
+        f"{row['prefilled_share']:.0%} prefilled / {row['cached_share']:.0%} cached{reloaded}; busy: {busy}; "
+        f"KV cache tokens: {kv}" + _cohorts(row)
     )
 
 

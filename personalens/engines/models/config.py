@@ -34,6 +34,9 @@ MAX_MODEL_LEN_AUTO = "auto"
 # as the `reasoning_content` of its chat turns, for templates that render it (others are refused before loading)
 HISTORY_REASONING = ("family", "none", "last", "all")
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's names
+# the KV cache's dtypes personalens sizes (vLLM's kv_cache_dtype names): auto is the model's dtype; the fp8
+# ones (fp8 is fp8_e4m3) take one byte per value (engines/vllm/kv.py says where vLLM runs them)
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 _MISSING = "???"  # Hydra's mandatory-value marker
 
 
@@ -81,6 +84,11 @@ class ModelConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: int | None = None  # when set, vLLM ignores gpu_memory_utilization
+    kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES: fp8 halves a 16-bit model's KV bytes per token
+    # GiB of host memory (all tensor-parallel ranks together) vLLM keeps evicted KV blocks in, its native
+    # offloading (kv_offloading_size): a returning history is reloaded from there instead of prefilled
+    # again; None: off. GPUs only (engines/vllm/kv.py)
+    kv_offload_gib: float | None = None
     # tokens of the longest sequence; auto: on GPUs the largest the layout fits, at most the model's
     # context (engines/placement/layout.py); without GPUs vLLM's default, the model's context
     max_model_len: int | str | None = None
@@ -199,6 +207,14 @@ class ModelConfig:
             )
         if config.dtype not in DTYPES:
             raise ModelConfigError(f"{where}.dtype: expected one of {DTYPES}, got {config.dtype!r}")
+        if config.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ModelConfigError(
+                f"{where}.kv_cache_dtype: expected one of {KV_CACHE_DTYPES}, got {config.kv_cache_dtype!r}"
+            )
+        if config.kv_offload_gib is not None and not config.kv_offload_gib > 0:
+            raise ModelConfigError(
+                f"{where}.kv_offload_gib: must be a positive number of GiB, got {config.kv_offload_gib}"
+            )
         return _with_files_found(config, where)
 
     def source(self, key: str = "path") -> str:

@@ -86,6 +86,7 @@ class ModelNeed:
     replicas: int | None = None  # engines of this model in all; None: auto (copies on free GPUs, by work)
     utilization: float = 0.9  # its gpu_memory_utilization: the most it holds of each of its GPUs
     config: ModelConfig | None = None  # what it was read from; None for a model described in a test
+    kv_value_bytes: int | None = None  # bytes of one K or V value (1: an fp8 KV cache); None: dtype_bytes
 
     @property
     def activation(self) -> int:
@@ -95,10 +96,10 @@ class ModelNeed:
 
     @property
     def kv_per_token(self) -> int:
-        return self.arch.kv_bytes_per_token(self.dtype_bytes, self.tp)
+        return self.arch.kv_bytes_per_token(self.kv_value_bytes or self.dtype_bytes, self.tp)
 
     def kv_for(self, tokens: int) -> int:
-        return self.arch.kv_bytes_for(tokens, self.dtype_bytes, self.tp)
+        return self.arch.kv_bytes_for(tokens, self.kv_value_bytes or self.dtype_bytes, self.tp)
 
     @property
     def floor(self) -> int:
@@ -221,6 +222,7 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
         replicas=config.explicit_replicas,
         utilization=config.gpu_memory_utilization,
         config=config,
+        kv_value_bytes=1 if config.kv_cache_dtype.startswith("fp8") else None,
     )
 
 

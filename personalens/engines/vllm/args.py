@@ -35,6 +35,10 @@ def engine_args(config: ModelConfig, model: str, dtype: str) -> dict[str, Any]:
         # grammars use xgrammar's EBNF dialect, so the backend is pinned rather than "auto"
         "structured_outputs_config": {"backend": "xgrammar"},
     }
+    if config.kv_cache_dtype != "auto":  # only when set: a run without it passes what it did before
+        args["kv_cache_dtype"] = config.kv_cache_dtype
+    if config.kv_offload_gib is not None:
+        args |= {"kv_offloading_size": config.kv_offload_gib, "kv_offloading_backend": "native"}
     if config.reasoning_parser:
         # a grammar then applies once the thinking has ended (the judge's), and a server splits the
         # thinking into its `reasoning` field
