@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from personalens.data.records import with_domains
-from personalens.report.endings import context_note, cut_replies, endings, leaked, thinking
+from personalens.report.endings import context_note, cut_replies, endings, found_in_prompts, leaked, thinking
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
@@ -99,6 +99,7 @@ def compute_report(
         cut_replies=cut_replies(data.dialogues, j),
         thinking=thinking(data.dialogues, j),
         leaks=leaked(data.dialogues),
+        found=found_in_prompts(data.dialogues),
         setups=setups,
         mixed=mixed,
     )
@@ -173,8 +174,10 @@ def report_markdown(report: Report) -> str:
             if report.out_of_range
             else ""
         ),
-        f"**Leak check: {report.leaks} thinking markers** in the texts sent to another party (0 unless a reasoning "
-        "model's thinking reached the other party or the judge; per role in the thinking table).",
+        f"**Leak check: {report.leaks} thinking markers** in the texts sent to another party, and **{report.found} "
+        "thinking found in prompts**: replies whose thinking was found by content in what was sent on after them "
+        "(both 0 unless a reasoning model's thinking reached the other party or the judge; per role in the thinking "
+        "table).",
         render.markdown([report.table3]),
         render.markdown([report.endings]),
         render.markdown([report.cut_replies]),

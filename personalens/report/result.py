@@ -29,12 +29,17 @@ class Report:
     cut_replies: Table  # replies cut at max_tokens, per run and role
     thinking: Table  # reasoning models' thinking tokens, replies stopped in thinking, the leak check
     leaks: int  # thinking markers in texts sent to another party (the leak check; 0 unless thinking leaked)
+    found: int  # replies whose thinking was found by content in later prompts (0 unless thinking leaked)
     setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
     mixed: tuple[str, ...] = ()  # runs resumed or written under several shard counts (provenance.py)
     files: tuple[Path, ...] = ()  # everything written, report.md last
 
     def table3_markdown(self) -> str:
         return render.markdown([self.table3])
+
+    def leak_line(self) -> str:
+        """The leak checks in one line, printed beside Table 3."""
+        return f"Leak check: {self.leaks} thinking markers sent on, {self.found} thinking found in prompts"
 
     @property
     def unparsed(self) -> int:
