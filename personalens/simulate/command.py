@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from personalens import config as C
 from personalens import console
 from personalens.config import run as R
+from personalens.config.saved import start_date
 from personalens.engines.stop import Stop
 
 if TYPE_CHECKING:
@@ -70,11 +71,16 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         **C.run_options(cfg),
     }
     digest = C.fingerprint(parts)
+    date = start_date(out_dir)  # before any model loads or server starts: they render with it
     # checks the models, their layout and chat templates before the config is saved
     load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
     count = cohorts_setting(cfg.lockstep.get("cohorts", "auto"), one=getattr(load, "in_process_core", False))
     with R.shard_lease(cfg, "generate", stop):
-        resolved = {**R.resolved(cfg, ROLES, load), "sampling": {role: c.record() for role, c in chosen.items()}}
+        resolved = {
+            **R.resolved(cfg, ROLES, load),
+            "sampling": {role: c.record() for role, c in chosen.items()},
+            "start_date": date,
+        }
         C.check_or_save(out_dir, "generate", cfg, digest, resolved, parts, ROLES)
         folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
         turns = shard_dir(out_dir, "turns", cfg.shard.index, cfg.shard.count)
