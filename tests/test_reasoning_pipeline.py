@@ -45,7 +45,8 @@ class Thinker(PromptRecorder):
     """Replies of reasoning models: the user agent's in Mistral's [THINK] form (split from the text),
     the assistant's in the `</think>`-only form of a template that opens <think> in the prompt (split on
     ids by vLLM's deepseek_r1 parser), the judge's in <think> blocks. The assistant of the task whose
-    intent is `cut` stops inside its thinking at its second reply; so does every naturalness judgment.
+    intent is `cut` stops inside its thinking at its second reply; so does every naturalness judgment
+    (every other one after its thinking ended, cut before a word of answer: no reply either).
     `split=False`: an engine that hands the raw text on (the leak check must find it); `leak=True`: one
     that splits, but whose user agent is given the assistant's last thought and says it (no marker:
     the leak check by content must find it). Each thought is longer than a run the content check
@@ -68,6 +69,8 @@ class Thinker(PromptRecorder):
             if request.grammar:
                 cut = "Naturalness" in request.grammar
                 raw = f"<think>{thought} weighing" if cut else f"<think>{thought}</think>{gen.text}"
+                if cut and self.n % 2:  # its thinking ended, then max_tokens before a word of answer
+                    raw = f"<think>{thought}</think>\n"
                 gen = dataclasses.replace(gen, finish_reason="length" if cut else "stop", completion_tokens=20)
                 out.append(self._text(gen, raw))
             elif request.messages[-1]["content"].startswith("<user_profile>"):  # the user agent
@@ -157,13 +160,17 @@ def test_thinking_is_stored_counted_and_never_sent_on(tmp_path):
     assert "**0 thinking found in prompts**" in text
 
 
-def test_the_leak_check_finds_thinking_an_engine_did_not_split(tmp_path):
-    out = tmp_path / "run"
+def _run(out: Path, engine: Thinker) -> None:
+    """generate with `engine` as both parties, judge with a splitting Thinker, report."""
     cfg = config(f"run.out_dir={out}")
-    engine = Thinker(split=False)
     assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
     assert judge_command.judge(cfg, lambda: {"judge": Thinker()}) == 0
     assert report_command.report(cfg) == 0
+
+
+def test_the_leak_check_finds_thinking_an_engine_did_not_split(tmp_path):
+    out = tmp_path / "run"
+    _run(out, Thinker(split=False))
     turns = [t for d in read_rows(out / "dialogues") for t in d["turns"]]
     markers = sum(t["text"].count(m) for t in turns for m in MARKERS)
     assert markers >= len(turns)  # every raw reply holds [THINK]..[/THINK] or </think>
@@ -176,11 +183,7 @@ def test_the_leak_check_finds_thinking_by_its_content(tmp_path, capsys):
     markers read 0, the content check finds every assistant thought a user reply repeated, and the
     count is printed beside Table 3."""
     out = tmp_path / "run"
-    cfg = config(f"run.out_dir={out}")
-    engine = Thinker(leak=True)
-    assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
-    assert judge_command.judge(cfg, lambda: {"judge": Thinker()}) == 0
-    assert report_command.report(cfg) == 0
+    _run(out, Thinker(leak=True))
     dialogues = read_rows(out / "dialogues")
     repeated = 0
     for d in dialogues:

@@ -76,3 +76,20 @@ def test_the_first_generate_keeps_the_date_and_every_resume_shard_and_judge_uses
     monkeypatch.setenv(ENV, "tomorrow")
     with pytest.raises(PersonalensError, match="expected a date"):
         judge_command.judge(cfg, lambda: {"judge": engine})
+
+
+def test_vllms_chat_path_passes_the_runs_strftime_now_to_a_template_that_calls_it(monkeypatch):
+    """The in-process engine's chat calls give `strftime_now` among the template kwargs; vLLM keeps
+    only the kwargs a template reads (renderers/hf.py), and keeps this one for a dated template."""
+    from transformers import AutoTokenizer
+    from vllm.renderers.hf import resolve_chat_template_kwargs
+
+    tokenizer = AutoTokenizer.from_pretrained(str(embedded_model_dir()))
+    given = {"strftime_now": strftime_now, "enable_thinking": False}
+    kept = resolve_chat_template_kwargs(tokenizer, DATED, given)
+    assert kept == {"strftime_now": strftime_now}
+    monkeypatch.setenv(ENV, "2031-05-06")
+    messages = [{"role": "user", "content": "Hi"}]
+    assert tokenizer.apply_chat_template(messages, chat_template=DATED, tokenize=False, **kept).startswith(
+        "Current date: 2031-05-06\n"
+    )
