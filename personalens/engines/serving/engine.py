@@ -98,6 +98,7 @@ class ServerEngine:
         self._thinks = bool(config.reasoning_parser) and config.template_kwargs.get("enable_thinking") is not False
         self._opened: bool | None = None  # whether the generation prompt opens the thinking (`_opens`)
         self._fields_checked = False  # the first call answered has been looked at for `reasoning` fields
+        self._fields_lock = threading.Lock()  # concurrent first calls: one looks
 
     @property
     def max_model_len(self) -> int | None:
@@ -187,10 +188,9 @@ class ServerEngine:
         """At the first call answered: a model whose config names a reasoning parser and thinks, but
         whose server returned no `reasoning` field, is named (the module's docstring)."""
         answered = [g for g in generations if g.error is None]
-        if self._fields_checked or not self._thinks or not answered:
-            return
-        self._fields_checked = True
-        if fields:
+        with self._fields_lock:
+            looked, self._fields_checked = self._fields_checked, self._fields_checked or bool(answered)
+        if looked or not self._thinks or not answered or fields:
             return
         why = (
             f"{self.name}: its config names reasoning_parser {self._parser}, but its server {self._server.base_url} "
