@@ -17,6 +17,9 @@ from personalens.engines.chat.dates import ENV, FORMAT
 from personalens.errors import PersonalensError
 
 STEPS = ("generate", "judge")
+# the date `start_date` last set in this process's environment: a later command of the same process
+# (tests, `run`) takes that as no date given, so a run started on another day keeps its own
+_SET_HERE: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ def start_date(run_dir: Path) -> str:
     saved = read_saved(run_dir).get("generate")
     kept = saved.resolved.get("start_date") if saved else None
     given = os.environ.get(ENV) or None
+    if given is not None and given == _SET_HERE.get(ENV):
+        given = None
     if given is not None:
         try:
             datetime.strptime(given, FORMAT)
@@ -70,5 +75,5 @@ def start_date(run_dir: Path) -> str:
             f"({saved.path if saved else ''}); unset {ENV} or set it to {kept} (and start external servers with it)"
         )
     date = str(kept or given or datetime.now(timezone.utc).strftime(FORMAT))
-    os.environ[ENV] = date
+    os.environ[ENV] = _SET_HERE[ENV] = date
     return date
