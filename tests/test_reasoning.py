@@ -161,7 +161,7 @@ def test_span_hashes_are_the_polynomial_hashes_of_every_run():
         sum(ord(c) * pow(base, SPAN - 1 - k, modulus) for k, c in enumerate(collapsed[i : i + SPAN])) % modulus
         for i in range(len(collapsed) - SPAN + 1)
     }
-    assert sorted(int(h) for h in span_hashes(text)) == sorted(direct)
+    assert len(span_hashes(text)) == len(collapsed) - SPAN + 1 and {int(h) for h in span_hashes(text)} == direct
     assert span_hashes("x" * (SPAN - 1)).size == 0
 
 

@@ -29,7 +29,7 @@ def _powers(base: int, n: int) -> np.ndarray:
 
 
 def span_hashes(text: str) -> np.ndarray:
-    """The sorted distinct hashes of every SPAN-character run of `text`, whitespace collapsed:
+    """The hash of every SPAN-character run of `text`, in order, whitespace collapsed:
     sum(c[j] * BASE**(SPAN - 1 - k)) over the run's characters c[j], k = 0..SPAN-1, modulo 2**64,
     made from prefix sums of c[j] * BASE**-j."""
     collapsed = " ".join(text.split())
@@ -39,20 +39,24 @@ def span_hashes(text: str) -> np.ndarray:
     codes = np.frombuffer(collapsed.encode("utf-32-le"), np.uint32).astype(np.uint64)
     prefix = np.concatenate(([np.uint64(0)], np.cumsum(codes * _powers(_INVERSE, n))))
     windows = prefix[SPAN:] - prefix[:-SPAN]  # sum over j in [i, i + SPAN) of c[j] * BASE**-j
-    return np.unique(windows * _powers(_BASE, n)[SPAN - 1 :])
+    return windows * _powers(_BASE, n)[SPAN - 1 :]
 
 
 def thinking_found(turns: Sequence[tuple[str, str]]) -> tuple[bool, ...]:
     """Per turn of a dialogue, given as (text, thinking) in order: whether a run of its thinking of
-    its own (in no text up to and including the turn's own) is in the text of a later turn."""
+    its own (in no text up to and including the turn's own) is in the text of a later turn, i.e.
+    whether a run of its thinking first appears in the dialogue's texts after its own turn."""
     if not any(len(thinking) >= SPAN for _, thinking in turns):
         return tuple(False for _ in turns)
     texts = [span_hashes(text) for text, _ in turns]
+    every = np.concatenate(texts)
+    turn = np.repeat(np.arange(len(texts)), [len(t) for t in texts])
+    distinct, first = np.unique(every, return_index=True)  # the first place of each run, in turn order
+    first_turn = turn[first]
     found = []
     for i, (_, thinking) in enumerate(turns):
         own = span_hashes(thinking)
-        if own.size:
-            own = own[~np.isin(own, np.concatenate(texts[: i + 1]), assume_unique=False)]
-        later = np.concatenate(texts[i + 1 :]) if i + 1 < len(turns) else _EMPTY
-        found.append(bool(own.size and later.size and np.isin(own, later).any()))
+        at = np.minimum(np.searchsorted(distinct, own), max(len(distinct) - 1, 0))
+        hit = distinct[at] == own if len(distinct) else np.zeros(len(own), bool)
+        found.append(bool((first_turn[at[hit]] > i).any()))
     return tuple(found)
