@@ -11,10 +11,13 @@ from personalens.report.endings import context_note, cut_replies, endings, found
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
+from personalens.report.length import length_tables
 from personalens.report.paper_tables import by_domain, by_turn, parse_failures, table3, table4, table12, table13
 from personalens.report.provenance import mixed_runs
-from personalens.report.result import Report
+from personalens.report.result import CHECK_TABLES, Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
+from personalens.report.user_dialogues import CheckedDialogue, checked_dialogues
+from personalens.report.user_flags import flag_counts, without_flagged
 from personalens.store.results import KINDS, RunData, load_runs
 from personalens.store.turns import continued_dialogues
 from personalens.tables import render
@@ -52,6 +55,7 @@ def build_report(
         tuple(figure5_domains),
         tuple(read_setup(d) for d in dirs),
         {str(d): continued_by_shard(d) for d in dirs},
+        checked_dialogues(dirs),
     )
     return replace(report, files=write_report(report, html_dialogues))
 
@@ -69,10 +73,13 @@ def compute_report(
     figure5_domains: tuple[str, ...],
     setups: tuple[RunSetup, ...] = (),
     continued: Mapping[str, Mapping[str, int]] | None = None,
+    checked: tuple[tuple[CheckedDialogue, ...], tuple[str, ...]] = ((), ()),
 ) -> Report:
     """The tables; `setups` (one per run) give the fidelity option, which decides Figure 4's task
     kinds and whether Table 3 shows the paper's published rows (`official` only); `continued` (run ->
-    shard folder -> dialogues) the dialogues resumed mid-dialogue, which the provenance note names."""
+    shard folder -> dialogues) the dialogues resumed mid-dialogue, which the provenance note names;
+    `checked` the dialogues checked by the rules of the simulated user (user_dialogues.py), and why
+    the leak rule could not be checked for a run."""
     j = data.judgments
     shared = common_fidelity(setups) if setups else None
     official = shared is not None and shared.option.reproduces_release
@@ -83,6 +90,8 @@ def compute_report(
         + ((context,) if context else ())
         + ((f"Written in more than one go (docs/reproducibility.md): {'; '.join(mixed)}.",) if mixed else ())
     )
+    flagged, unchecked = checked
+    unflagged, differences = without_flagged(j, flagged, boot) if flagged else ([], [])
     return Report(
         run_dirs=run_dirs,
         out_dir=out_dir,
@@ -102,6 +111,10 @@ def compute_report(
         found=found_in_prompts(data.dialogues),
         setups=setups,
         mixed=mixed,
+        user_flags=flag_counts(flagged, unchecked) if flagged else None,
+        table3_unflagged=tuple(unflagged),
+        flag_difference=tuple(differences),
+        length=tuple(length_tables(j, flagged, boot)) if flagged else (),
     )
 
 
@@ -124,7 +137,7 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     out = report.out_dir
     out.mkdir(parents=True, exist_ok=True)
     # Outputs that this report may not produce: drop any left by an earlier report into the same folder.
-    for stale in ("table4", "figure5"):
+    for stale in ("table4", "figure5", *CHECK_TABLES):
         for path in out.glob(f"{stale}.*"):
             path.unlink()
     files = [
@@ -141,6 +154,8 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     if report.by_turn is not None:
         files += [*write_tables([report.by_turn], out), plot_by_turn(report.by_turn, out / "figure5.png")]
     files += write_tables([report.parse_failures], out)
+    for tables in report.checks():
+        files += write_tables(tables, out)
     files.append(
         write_html(report, [f for f in files if f.suffix == ".png"], out / "report.html", dialogues=html_dialogues)
     )
@@ -204,4 +219,5 @@ def report_markdown(report: Report) -> str:
         )
         parts.append(render.markdown([report.by_turn]))
     parts.append(render.markdown([report.parse_failures]))
+    parts += [render.markdown(tables) for tables in report.checks()]
     return "\n\n".join(p.rstrip() for p in parts) + "\n"

@@ -11,6 +11,9 @@ from personalens.tables import render
 from personalens.tables.model import Table
 from personalens.tables.stats import Bootstrap
 
+# the file stems of the checks' tables, which a report of runs without dialogues does not write
+CHECK_TABLES = ("user_flags", "table3_unflagged", "table3_flag_difference", "length_score")
+
 
 @dataclass(frozen=True)
 class Report:
@@ -32,7 +35,18 @@ class Report:
     found: int  # replies whose thinking was found by content in later prompts (0 unless thinking leaked)
     setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
     mixed: tuple[str, ...] = ()  # runs resumed or written under several shard counts (provenance.py)
+    # the checks of the simulated user (user_flags.py) and length against score (length.py); per judge
+    user_flags: Table | None = None
+    table3_unflagged: tuple[Table, ...] = ()
+    flag_difference: tuple[Table, ...] = ()
+    length: tuple[Table, ...] = ()
     files: tuple[Path, ...] = ()  # everything written, report.md last
+
+    def checks(self) -> list[list[Table]]:
+        """The checks' tables, each file's tables together: flags, Table 3 without the flagged
+        dialogues, the difference, length against score."""
+        groups = [[self.user_flags] if self.user_flags else [], list(self.table3_unflagged)]
+        return [tables for tables in (*groups, list(self.flag_difference), list(self.length)) if tables]
 
     def table3_markdown(self) -> str:
         return render.markdown([self.table3])
