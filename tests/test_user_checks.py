@@ -5,6 +5,7 @@ real prompts of both template sets, and the report's tables of a run with plante
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf
 from run_rows import dialogue_row, judgment_row
 from test_report import write_run
 
@@ -48,6 +49,7 @@ SOUND = dialogue(
     "reply",
     [
         "How can I help you today?",
+        "Great. What can I do for you next?",
         "I'd be happy to help you find a restaurant.",
         "Sure, I am always glad to assist with bookings.",
         "Okay. Happy to help with anything else!",
@@ -202,3 +204,31 @@ def test_the_report_counts_flags_and_gives_table3_without_them(tmp_path):
     shown = (tmp_path / "out" / "report.md").read_text()
     assert "Checks of the simulated user" in shown and "Table 3 without the dialogues" in shown
     assert "Length against score" in shown
+
+
+@pytest.mark.parametrize("fidelity", ["official", "paper"])
+def test_the_report_rebuilds_the_user_agents_prompt_from_the_runs_saved_config(tmp_path, fidelity):
+    run = tmp_path / "run"
+    option = OmegaConf.to_container(OmegaConf.load(PROJECT_ROOT / "conf" / "fidelity" / f"{fidelity}.yaml"))
+    option["prompts"]["dir"] = str(PROJECT_ROOT / ("prompts/official" if fidelity == "official" else "prompts"))
+    config = {"data": {"root": str(SAMPLE), "users": "0", "kinds": "both"}, "prompt": {"dir": None}, "fidelity": option}
+    run.mkdir()
+    OmegaConf.save(OmegaConf.create({"fingerprint": "f", "config": config}), run / "generate.yaml")
+    scenarios = load_scenarios(SAMPLE, "0", "both")[:3]
+    templates = load_templates(option["prompts"]["dir"], style=option["prompts"]["style"])
+    quoted = " ".join(user_agent_profile(templates, scenarios[0]).get("interactions").split()[:12])
+    dialogues, judgments = [], []
+    for k, scenario in enumerate(scenarios):
+        texts = [f"Hi. {quoted}" if k == 0 else SOUND[0].text, SOUND[1].text]
+        turns = [
+            {"role": r, "text": t, "prompt_tokens": 1, "completion_tokens": 1}
+            for r, t in zip(("user", "assistant"), texts)
+        ]
+        d = dialogue_row(
+            scenario.user.user_id, scenario.task.task_id, scenario.task.kind, list(scenario.task.domains), turns=turns
+        )
+        dialogues.append(d)
+        judgments.append(judgment_row(d, "task_completion", 1.0))
+    report = build_report([write_run(run, dialogues, judgments, shards=1)], tmp_path / "out", bootstrap=20)
+    assert report.user_flags.cell(("u", "m"), "leak") == 1
+    assert not any("not checked" in note for note in report.user_flags.notes)
