@@ -28,7 +28,7 @@ from difflib import SequenceMatcher
 
 from personalens.data.records import Turn
 
-RULES = ("role_break", "leak", "early_terminate", "repeated", "empty")
+# each rule and how the report names it, in the report's order
 RULE_NAMES = {
     "role_break": "role break",
     "leak": "prompt leak",
@@ -36,6 +36,7 @@ RULE_NAMES = {
     "repeated": "repeated turn",
     "empty": "empty turn",
 }
+RULES = tuple(RULE_NAMES)
 
 LEAK_WORDS = 8  # consecutive words of the prompt that make a leak
 REPEAT_SIMILARITY = 0.9  # difflib's ratio over the words of two turns
