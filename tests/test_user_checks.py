@@ -4,6 +4,7 @@ real prompts of both template sets, and the report's tables of a run with plante
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 from run_rows import dialogue_row, judgment_row
@@ -201,6 +202,14 @@ def test_the_report_counts_flags_and_gives_table3_without_them(tmp_path):
     assert difference.cell(("m1",), "SD_P") == pytest.approx(0.0)
     for name in ("user_flags", "table3_unflagged", "table3_flag_difference", "length_score"):
         assert (tmp_path / "out" / f"{name}.csv").is_file()
+    # stored per dialogue: the leak rule unchecked (null), the others as planted
+    stored = pq.read_table(tmp_path / "out" / "user_flags_dialogues.parquet").to_pylist()
+    assert len(stored) == 12 and all(row["leak"] is None and row["reply_words"] > 0 for row in stored)
+    planted = {f"user{i}": list(spoilt)[i % 3] for i in range(6)}
+    for row in stored:
+        assert [r for r in ("role_break", "repeated", "empty") if row[r]] == (
+            [planted[row["user_id"]]] if row["user_id"] in planted else []
+        )
     shown = (tmp_path / "out" / "report.md").read_text()
     assert "Checks of the simulated user" in shown and "Table 3 without the dialogues" in shown
     assert "Length against score" in shown

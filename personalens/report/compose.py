@@ -16,7 +16,7 @@ from personalens.report.paper_tables import by_domain, by_turn, parse_failures, 
 from personalens.report.provenance import mixed_runs
 from personalens.report.result import CHECK_TABLES, Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
-from personalens.report.user_dialogues import CheckedDialogue, checked_dialogues
+from personalens.report.user_dialogues import FLAGS_FILE, CheckedDialogue, checked_dialogues, write_flags
 from personalens.report.user_flags import flag_counts, without_flagged
 from personalens.store.results import KINDS, RunData, load_runs
 from personalens.store.turns import continued_dialogues
@@ -115,6 +115,7 @@ def compute_report(
         table3_unflagged=tuple(unflagged),
         flag_difference=tuple(differences),
         length=tuple(length_tables(j, flagged, boot)) if flagged else (),
+        checked=flagged,
     )
 
 
@@ -156,6 +157,9 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     files += write_tables([report.parse_failures], out)
     for tables in report.checks():
         files += write_tables(tables, out)
+    (out / FLAGS_FILE).unlink(missing_ok=True)
+    if report.checked:
+        files.append(write_flags(report.checked, out / FLAGS_FILE))
     files.append(
         write_html(report, [f for f in files if f.suffix == ".png"], out / "report.html", dialogues=html_dialogues)
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.report.setup import RunSetup
+from personalens.report.user_dialogues import CheckedDialogue
 from personalens.tables import render
 from personalens.tables.model import Table
 from personalens.tables.stats import Bootstrap
@@ -40,6 +41,7 @@ class Report:
     table3_unflagged: tuple[Table, ...] = ()
     flag_difference: tuple[Table, ...] = ()
     length: tuple[Table, ...] = ()
+    checked: tuple[CheckedDialogue, ...] = ()  # every dialogue's flags and reply length (user_dialogues.py)
     files: tuple[Path, ...] = ()  # everything written, report.md last
 
     def checks(self) -> list[list[Table]]:

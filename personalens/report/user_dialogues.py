@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from personalens.data.records import Turn
 from personalens.errors import PersonalensError
-from personalens.report.user_checks import check, words
+from personalens.report.user_checks import RULES, check, words
 from personalens.report.user_prompts import run_prompts
 from personalens.store.results import Judgment, part_files
 
@@ -91,3 +92,23 @@ def checked_dialogues(run_dirs: Sequence[Path]) -> tuple[tuple[CheckedDialogue, 
                     )
                 )
     return tuple(out), tuple(missing)
+
+
+FLAGS_FILE = "user_flags_dialogues.parquet"
+
+
+def write_flags(checked: Sequence[CheckedDialogue], path: Path) -> Path:
+    """One row per dialogue: its key, user agent, whether it breaks each rule (null: the leak rule
+    not checked) and the assistant's mean reply length in words (docs/outputs.md)."""
+    columns: dict[str, list] = {
+        name: [d.key[i] for d in checked]
+        for i, name in enumerate(("run", "user_id", "task_id", "setting", "trial", "assistant_model"))
+    }
+    columns["user_model"] = [d.user_model for d in checked]
+    for rule in RULES:
+        columns[rule] = [rule in d.flags if rule != "leak" or d.leak_checked else None for d in checked]
+    columns["reply_words"] = [d.reply_words for d in checked]
+    types = {"trial": pa.int32(), "reply_words": pa.float64(), **dict.fromkeys(RULES, pa.bool_())}
+    schema = pa.schema([(name, types.get(name, pa.string())) for name in columns])
+    pq.write_table(pa.table(columns, schema=schema), path)
+    return path
