@@ -174,11 +174,12 @@ def test_the_report_checks_the_simulated_user_and_length_against_score(pipeline)
     assert float(total["flagged_share"]) == pytest.approx(100 * flagged / len(dialogues), abs=1e-9)
     # Table 3 without the flagged dialogues has the others, and the difference is of the two tables
     (whole,) = csv_rows(report / "table3.csv")
-    (clean,) = csv_rows(report / "table3_unflagged.csv")
     (difference,) = csv_rows(report / "table3_flag_difference.csv")
-    assert sum(int(clean[f"{kind}_TCR_n"]) for kind in ("SD", "MD")) == len(dialogues) - flagged
+    # a row unless the embedded model's user agent spoilt every dialogue
+    (clean,) = csv_rows(report / "table3_unflagged.csv") or [{}]
+    assert sum(int(clean.get(f"{kind}_TCR_n") or 0) for kind in ("SD", "MD")) == len(dialogues) - flagged
     for key in ("SD_TCR", "SD_P", "MD_TCR", "MD_P"):
-        if clean[f"{key}_mean"] and whole[f"{key}_mean"]:
+        if clean.get(f"{key}_mean") and whole[f"{key}_mean"]:
             expected = float(clean[f"{key}_mean"]) - float(whole[f"{key}_mean"])
             assert float(difference[key]) == pytest.approx(expected)
     # length against score: one rank correlation per metric over the dialogues with a parsed score
