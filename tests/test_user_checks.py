@@ -25,6 +25,7 @@ from personalens.report.user_checks import (
     repeated,
     role_break,
     spans_of,
+    tags_of,
 )
 from personalens.report.user_prompts import instruction_text
 
@@ -56,6 +57,9 @@ SOUND = dialogue(
         "Okay. Happy to help with anything else!",
         "Is there anything else I can do for you?",
         "As an AI assistant, I cannot book tables.",
+        "I'm ready to assist you with your film preferences.",
+        "Hello, I'm a creative writing assistant based in London.",
+        "I am your assistant for today.",
         "Let me know if you need anything else.",
         "Thanks!\nASSISTANT: You're welcome, enjoy your meal.",
         "Sounds good.\n[ASSISTANT]: Great, I've booked it.",
@@ -79,6 +83,8 @@ def test_a_user_turn_in_the_assistants_voice_is_a_role_break(reply):
         "Is there anything else you can tell me about it?",
         "My assistant at work usually handles this, but thanks.",
         "My sister is always glad when someone helps her.",
+        "I'm ready to order now.",
+        "I'm an assistant manager, so evenings are busy.",
         "Done? Great, a table for two at 7 then. Thanks!",  # close to the assistant's reply, not a copy
     ],
 )
@@ -154,7 +160,8 @@ def test_the_leak_rule_reads_the_user_agents_real_prompt(folder, style, verbatim
     scenario = load_scenarios(SAMPLE, "0", "SD")[0]
     shown = user_agent_profile(templates, scenario)
     profile = "\n".join(v for k, v in shown.items() if k != "task")
-    prompt = PromptSpans(spans_of(instruction_text(templates)), spans_of(profile))
+    told = instruction_text(templates)
+    prompt = PromptSpans(spans_of(told), spans_of(profile), tags_of(told))
     # the instructions hold no profile, and the profile's spans are its own
     assert not spans_of(profile) & prompt.instruction
     assert spans_of(shown["interactions"]) <= prompt.profile
@@ -163,6 +170,11 @@ def test_the_leak_rule_reads_the_user_agents_real_prompt(folder, style, verbatim
     guideline = "Stay consistent with the user's personality throughout the conversation"
     assert leak(dialogue(f"Sure. {guideline}."), prompt)
     assert leak(dialogue(shown["interactions"][:400]), prompt)
+    # a markup tag of the released prompts is a leak; the paper's prompts have none, and no turn's
+    # own angle brackets are tags of the prompt
+    tagged = dialogue("<<query>>\n\nI'm looking for a film.")
+    assert leak(tagged, prompt) == (style == "official")
+    assert not leak(dialogue("Is it <b>really</b> open? I'd say <3 for that."), prompt)
     # the task is the user's to say, in its words: no leak
     assert not leak(dialogue(shown["task"]), prompt)
     assert not leak(SOUND, prompt)

@@ -8,7 +8,8 @@ agent made it (docs/validation.md, "Checks of the simulated user", states the ru
   AI or assistant, or repeats the assistant's reply just before it.
 - `leak`: a user turn quotes its prompt: a span of at least `LEAK_WORDS` consecutive words of the
   prompt's instructions (its templates with every value left out) or of the profile shown to it
-  (demographics, preferences, past interactions, situation). The task is left out: saying what it
+  (demographics, preferences, past interactions, situation), or a markup tag of its instructions
+  (`<user_profile>`, `<query>`: the released prompts' sections). The task is left out: saying what it
   wants is the user's job, and its own words for it are the task's.
 - `early_terminate`: the opening message says TERMINATE, before the assistant said anything (both
   prompt sets forbid it there; the run's fidelity option decided whether it said it: a whole word
@@ -43,6 +44,7 @@ REPEAT_SIMILARITY = 0.9  # difflib's ratio over the words of two turns
 REPEAT_MIN_WORDS = 4  # shorter turns ("Yes, please.") may recur in a sound dialogue
 
 _WORD = re.compile(r"[a-z0-9]+")
+_TAG = re.compile(r"<+/?([A-Za-z_][A-Za-z0-9_-]*)>+")
 # an assistant label opening a line: "ASSISTANT:", "[ASSISTANT]:", "Assistant :" (both prompt sets' transcripts)
 _LABEL = re.compile(r"^[ \t*]*\[?assistant\]?[ \t]*:", re.IGNORECASE | re.MULTILINE)
 _ASSISTANT_VOICE = re.compile(
@@ -50,12 +52,14 @@ _ASSISTANT_VOICE = re.compile(
         (
             r"\bhow (?:can|may|could|might) I (?:help|assist)\b",
             r"\bwhat can I (?:help|assist|do for) you\b",
-            r"\bI(?:'m| am|'d be| would be|'ll be| will be)(?: always| more than| very| so)? "
-            r"(?:happy|glad|delighted|pleased) to (?:help|assist)\b",
+            r"\bI(?:'m| am|'d be| would be|'ll be| will be)(?: always| more than| very| so| incredibly)? "
+            r"(?:happy|glad|delighted|pleased|excited|eager|ready) to (?:help|assist)\b",
             r"(?:^|[.!?]\s+)(?:happy|glad) to (?:help|assist)\b",
             r"\bI(?:'m| am) here to (?:help|assist)\b",
             r"\banything else I can (?:help|assist|do)\b",
             r"\bas an? (?:AI|language model|virtual assistant|AI assistant)\b",
+            r"\bI(?:'m| am) (?:your|an? (?:AI|virtual|digital|helpful|personal|[\w-]+ writing|travel|booking)) "
+            r"assistant\b",
             r"\blet me know if (?:you need|there(?:'s| is)) anything else\b",
         )
     ),
@@ -70,6 +74,7 @@ class PromptSpans:
 
     instruction: frozenset[tuple[str, ...]]
     profile: frozenset[tuple[str, ...]]
+    tags: frozenset[str] = frozenset()  # the names of the markup tags of its instructions (<user_profile>, ...)
 
     def __contains__(self, span: object) -> bool:
         return span in self.instruction or span in self.profile
@@ -78,6 +83,11 @@ class PromptSpans:
 def spans_of(text: str, n: int = LEAK_WORDS) -> frozenset[tuple[str, ...]]:
     """Every run of `n` consecutive words of `text`."""
     return frozenset(ngrams(words(text), n))
+
+
+def tags_of(text: str) -> frozenset[str]:
+    """The names of the markup tags in `text` (`<query>`, `</user_profile>`, `<<query>>`), lower-cased."""
+    return frozenset(name.lower() for name in _TAG.findall(text))
 
 
 def words(text: str) -> list[str]:
@@ -107,7 +117,10 @@ def role_break(turns: Sequence[Turn]) -> bool:
 
 
 def leak(turns: Sequence[Turn], prompt: PromptSpans) -> bool:
-    return any(g in prompt for _, turn in _user_turns(turns) for g in ngrams(words(turn.text), LEAK_WORDS))
+    return any(
+        any(g in prompt for g in ngrams(words(turn.text), LEAK_WORDS)) or tags_of(turn.text) & prompt.tags
+        for _, turn in _user_turns(turns)
+    )
 
 
 def repeated(turns: Sequence[Turn]) -> bool:

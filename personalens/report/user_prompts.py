@@ -14,7 +14,7 @@ from personalens.data import load_scenarios
 from personalens.errors import PersonalensError
 from personalens.prompts.render import user_agent_profile
 from personalens.prompts.templates import Templates, load_templates
-from personalens.report.user_checks import PromptSpans, spans_of
+from personalens.report.user_checks import PromptSpans, spans_of, tags_of
 
 USER_AGENT_TEMPLATES = ("user_agent/system.txt", "user_agent/initial.txt", "user_agent/next.txt")
 
@@ -50,10 +50,11 @@ def run_prompts(run_dir: Path) -> RunPrompts:
         )
     except (PersonalensError, ValueError, TypeError) as err:
         return RunPrompts({}, f"{run_dir}: the user agent's prompts cannot be rebuilt ({err})")
-    instruction = spans_of(instruction_text(templates))
+    told = instruction_text(templates)
+    instruction, tags = spans_of(told), tags_of(told)
     spans = {}
     for scenario in scenarios:
         profile = user_agent_profile(templates, scenario)
         shown = "\n".join(v for k, v in profile.items() if k != "task")
-        spans[scenario.key] = PromptSpans(instruction, spans_of(shown))
+        spans[scenario.key] = PromptSpans(instruction, spans_of(shown), tags)
     return RunPrompts(spans)
