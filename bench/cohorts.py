@@ -58,8 +58,9 @@ from personalens.engines.base import Engine, Generation, OnFinished, Request  # 
 from personalens.engines.chat.token_ids import common_prefix  # noqa: E402
 from personalens.engines.placement.inflight import Cache  # noqa: E402
 from personalens.engines.replicated import ReplicatedEngine  # noqa: E402
-from personalens.plan.engine_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel, ModelRequest, Turn  # noqa: E402
 from personalens.plan.engine_model import Engine as ModelledEngine  # noqa: E402
+from personalens.plan.engine_model import ModelRequest, Turn  # noqa: E402
+from personalens.plan.gpu_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel  # noqa: E402
 from personalens.plan.throughput import GPUS  # noqa: E402
 
 CHARS_PER_TOKEN = 4

@@ -20,7 +20,16 @@ fail (docs/performance.md).
     python bench/gpu_row.py ../shared/personalens-data               # on a GPU: llama31_8b, paper protocol
     python bench/gpu_row.py ../shared/personalens-data --arch mistral7b_v02
     python bench/gpu_row.py ../shared/personalens-data --cohorts --users 0-1 --rounds 2,3
+    python bench/gpu_row.py ../shared/personalens-data --levers --users 0-1 --rounds 2,3 --gpu-type h100
     python bench/gpu_row.py --tiny                                   # CPU smoke size (tests/test_gpu_row.py)
+
+`--levers` loads one engine per variant (`lever_overrides`): bf16 against fp8 KV, then a small KV
+cache (`--kv-gib`, every dialogue in flight) without and with `--host-gib` of host memory for
+evicted KV (vLLM's native offloading), each through `generate` from a cold cache, with `personalens
+plan`'s prediction of the same config on this machine's GPUs (`--gpu-type`'s figures) beside it.
+
+The architecture's vocabulary is the tokenizer's (SmolLM2's 49,152 ids): a random id past it
+decodes to nothing, so a reply would go back into later prompts shorter than it was generated.
 
 Random weights rarely sample the end-of-text token and never say TERMINATE, so every reply runs
 to its token budget and every dialogue to its round cap: those set the row's lengths. They default
@@ -114,11 +123,16 @@ def model_dir(arch: str, into: Path, tokenizer: Path | None = None) -> Path:
         from personalens.engines.models.embedded import embedded_model_dir
 
         tokenizer = embedded_model_dir()
+    from tokenizers import Tokenizer
+
     into.mkdir(parents=True, exist_ok=True)
-    (into / "config.json").write_text(json.dumps({**ARCHS[arch], **SPECIAL}, indent=2))
     for name in TOKENIZER_FILES:
         if (tokenizer / name).exists():
             shutil.copy(tokenizer / name, into / name)
+    # random ids past the tokenizer's vocabulary decode to nothing: an 80-token reply of ids up to
+    # Llama's 128,256 goes back into later prompts as 32 of SmolLM2's tokens (docs/performance.md)
+    vocab = Tokenizer.from_file(str(into / "tokenizer.json")).get_vocab_size()
+    (into / "config.json").write_text(json.dumps({**ARCHS[arch], "vocab_size": vocab, **SPECIAL}, indent=2))
     return into
 
 
@@ -233,6 +247,59 @@ def run_cohorts(args: argparse.Namespace, work: Path) -> dict:
     return result
 
 
+def lever_overrides(kv_gib: float, host_gib: float) -> dict[str, list[str]]:
+    """`--levers`' variants, each the overrides of one engine load: bf16 against fp8 KV at the planned
+    KV cache, then a KV cache of `kv_gib` (smaller than every dialogue in flight keeps, all of them in
+    flight, at max_model_len 8,192: `--rounds 2,3` keeps prompts below it) without and with `host_gib`
+    of host memory for evicted KV. Every role gets them, so the row keeps one engine."""
+    roles = ("assistant", "user_agent", "judge")
+    # max_model_len 8,192: vLLM starts only with one sequence of it in the KV cache
+    small = [f"{r}.{k}" for r in roles for k in (f"kv_cache_memory_bytes={int(kv_gib * 2**30)}", "max_model_len=8192")]
+    small.append("lockstep.in_flight=all")
+    return {
+        "bf16 KV": [],
+        "fp8 KV": [f"{r}.kv_cache_dtype=fp8" for r in roles],
+        f"KV cache {kv_gib:g} GiB": small,
+        f"KV cache {kv_gib:g} GiB + {host_gib:g} GiB host": small + [f"{r}.kv_offload_gib={host_gib}" for r in roles],
+    }
+
+
+def predicted(cfg, out: Path, gpu_type: str) -> dict:
+    """`personalens plan`'s chosen generate row for `cfg` on this machine's GPUs (`gpu_type`'s figures)."""
+    from omegaconf import open_dict
+
+    from personalens.plan.command import plan
+
+    with open_dict(cfg):
+        cfg.plan.jobs, cfg.plan.gpu_type, cfg.plan.out = ["generate"], gpu_type, str(out)
+    plan(cfg)
+    rows = json.loads(out.read_text())["placement"]["jobs"]["generate"]["throughput"]["layouts"]
+    chosen = next(r for r in rows if r["chosen"])
+    keys = ("tokens_per_s", "prefilled_share", "kv_tokens", "host_kv_tokens", "reloaded_share", "in_flight")
+    return {k: chosen[k] for k in keys if k in chosen}
+
+
+def run_levers(args: argparse.Namespace, work: Path) -> dict:
+    """Each lever's variant loaded, run through generate from a cold cache and closed, with plan's
+    prediction of the same config beside it."""
+    from personalens.config import run as R
+    from personalens.simulate.command import generate
+
+    model = model_dir(args.arch, work / "model", args.tokenizer)
+    result: dict = {}
+    for k, (name, extra) in enumerate(lever_overrides(args.kv_gib, args.host_gib).items()):
+        cfg = compose_config(args, model, work / f"lever-{k}", *extra)
+        loader = R.engines(cfg, ("user_agent", "assistant"))
+        load = timed(f"{name}: model load", loader)
+        seconds = timed(f"{name}: generate", lambda cfg=cfg, loader=loader: generate(cfg, loader))
+        m = measured(Path(cfg.run.out_dir), seconds)
+        for engine in {id(e): e for e in loader().values()}.values():
+            engine.close()
+        result[name] = {"load_s": load, **m, "plan": predicted(cfg, work / f"lever-{k}.plan.json", args.gpu_type)}
+        print(f"{name}: {m['tokens_per_s']:.1f} tokens/s measured, {result[name]['plan']}", flush=True)
+    return result
+
+
 def generate_line(result: dict) -> str:
     rate, raw_rate = result["generated"] / result["generate_s"], result["raw_generated"] / result["raw_s"]
     return (
@@ -296,6 +363,12 @@ def main() -> None:
     parser.add_argument(
         "--cohorts", action="store_true", help="two distinct engines; generate with lockstep.cohorts=1, then 2"
     )
+    parser.add_argument(
+        "--levers", action="store_true", help="bf16 vs fp8 KV; a small KV cache without and with host offloading"
+    )
+    parser.add_argument("--kv-gib", type=float, default=4.0, help="--levers: the small KV cache, GiB per engine")
+    parser.add_argument("--host-gib", type=float, default=48.0, help="--levers: host memory for evicted KV, GiB")
+    parser.add_argument("--gpu-type", default="h100", help="--levers: plan.gpu_type of the predictions")
     parser.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
     args = parser.parse_args()
     if args.tiny:
@@ -312,8 +385,11 @@ def main() -> None:
 
             users = max(SUBSETS[args.users]) + 1 if args.users in SUBSETS else 1500  # the release: 1,500 users
             args.root = replicate(args.data_root, users, work / "data")
-        result = (run_cohorts if args.cohorts else run)(args, work)
+        result = (run_cohorts if args.cohorts else run_levers if args.levers else run)(args, work)
     print(f"arch {args.arch} (random weights), {'tiny' if args.tiny else f'users {args.users}, {args.protocol}'}")
+    if args.levers:
+        print("RESULT " + json.dumps(result))
+        return
     if args.cohorts:
         print("\n".join(cohorts_line(n, result[f"cohorts_{n}"]) for n in (1, 2)))
         print(

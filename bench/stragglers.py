@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from personalens.plan.engine_model import Dialogue, GpuModel, Result, Turn, simulate
+from personalens.plan.engine_model import Dialogue, Result, Turn, simulate
+from personalens.plan.gpu_model import GpuModel
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ EVERY_SETTING = ModelConfig(
     tensor_parallel_size=2,
     gpu_memory_utilization=0.5,
     kv_cache_memory_bytes=123,
+    kv_cache_dtype="fp8",
+    kv_offload_gib=4.0,
     max_model_len=4096,
     enable_prefix_caching=False,
     enforce_eager=True,
@@ -46,6 +48,7 @@ EVERY_SETTING = ModelConfig(
     block_size=32,
     cpu_reserved_cores=0,
     load_format="dummy",
+    rope_scaling=(("factor", 4.0), ("original_max_position_embeddings", 1024), ("rope_type", "yarn")),
 )
 
 SCORE_GRAMMAR = 'root ::= "Score: " [1-5] "\\n" [a-zA-Z ,.]*'

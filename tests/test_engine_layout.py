@@ -304,6 +304,8 @@ def test_a_managed_server_gets_every_model_setting_on_vllms_command_line(tmp_pat
     assert pairs["--max-model-len"] == "4096" and pairs["--seed"] == "7" and pairs["--max-num-seqs"] == "16"
     assert pairs["--block-size"] == "32" and pairs["--structured-outputs-config.backend"] == "xgrammar"
     assert pairs["--load-format"] == "dummy" and pairs["--max-num-batched-tokens"] == "8192"
+    assert pairs["--kv-cache-dtype"] == "fp8" and pairs["--kv-offloading-size"] == "4.0"
+    assert pairs["--kv-offloading-backend"] == "native"
     for flag in (
         "--no-enable-prefix-caching",
         "--enforce-eager",
@@ -320,6 +322,7 @@ def test_a_managed_server_gets_every_model_setting_on_vllms_command_line(tmp_pat
     plain = serve_args(ModelConfig("m"), "/w", 1, "auto")
     assert "--enable-prefix-caching" in plain and "--no-enforce-eager" in plain and "--block-size" not in plain
     assert "--max-num-batched-tokens" not in plain and "--no-enable-chunked-prefill" not in plain  # vLLM's defaults
+    assert not any(f.startswith("--kv-cache-dtype") or f.startswith("--kv-offloading") for f in plain)
     env = server_env(
         config,
         ("2", "3"),

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from personalens.engines.placement.architecture import Architecture
-from personalens.engines.placement.layout import layouts, with_copies
+from personalens.engines.placement.copies import with_copies
+from personalens.engines.placement.fitting import layouts
 from personalens.engines.placement.sizing import ModelNeed, Rules
 from personalens.plan.budget import Fixed, Turns, Workload, spread
-from personalens.plan.engine_model import GpuModel, Turn, simulate
+from personalens.plan.engine_model import Turn, simulate
+from personalens.plan.gpu_model import GpuModel
 from personalens.plan.throughput import GPUS, compare, dialogues, engine_of, sampled
 
 ARCHITECTURES = Path(__file__).parent / "fixtures" / "architectures"

@@ -102,3 +102,37 @@ def test_cohorts_mode_runs_two_distinct_engines_with_one_cohort_then_two(tmp_pat
         assert saved.config.lockstep.cohorts == n and saved.config.user_agent.name == "user-agent"
         assert saved.resolved.placement  # the loader's layout, kept with each run
     assert "lockstep.cohorts=1: " in out and "lockstep.cohorts=2: " in out and "cohorts=2 / cohorts=1 wall time" in out
+
+
+def test_levers_mode_builds_each_variant_and_plans_it(tmp_path):
+    """`--levers`' arguments, pure: per variant the configs it loads (fp8 KV; a small KV cache, every
+    dialogue in flight, without and with host memory) and plan's prediction of each, here on a
+    described 80 GB GPU. Its device run is not recorded yet (docs/performance.md)."""
+    import argparse
+
+    spec = importlib.util.spec_from_file_location("bench_gpu_row", REPO / "bench" / "gpu_row.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = argparse.Namespace(
+        tiny=False, cohorts=False, arch_config="llama31_8b", protocol="paper", root=REPO / "data" / "sample",
+        users="0", rounds="2,3", reply_tokens="60,200", judge_tokens=None,
+    )  # fmt: skip
+    model = bench.model_dir("llama31_8b", tmp_path / "model")
+    assert json.loads((model / "config.json").read_text())["vocab_size"] == 49152  # the tokenizer's
+    variants = bench.lever_overrides(0.5, 48.0)  # 4,096 tokens: less than the 6 dialogues keep
+    assert list(variants) == ["bf16 KV", "fp8 KV", "KV cache 0.5 GiB", "KV cache 0.5 GiB + 48 GiB host"]
+    plans = {}
+    for k, (name, extra) in enumerate(variants.items()):
+        cfg = bench.compose_config(
+            args, model, tmp_path / f"lever-{k}", *extra, "plan.gpus=1", "plan.gpu_memory_gib=80"
+        )
+        configs = factory.model_configs({r: cfg[r] for r in ("user_agent", "assistant", "judge")})
+        assert len(set(configs.values())) == 1  # one engine serves every role
+        plans[name] = bench.predicted(cfg, tmp_path / f"lever-{k}.json", "h100")
+    key = "Llama-3.1-8B-Instruct"
+    assert abs(plans["fp8 KV"]["kv_tokens"][key] - 2 * plans["bf16 KV"]["kv_tokens"][key]) <= 1  # one budget
+    small, offloaded = plans["KV cache 0.5 GiB"], plans["KV cache 0.5 GiB + 48 GiB host"]
+    assert small["kv_tokens"][key] == 2**29 // (32 * 8 * 128 * 2 * 2) == offloaded["kv_tokens"][key]
+    assert "host_kv_tokens" not in small and offloaded["host_kv_tokens"][key] == 96 * small["kv_tokens"][key]
+    assert offloaded["prefilled_share"] < small["prefilled_share"] and offloaded["reloaded_share"] > 0
+    assert all(p["tokens_per_s"] > 0 for p in plans.values())

@@ -24,7 +24,7 @@ from cli_helpers import REPO, parent_pid
 from engine_fixtures import chat, free_port, start_impostor
 
 from personalens.engines.models.config import ModelConfig
-from personalens.engines.placement.layout import Placement
+from personalens.engines.placement.placed import Placement
 from personalens.engines.serving import managed
 from personalens.engines.serving.engine import ServerEngine
 from personalens.engines.serving.processes import Launched, ServerExited, Servers, ServerStartError

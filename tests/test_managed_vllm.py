@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from personalens.engines.base import conversation
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.models.embedded import embedded_model_dir
-from personalens.engines.placement.layout import Placement
+from personalens.engines.placement.placed import Placement
 from personalens.engines.replicated import copy_of
 from personalens.engines.serving import managed
 from personalens.engines.serving.engine import ServerEngine

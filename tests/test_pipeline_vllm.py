@@ -151,6 +151,50 @@ def test_the_report_holds_the_tables_and_figures(pipeline):
     assert "SmolLM2-135M-Instruct" in proc.stdout and "TCR" in proc.stdout
 
 
+def csv_rows(path) -> list[dict]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_report_checks_the_simulated_user_and_length_against_score(pipeline):
+    out, _ = pipeline
+    report = out / "report"
+    dialogues = read_rows(out / "dialogues")
+    (agent,) = {d["user_model"] for d in dialogues}
+    flags = {row["assistant_model"]: row for row in csv_rows(report / "user_flags.csv")}
+    assert set(flags) == {"SmolLM2-135M-Instruct", "all assistants"}
+    total = flags["all assistants"]
+    assert total["user_agent"] == agent and int(total["dialogues"]) == len(dialogues)
+    # the leak rule was checked: the prompts were rebuilt from generate.yaml's templates and data
+    assert total["leak"] != ""
+    rules = [int(total[r]) for r in ("role_break", "leak", "early_terminate", "repeated", "empty")]
+    flagged = int(total["flagged"])
+    assert max(rules) <= flagged <= min(sum(rules), len(dialogues))
+    assert int(total["early_terminate"]) == sum(d["opening_terminate"] for d in dialogues)
+    assert float(total["flagged_share"]) == pytest.approx(100 * flagged / len(dialogues), abs=1e-9)
+    # Table 3 without the flagged dialogues has the others, and the difference is of the two tables
+    (whole,) = csv_rows(report / "table3.csv")
+    (difference,) = csv_rows(report / "table3_flag_difference.csv")
+    # a row unless the embedded model's user agent spoilt every dialogue
+    (clean,) = csv_rows(report / "table3_unflagged.csv") or [{}]
+    assert sum(int(clean.get(f"{kind}_TCR_n") or 0) for kind in ("SD", "MD")) == len(dialogues) - flagged
+    for key in ("SD_TCR", "SD_P", "MD_TCR", "MD_P"):
+        if clean.get(f"{key}_mean") and whole[f"{key}_mean"]:
+            expected = float(clean[f"{key}_mean"]) - float(whole[f"{key}_mean"])
+            assert float(difference[key]) == pytest.approx(expected)
+    # length against score: one rank correlation per metric over the dialogues with a parsed score
+    lengths = {row["assistant_model"]: row for row in csv_rows(report / "length_score.csv")}
+    assert set(lengths) == {"SmolLM2-135M-Instruct", "all assistants"}
+    for key in ("TCR", "P", "Nat", "Coh"):
+        cell = lengths["all assistants"]
+        assert int(cell[f"{key}_n"]) == len(dialogues)  # every score parsed, every dialogue has a reply
+        if cell[f"{key}_mean"]:  # empty when every score was the same
+            assert -1 <= float(cell[f"{key}_lo"]) <= float(cell[f"{key}_mean"]) <= float(cell[f"{key}_hi"]) <= 1
+    shown = (report / "report.md").read_text()
+    assert "### Checks of the simulated user" in shown and "### Length against score" in shown
+    assert "Table 3 without the dialogues a check of the simulated user flags" in (report / "report.html").read_text()
+
+
 def test_the_terminal_shows_results_on_stdout_and_a_few_lines_on_stderr(pipeline):
     out, proc = pipeline
     # stdout carries the Table 3 layout alone, so `personalens run > table.md` captures just it

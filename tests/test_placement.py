@@ -8,15 +8,10 @@ from pathlib import Path
 import pytest
 
 from personalens.engines.placement.architecture import Architecture
+from personalens.engines.placement.copies import engine_time, with_copies
+from personalens.engines.placement.fitting import largest_max_model_len, layouts, plan_placement
 from personalens.engines.placement.gpus import GIB, visible_gpus
 from personalens.engines.placement.inflight import dialogues_in_flight, in_flight
-from personalens.engines.placement.layout import (
-    engine_time,
-    largest_max_model_len,
-    layouts,
-    plan_placement,
-    with_copies,
-)
 from personalens.engines.placement.sizing import ModelNeed, Rules, batched_tokens, weights_bytes
 from personalens.errors import PersonalensError
 

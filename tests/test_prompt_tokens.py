@@ -140,7 +140,7 @@ class _NonLocal:
 
     chat_template = None
 
-    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt, **template_variables):
         return "".join(m["content"] for m in messages)
 
     def __call__(self, texts, add_special_tokens, return_offsets_mapping=False):

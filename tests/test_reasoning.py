@@ -4,6 +4,8 @@ the split through generate, judge and report."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from personalens.engines.base import Generation
@@ -147,3 +149,71 @@ def test_a_servers_request_carries_the_models_template_kwargs():
     body = chat_body("m", chat("Hi"), system_role=True, template_kwargs={"enable_thinking": False})
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert "chat_template_kwargs" not in chat_body("m", chat("Hi"), system_role=True)
+
+
+def test_span_hashes_are_the_polynomial_hashes_of_every_run():
+    from personalens.engines.chat.spans import SPAN, span_hashes
+
+    text = "Weigh the options:\n  the train is   slower, the plane costs more — but é and 漢字 count once."
+    collapsed = " ".join(text.split())
+    modulus, base = 1 << 64, 0x100000001B3
+    direct = {
+        sum(ord(c) * pow(base, SPAN - 1 - k, modulus) for k, c in enumerate(collapsed[i : i + SPAN])) % modulus
+        for i in range(len(collapsed) - SPAN + 1)
+    }
+    assert len(span_hashes(text)) == len(collapsed) - SPAN + 1 and {int(h) for h in span_hashes(text)} == direct
+    assert span_hashes("x" * (SPAN - 1)).size == 0
+
+
+def test_thinking_is_found_by_a_run_of_its_own_in_a_later_text():
+    from personalens.engines.chat.spans import SPAN, thinking_found
+
+    own = "the museum's night opening on fridays is worth suggesting"
+    quoted = "I want a quiet museum visit with my two children next week"
+    drafted = "Try the science museum on a weekday morning"
+    thinking = f"They said: {quoted}. Maybe {own}. Draft: {drafted}."
+    assert len(own) > SPAN
+    # quoted from an earlier text, or drafted into its own answer, and said again later: not a leak
+    turns = [(quoted, ""), (f"{drafted}.", thinking), (f"{quoted}, and {drafted.lower()}?", "")]
+    assert thinking_found(turns) == (False, False, False)
+    # a run of its own in a later text, however spaced
+    said = own.replace(" ", "\n  ")
+    assert thinking_found([*turns[:2], (f"So {said}?", "")]) == (False, True, False)
+    # a run one character short of SPAN is not searched
+    assert thinking_found([*turns[:2], (f"So:{own[: SPAN - 1]}", "")]) == (False, False, False)
+
+
+def test_a_reply_cut_after_its_thinking_with_no_answer_ends_in_thinking_in_every_engine():
+    """Thinking that ended, then max_tokens before a word of answer: no reply, whether split on ids in
+    process, from a server's `reasoning` field or on the text; a reply that stopped there, and a model
+    that did not think, keep their (empty) answer."""
+    tokenizer = _Tokenizer(WORDS)
+    ids = tokenizer.encode("<think> weigh options </think>")
+    split = split_ids(load_parser("deepseek_r1", tokenizer, {}), ids, tokenizer.decode)
+    raw = Generation("", prompt_tokens=9, completion_tokens=len(ids), finish_reason="length")
+    in_process = with_split(raw, split)
+    served = _generation(_reply({"content": "\n\n", "reasoning": "weigh options"}, finish="length"), "s")
+    text = with_split(raw, split_text("<think>weigh options</think>\n"))
+    for gen in (in_process, served, text):
+        assert (gen.text, gen.reasoning, gen.finish_reason) == ("", "weigh options", THINKING)
+    assert with_split(dataclasses.replace(raw, finish_reason="stop"), split).finish_reason == "stop"
+    assert with_split(raw, split_text("  ")).finish_reason == "length"
+
+
+def test_a_server_reply_without_a_reasoning_field_is_split_knowing_whether_the_prompt_opened_the_thinking():
+    cut = _reply({"content": "Weigh the options, the train"}, finish="length")
+    gen = _generation(cut, "s", opened=True)
+    assert (gen.text, gen.reasoning, gen.finish_reason) == ("", "Weigh the options, the train", THINKING)
+    assert _generation(cut, "s").text == "Weigh the options, the train"  # no thinking opened: an answer
+    ended = _generation(_reply({"content": "Weigh it.\n</think>\n\nTake the train."}), "s", opened=True)
+    assert (ended.text, ended.reasoning, ended.finish_reason) == ("Take the train.", "Weigh it.", "stop")
+
+
+def test_a_servers_request_carries_the_reasoning_effort_in_its_own_field():
+    from engine_fixtures import chat
+
+    from personalens.engines.serving.engine import chat_body
+
+    body = chat_body("m", chat("Hi"), system_role=True, template_kwargs={"reasoning_effort": "high"})
+    assert body["reasoning_effort"] == "high" and body["chat_template_kwargs"] == {"reasoning_effort": "high"}
+    assert "reasoning_effort" not in chat_body("m", chat("Hi"), True, {"enable_thinking": True})

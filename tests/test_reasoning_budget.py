@@ -1,12 +1,14 @@
-"""A per-role thinking budget (`protocol.<role>.thinking_budget`): read and checked before anything
-loads, refused for a model without a reasoning parser, sent to vLLM as `thinking_token_budget` (in
-process in SamplingParams, to a server in the request's body), part of a run's fingerprint only when
-set. tests/test_reasoning_vllm.py runs it through a real `vllm serve`."""
+"""A per-role thinking budget (`protocol.<role>.thinking_budget`, or the role's model's
+`sampling.thinking_budget`): read and checked before anything loads, refused for a model without a
+reasoning parser, sent to vLLM as `thinking_token_budget` (in process in SamplingParams, to a server in
+the request's body) beside the answer's own max_tokens (the request carries both), part of a run's
+fingerprint only when set. tests/test_reasoning_vllm.py runs it through a real `vllm serve`."""
 
 from __future__ import annotations
 
 import pytest
 from engine_fixtures import chat
+from omegaconf import OmegaConf
 from test_fidelity import PromptRecorder, config
 
 from personalens.config import run as R
@@ -26,9 +28,11 @@ def _roles(*overrides: str):
 def test_a_roles_budget_is_read_checked_and_needs_a_reasoning_parser():
     assert sampling_from({"temperature": 0, "max_tokens": 8}).thinking_budget is None
     cfg = _roles("protocol.assistant.thinking_budget=64", "protocol.judge.thinking_budget=0")
-    assert R.sampling(cfg, "assistant").thinking_budget == 64
-    assert R.sampling(cfg, "judge").thinking_budget == 0  # answer at once
-    assert R.sampling(cfg, "user_agent").thinking_budget is None
+    assert R.sampling(cfg, "assistant")[0].thinking_budget == 64
+    assert R.sampling(cfg, "judge")[0].thinking_budget == 0  # answer at once
+    assert R.sampling(cfg, "user_agent")[0].thinking_budget is None
+    # the request carries the budget beside the answer's max_tokens (quick protocol: 96)
+    assert R.sampling(cfg, "assistant")[0].max_tokens == 64 + 96
     for bad in ("-1", "true", "'many'"):
         with pytest.raises(PersonalensError, match="protocol.assistant.thinking_budget: expected null or a number"):
             R.sampling(_roles(f"protocol.assistant.thinking_budget={bad}"), "assistant")
@@ -44,12 +48,19 @@ def test_the_budget_reaches_each_roles_requests_and_the_fingerprint_only_when_se
     cfg = _roles(f"run.out_dir={tmp_path / 'run'}", "protocol.assistant.thinking_budget=48")
     assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
     user_agent = [r.messages[-1]["content"].startswith("<user_profile>") for r in engine.requests]
-    budgets = {(user, r.sampling.thinking_budget) for user, r in zip(user_agent, engine.requests)}
-    assert budgets == {(False, 48), (True, None)}  # the assistant's requests, the user agent's
+    budgets = {
+        (user, r.sampling.thinking_budget, r.sampling.max_tokens) for user, r in zip(user_agent, engine.requests)
+    }
+    assert budgets == {(False, 48, 48 + 96), (True, None, 64)}  # the assistant's requests, the user agent's
     # a budget left at null is no part of the fingerprint, so runs saved before the setting resume
     plain = config()
     assert sampling_identity(plain.protocol.assistant) == {"temperature": 0.0, "max_tokens": 96, "top_p": 1.0}
     assert sampling_identity(cfg.protocol.assistant)["thinking_budget"] == 48
+    saved = OmegaConf.load(tmp_path / "run" / "generate.yaml")
+    assert saved.parts.protocol.assistant.request_max_tokens == 48 + 96  # the rule is part of the identity
+    assert saved.resolved.sampling.assistant.origins == {"temperature": "protocol", "top_p": "protocol"} | {
+        "thinking_budget": "protocol"
+    }
     with pytest.raises(PersonalensError, match="thinking_budget=8: model SmolLM2"):
         simulate_command.generate(
             config(f"run.out_dir={tmp_path / 'no'}", "protocol.assistant.thinking_budget=8"), lambda: pytest.fail()

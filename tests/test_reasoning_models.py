@@ -160,9 +160,27 @@ def test_plan_places_and_models_every_family_from_its_published_config(trio, tmp
         (folder / "config.json").write_text((FIXTURES / f"{FAMILIES[name][0]}.json").read_text())
         overrides += [f"model@{role}={name}", f"{role}.path={folder}", f"{role}.tokenizer={tokenizer}"]
     out = tmp_path / "plan.json"
-    run_cli(
-        "plan", "protocol=paper", *overrides, "plan.gpus=8", "plan.gpu_memory_gib=80", f"plan.out={out}", timeout=120
+    # Qwen3-8B at its native context (no YaRN): the paper's longest multi-domain prompts overflow it
+    native = ("assistant.max_model_len=40960", "assistant.rope_scaling=null") if trio[0] == "qwen3_8b" else ()
+    proc = run_cli(
+        "plan",
+        "protocol=paper",
+        *overrides,
+        *native,
+        "plan.gpus=8",
+        "plan.gpu_memory_gib=80",
+        f"plan.out={out}",
+        timeout=120,
     )
+    overflows = json.loads(out.read_text())["tokens"]["overflows"]
+    if native:
+        assert any(
+            o.startswith("Qwen3-8B (assistant): max_model_len 40,960 cannot hold the longest MD dialogue prompt")
+            for o in overflows
+        ), overflows
+        assert "OVER its context: Qwen3-8B (assistant)" in proc.stdout
+    else:
+        assert not [o for o in overflows if "(assistant)" in o], overflows
     jobs = json.loads(out.read_text())["placement"]["jobs"]
     names = {name: OmegaConf.load(MODEL_CONF / f"{name}.yaml").name for name in trio}
     placed = {m["model"]: m for job in jobs.values() for m in job["models"]}

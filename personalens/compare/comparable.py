@@ -23,6 +23,20 @@ CHECKS = {
     "templates": "prompt templates",
     "selection": "scenario selection (data root, users, kinds)",
 }
+# what belongs to the assistant under test: compared whatever it is, and named where it differs
+ASSISTANT = {"assistant": "the assistant's own settings (its sampling, thinking budget and chat_template_kwargs)"}
+# the assistant's protocol entry's keys that are its own rather than the protocol's (its cap, max_tokens, is)
+_ASSISTANT_OWN = {
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "repetition_penalty",
+    "thinking_budget",
+    "origins",
+    "request_max_tokens",
+}
 _SHOWN = 4  # differing settings named per check
 
 
@@ -32,6 +46,8 @@ class Mismatch:
     detail: str  # what differs, with both values
 
     def line(self, a: str, b: str) -> str:
+        if self.check in ASSISTANT:
+            return f"{a} and {b} differ in {ASSISTANT[self.check]}, which belong to the assistant under test: {self.detail}"
         return f"{a} and {b} differ in {CHECKS[self.check]}: {self.detail}"
 
 
@@ -47,10 +63,13 @@ def recorded(run_dir: Path) -> dict[str, Any]:
         "protocol": None
         if gen is None or jud is None
         else {
-            "dialogue": _part(gen, "protocol", lambda c: {k: v for k, v in c["protocol"].items() if k != "judge"}),
+            "dialogue": _without_assistants_own(
+                _part(gen, "protocol", lambda c: {k: v for k, v in c["protocol"].items() if k != "judge"})
+            ),
             "judge": _part(jud, "sampling", lambda c: c["protocol"]["judge"]),
         },
         "templates": None if gen is None or jud is None else _templates(gen, jud),
+        "assistant": None if gen is None else _assistants_own(gen),
         "selection": None
         if gen is None
         else {
@@ -59,6 +78,24 @@ def recorded(run_dir: Path) -> dict[str, Any]:
             "kinds": gen.config.get("data", {}).get("kinds"),
         },
     }
+
+
+def _without_assistants_own(protocol: Any) -> Any:
+    """The dialogue protocol less what belongs to the assistant: its entry keeps max_tokens alone."""
+    if not isinstance(protocol, Mapping) or not isinstance(protocol.get("assistant"), Mapping):
+        return protocol
+    kept = {k: v for k, v in protocol["assistant"].items() if k not in _ASSISTANT_OWN}
+    return {**protocol, "assistant": kept}
+
+
+def _assistants_own(gen: SavedStep) -> dict[str, Any]:
+    """The assistant's sampling as it ran (with where each value came from) and its template kwargs."""
+    entry = _part(gen, "protocol", lambda c: c["protocol"]) or {}
+    own = entry.get("assistant") if isinstance(entry, Mapping) else None
+    shown = _ASSISTANT_OWN - {"origins", "request_max_tokens"}  # what the values are, not how they were set
+    sampling = {k: v for k, v in (own or {}).items() if k in shown and v is not None}
+    kwargs = (gen.config.get("assistant") or {}).get("chat_template_kwargs") or {}
+    return {"sampling": sampling, "chat_template_kwargs": dict(kwargs)}
 
 
 def _part(step: SavedStep | None, key: str, from_config) -> Any:
@@ -87,22 +124,22 @@ def _templates(gen: SavedStep, jud: SavedStep) -> dict[str, Any]:
 def mismatches(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Mismatch]:
     """The checks on which two runs' records differ, each with what differs."""
     out = []
-    for check in CHECKS:
+    for check in (*CHECKS, *ASSISTANT):
         va, vb = a.get(check), b.get(check)
         if va is None or vb is None:
             missing = " and ".join(side for side, v in (("A", va), ("B", vb)) if v is None)
             out.append(Mismatch(check, f"not recorded for run {missing} (no generate.yaml / judge.yaml)"))
         elif va != vb:
-            out.append(Mismatch(check, _describe(va, vb)))
+            out.append(Mismatch(check, _describe(va, vb, None if check in ASSISTANT else _SHOWN)))
     return out
 
 
-def _describe(a: Any, b: Any) -> str:
+def _describe(a: Any, b: Any, shown: int | None = _SHOWN) -> str:
     # a model's name first: "name: 'SmolLM2-135M-Instruct' vs 'Llama-3.1-8B-Instruct'; dtype: ..."
     found = sorted(_leaf_differences(a, b), key=lambda d: d[0].rsplit(".", 1)[-1] != "name")
     diffs = [f"{key or 'value'}: {x!r} vs {y!r}" for key, x, y in found]
-    shown = "; ".join(diffs[:_SHOWN])
-    return shown + (f"; and {len(diffs) - _SHOWN} more" if len(diffs) > _SHOWN else "")
+    limit = len(diffs) if shown is None else shown
+    return "; ".join(diffs[:limit]) + (f"; and {len(diffs) - limit} more" if len(diffs) > limit else "")
 
 
 def _leaf_differences(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
@@ -116,10 +153,11 @@ def _leaf_differences(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, 
 
 def refusal(pairs: Sequence[tuple[str, str, list[Mismatch]]], allowed: Sequence[str]) -> str | None:
     """The message refusing the comparison when some pair differs in a check not in `allowed`."""
-    lines = [m.line(a, b) for a, b, found in pairs for m in found if m.check not in allowed]
-    if not lines:
+    refused = [(a, b, m) for a, b, found in pairs for m in found if m.check not in allowed and m.check in CHECKS]
+    if not refused:
         return None
-    checks = sorted({m.check for _, _, found in pairs for m in found if m.check not in allowed})
+    lines = [m.line(a, b) for a, b, m in refused]
+    checks = sorted({m.check for _, _, m in refused})
     return (
         "the runs are not comparable: "
         + " | ".join(lines)

@@ -201,7 +201,7 @@ def write_comparison(result: ComparisonReport) -> tuple[Path, ...]:
 
 
 def comparison_markdown(result: ComparisonReport) -> str:
-    accepted = [f"**Compared despite a difference:** {a.line()}." for a in result.accepted]
+    accepted = [f"**{a.label.capitalize()}:** {a.line()}." for a in result.accepted]
     parts = [
         "# PersonaLens comparison",
         *(["\n".join(f"- {line}" for line in accepted)] if accepted else []),

@@ -23,7 +23,7 @@ def write_page(result: ComparisonReport, figure: Path, path: Path) -> Path:
         "compare.html",
         path,
         run_dirs=[str(d) for d in result.run_dirs],
-        accepted=[a.line() for a in result.accepted],
+        accepted=[(a.label.capitalize(), a.line()) for a in result.accepted],
         heading=result.heading_lines(),
         figure=figure_view(figure),
         tables=tables,

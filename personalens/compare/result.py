@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from personalens.compare.comparable import Mismatch
+from personalens.compare.comparable import ASSISTANT, Mismatch
 from personalens.compare.paired import FAMILIES, Comparison
 from personalens.compare.power import PowerPlan
 from personalens.compare.tables import comparison_table, power_table
@@ -28,6 +28,11 @@ class Accepted:
     def line(self) -> str:
         return self.mismatch.line(self.a, self.b)
 
+    @property
+    def label(self) -> str:
+        """How the page and the terminal introduce it: the assistant's own settings are compared by design."""
+        return "assistants set up differently" if self.mismatch.check in ASSISTANT else "compared despite a difference"
+
 
 @dataclass(frozen=True)
 class ComparisonReport:
@@ -44,7 +49,16 @@ class ComparisonReport:
 
     @property
     def tables(self) -> tuple[Table, ...]:
-        return tuple(comparison_table(c, self.alpha) for c in self.comparisons)
+        return tuple(comparison_table(c, self.alpha, self.assistant_differences(c)) for c in self.comparisons)
+
+    def assistant_differences(self, c: Comparison) -> tuple[str, ...]:
+        """The lines naming how the assistants of a comparison's two runs were set up differently."""
+        runs = {str(c.a.run_dir), str(c.b.run_dir)}
+        return tuple(
+            f"Assistants set up differently: {a.mismatch.detail}."
+            for a in self.accepted
+            if a.mismatch.check in ASSISTANT and {a.a, a.b} == runs and c.kind == "runs"
+        )
 
     @property
     def power_tables(self) -> tuple[Table, ...]:

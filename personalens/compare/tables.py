@@ -26,10 +26,10 @@ def _context(c: Comparison) -> tuple[tuple[str, str], ...]:
     return (("comparison", c.kind), ("run_a", c.a.label), ("run_b", c.b.label))
 
 
-def comparison_table(c: Comparison, alpha: float) -> Table:
+def comparison_table(c: Comparison, alpha: float, differences: tuple[str, ...] = ()) -> Table:
     """Per task kind and metric: A's and B's means over the paired scenarios, B - A with its interval,
     p before and after Holm, the scenarios left out; a row marked significant ("yes") where Holm's p
-    is below `alpha`."""
+    is below `alpha`; `differences` (how the two assistants were set up) among its notes."""
     rows = tuple(
         (
             (r.kind, r.name, "yes" if r.significant(alpha) else ""),
@@ -50,6 +50,7 @@ def comparison_table(c: Comparison, alpha: float) -> Table:
             f"Left out: scenarios only one side has a score for; {c.only_a} scenarios were judged in A only "
             f"and {c.only_b} in B only. Significant: Holm p < {alpha:g}, over a family of {c.family} "
             "tests. TCR is in percent (its difference in percentage points).",
+            *differences,
         ),
     )
 

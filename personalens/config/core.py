@@ -27,6 +27,7 @@ _RUNTIME_ONLY = {
     "replicas",
     "download",
     "server_start_timeout_s",
+    "kv_offload_gib",  # a reloaded block holds the values it was computed with
     "family",  # what a model is called for self-preference (docs/validation.md), not how it runs
 }
 # settings added to the model configs later, at the value that generates what configs without them
@@ -37,7 +38,12 @@ _ADDED_AT = {
     "reasoning_parser": None,
     "chat_template_kwargs": {},
     "history_reasoning": "family",
+    "rope_scaling": None,
+    "kv_cache_dtype": "auto",
 }
+# a model's own sampling: a role's fingerprint holds the sampling it runs with (config/sampling.py), which
+# an explicit override may take from the protocol instead
+_RECORDED_WITH_THE_ROLE = {"sampling"}
 
 
 def register_resolvers() -> None:
@@ -87,7 +93,7 @@ def model_identity(model_cfg: DictConfig) -> dict:
     return {
         k: v
         for k, v in plain(model_cfg).items()
-        if k not in _RUNTIME_ONLY and (k not in _ADDED_AT or v != _ADDED_AT[k])
+        if k not in _RUNTIME_ONLY | _RECORDED_WITH_THE_ROLE and (k not in _ADDED_AT or v != _ADDED_AT[k])
     }
 
 

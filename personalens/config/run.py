@@ -88,21 +88,30 @@ def history_reasoning(cfg: DictConfig, role: str) -> str:
 
 
 def sampling(cfg: DictConfig, role: str):
-    """A role's sampling from `protocol.<role>`; a thinking_budget is refused where the role's model
-    has no reasoning_parser (vLLM counts thinking between that parser's markers, and refuses the budget
-    without one)."""
+    """A role's sampling (config/sampling.py: the protocol's, its model card's over it, an explicit override
+    over both) and the request made from it; a thinking_budget is refused where the role's model has no
+    reasoning_parser (vLLM counts thinking between that parser's markers, and refuses the budget without
+    one). What the choice calls for (greedy decoding against the card, no thinking budget) is said once on
+    stderr."""
+    from personalens.config.sampling import notes, request_section, role_sampling
     from personalens.engines.base import sampling_from
 
+    chosen = role_sampling(cfg, role)
+    parser = cfg[role].get("reasoning_parser")
     try:
-        chosen = sampling_from(cfg.protocol[role])
+        sampling_from(chosen.section)  # checked as configured, before the budget widens it
+        request = sampling_from(request_section(chosen, parser))
     except PersonalensError as err:
         raise PersonalensError(f"protocol.{role}.{err}") from None
-    if chosen.thinking_budget is not None and not cfg[role].get("reasoning_parser"):
+    budget = chosen.section.get("thinking_budget")
+    if budget is not None and not parser:
         raise PersonalensError(
-            f"protocol.{role}.thinking_budget={chosen.thinking_budget}: model {cfg[role].name} has no reasoning_parser, "
+            f"protocol.{role}.thinking_budget={budget}: model {cfg[role].name} has no reasoning_parser, "
             "which vLLM's thinking budget needs to know where its thinking starts and ends; set one or leave it null"
         )
-    return chosen
+    for line in notes(role, str(cfg[role].name), chosen, parser):
+        print(line, file=console.err())
+    return request, chosen
 
 
 def chat_template(cfg: DictConfig, role: str) -> tuple[str | None, dict]:
@@ -180,13 +189,16 @@ def check_templates(cfg: DictConfig, configs: Mapping[str, ModelConfig], first: 
 
 def work(cfg: DictConfig, roles: tuple[str, ...]) -> dict[str, float]:
     """Per role the tokens it generates per dialogue at the protocol's cap (the mean of the two kinds'
-    round caps, one reply of max_tokens a round; the judge one reply per dimension), by which the
-    GPUs a layout leaves free are shared out among copies of its models."""
+    round caps, one reply of its thinking budget and max_tokens a round; the judge one reply per
+    dimension), by which the GPUs a layout leaves free are shared out among copies of its models."""
+    from personalens.config.sampling import role_sampling
+
     p = cfg.protocol
     rounds = (int(p.max_rounds_sd) + int(p.max_rounds_md)) / 2
-    out = {role: rounds * int(p[role].max_tokens) for role in ("user_agent", "assistant") if role in roles}
+    reply = {role: role_sampling(cfg, role).request_max_tokens for role in roles if role in p}
+    out = {role: rounds * reply[role] for role in ("user_agent", "assistant") if role in roles}
     if "judge" in roles:
-        out["judge"] = len(cfg.judging.dimensions) * int(p.judge.max_tokens)
+        out["judge"] = len(cfg.judging.dimensions) * reply["judge"]
     return out
 
 

@@ -23,11 +23,25 @@ class Sampling:
     # a reasoning model's most thinking tokens (vLLM's thinking_token_budget: its end-of-thinking marker is
     # forced once they are spent); max_tokens counts the thinking and the answer together. None: no budget
     thinking_budget: int | None = None
+    # the rest of a model card's sampling (config/sampling.py); None leaves vLLM's default and is not sent
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+
+    def extras(self) -> dict[str, float | int]:
+        """The optional sampling values that are set, by vLLM's names (SamplingParams and the server's
+        request body alike)."""
+        return {k: getattr(self, k) for k in OPTIONAL if getattr(self, k) is not None}
+
+
+OPTIONAL = ("top_k", "min_p", "presence_penalty", "repetition_penalty")
 
 
 def sampling_from(section: Mapping[str, Any], max_tokens: int | None = None) -> Sampling:
-    """Sampling from a config section (temperature, max_tokens, top_p, thinking_budget); `max_tokens`
-    replaces the section's where a stage keeps its budget elsewhere."""
+    """Sampling from a config section (temperature, max_tokens, top_p, thinking_budget and the optional
+    top_k, min_p, presence_penalty, repetition_penalty); `max_tokens` replaces the section's where a stage
+    keeps its budget elsewhere."""
     budget = section.get("thinking_budget")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
         raise PersonalensError(f"thinking_budget: expected null or a number of tokens >= 0, got {budget!r}")
@@ -36,6 +50,7 @@ def sampling_from(section: Mapping[str, Any], max_tokens: int | None = None) -> 
         max_tokens=int(section["max_tokens"] if max_tokens is None else max_tokens),
         top_p=float(section.get("top_p", 1.0)),
         thinking_budget=budget,
+        **{k: section[k] for k in OPTIONAL if section.get(k) is not None},
     )
 
 

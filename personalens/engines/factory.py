@@ -17,15 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from personalens.engines.base import Engine
-from personalens.engines.dtype import vllm_is_cpu_build
+from personalens.engines.dtype import read_cpu_flags, vllm_is_cpu_build
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.placement.gpus import GpuSpec, visible_gpu_spec
 from personalens.engines.placement.inflight import Cache, caches
-from personalens.engines.placement.layout import Placement, plan_layout
+from personalens.engines.placement.layout import plan_layout
+from personalens.engines.placement.placed import Placement
 from personalens.engines.replicated import ReplicatedEngine
 from personalens.engines.serving.managed import start_servers
 from personalens.engines.stop import Stop
 from personalens.engines.vllm import invariance
+from personalens.engines.vllm.kv import kv_refusal
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,7 @@ class EngineLoader:
                 role: dataclasses.replace(c, enable_prefix_caching=False) if c.engine == "vllm" else c
                 for role, c in self.configs.items()
             }
+        _check_kv(self.configs, spec, reproducible)
         self.layout = plan_layout(self.configs, spec, in_process, work)
         log.info("\n".join(self.layout.lines()))
         self.batch_invariance = None  # what runs reproducibly, kept in the saved config
@@ -159,6 +162,17 @@ def _reproducible_mode(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None)
     if why is not None:
         raise PersonalensError(why)
     return invariance.mode(gpus, cpu_build)
+
+
+def _check_kv(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None, reproducible: bool) -> None:
+    """Refuses, before anything loads, a model's KV options that its platform cannot run (vllm/kv.py)."""
+    cpu_build = vllm_is_cpu_build()
+    for config in dict.fromkeys(c for c in configs.values() if c.engine == "vllm"):
+        if config.kv_cache_dtype != "auto" or config.kv_offload_gib is not None:
+            flags = read_cpu_flags() if cpu_build else ()
+            why = kv_refusal(config, gpus=gpus, cpu_build=cpu_build, cpu_flags=flags, reproducible=reproducible)
+            if why:
+                raise PersonalensError(why)
 
 
 def build_engines(

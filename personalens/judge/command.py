@@ -13,6 +13,7 @@ from personalens import config as C
 from personalens import console
 from personalens.config import run as R
 from personalens.config.judges import DEFAULT, panel
+from personalens.config.saved import start_date
 from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 
@@ -36,6 +37,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
             )
         keys[key] = member.name
     scenarios = R.scenarios(cfg)
+    date = start_date(Path(cfg.run.out_dir))  # before a model loads or its server starts: they render with it
     by_model: dict[str, list] = {}
     for member in judges:
         by_model.setdefault(member.model, []).append(member)
@@ -43,19 +45,19 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
     with R.shard_lease(cfg, "judge", stop):
         for i, members in enumerate(groups):  # model@judge's group first
             shared = engines if engines is not None and i == 0 else None
-            _judge_group(members, shared, i + 1 < len(groups), scenarios, stop)
+            _judge_group(members, shared, i + 1 < len(groups), scenarios, date, stop)
     return 0
 
 
 def _judge_group(
-    members: list, shared: Callable[[], dict] | None, more: bool, scenarios: list, stop: Stop | None
+    members: list, shared: Callable[[], dict] | None, more: bool, scenarios: list, date: str, stop: Stop | None
 ) -> None:
     """The judges of one model config, on `shared` engines (`run`'s) or on their own, closed after
     them (`shared` too when `more` models are to load after them)."""
     load = shared or R.engines(members[0].cfg, ("judge",), stop, first=next(iter(scenarios), None))
     try:
         for member in members:
-            judge_one(member.cfg, member.saved, member.name, load, scenarios, stop)
+            judge_one(member.cfg, member.saved, member.name, load, scenarios, date, stop)
     finally:
         if shared is None or more:
             getattr(load, "close", lambda: None)()
@@ -66,9 +68,10 @@ def identity(cfg: DictConfig) -> tuple[str, dict]:
     what a judgment depends on besides its dialogue."""
     fidelity = R.fidelity(cfg)
     _, templates_digest = R.templates(cfg, fidelity)
+    _, chosen = R.sampling(cfg, "judge")
     parts = {
         "judge": C.model_identity(cfg.judge),
-        "sampling": C.sampling_identity(cfg.protocol.judge),
+        "sampling": chosen.identity(),
         "templates": templates_digest,
         "turn_level": bool(cfg.judging.turn_level),
         "fidelity": fidelity.identity(),
@@ -78,10 +81,10 @@ def identity(cfg: DictConfig) -> tuple[str, dict]:
 
 
 def judge_one(
-    cfg: DictConfig, saved: str, name: str, load: Callable[[], dict], scenarios: list, stop: Stop | None
+    cfg: DictConfig, saved: str, name: str, load: Callable[[], dict], scenarios: list, date: str, stop: Stop | None
 ) -> None:
     """One judge of the panel: its config saved as `<saved>.yaml` (refused when that name was saved
-    under another judge), then what it has not judged yet."""
+    under another judge) with the run's `date`, then what it has not judged yet."""
     from personalens.judge.run import judge as score
     from personalens.store import append_summary, read_table, shard_dir
 
@@ -95,11 +98,12 @@ def judge_one(
         )
     templates, _ = R.templates(cfg, fidelity)
     R.history_reasoning(cfg, "judge")
-    sampling = R.sampling(cfg, "judge")
+    sampling, chosen = R.sampling(cfg, "judge")
     formats, chunk = settings(cfg)
     digest, parts = identity(cfg)
     # checks the model, its layout and its chat template before the config is saved
-    C.check_or_save(out_dir, saved, cfg, digest, R.resolved(cfg, ("judge",), load), parts, ("judge",))
+    resolved = {**R.resolved(cfg, ("judge",), load), "sampling": {"judge": chosen.record()}, "start_date": date}
+    C.check_or_save(out_dir, saved, cfg, digest, resolved, parts, ("judge",))
     print(f"judge: fidelity option {fidelity.name}; judge {name} ({cfg.judge.name}), key {digest}", file=console.err())
     summary = score(
         dialogues.to_pylist(),

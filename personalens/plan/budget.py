@@ -93,10 +93,15 @@ def turns_at_cap(max_rounds: int, reply_after_cap: bool) -> int:
     return 2 * max_rounds + (2 if reply_after_cap else 0)
 
 
-def cap_turns(max_turns: int, reply_tokens: Mapping[str, int]) -> Turns:
+def cap_turns(
+    max_turns: int, reply_tokens: Mapping[str, int], history_tokens: Mapping[str, int] | None = None
+) -> Turns:
     """Every dialogue at the protocol's cap, every reply at its max_tokens (an upper bound on turns and
-    generated tokens; the prompt tokens are an estimate, as the chat markup per turn is not counted)."""
-    history = sum(reply_tokens.values()) / len(reply_tokens)
+    generated tokens; the prompt tokens are an estimate, as the chat markup per turn is not counted);
+    a turn adds its `history_tokens` to later prompts (a reply's answer, without the thinking its
+    template drops; default: the whole reply)."""
+    kept = reply_tokens if history_tokens is None else history_tokens
+    history = sum(kept.values()) / len(kept)
     return Turns({max_turns: 1.0}, dict(reply_tokens), history, "the protocol's cap")
 
 

@@ -121,16 +121,17 @@ class Calibration:
         spreads = {role: spread(self.replies(role)) for role in ("user", "assistant")}
         return Turns(counts, self.reply(), history, f"measured by {self.run_dir}", spreads)
 
-    def context_ended(self, planned: Mapping[str, int]) -> dict[str, dict]:
-        """kind -> its dialogues that ended on context in this run, and what that share makes of the
-        `planned` dialogues of the kind (runs written before endings were recorded: none known)."""
+    def context_ended(self, planned: Mapping[str, int], ending: str = "context") -> dict[str, dict]:
+        """kind -> its dialogues that ended on `ending` (context; thinking: a reply stopped inside its
+        thinking) in this run, and what that share makes of the `planned` dialogues of the kind (runs
+        written before endings were recorded: none known)."""
         out = {}
         for kind, n in planned.items():
             of_kind = [d for d in self.dialogues if d["kind"] == kind]
             known = [d for d in of_kind if d.get("ended") is not None]
             if not known:
                 continue
-            ended = sum(d["ended"] == "context" for d in known)
+            ended = sum(d["ended"] == ending for d in known)
             out[kind] = {"measured": ended, "of": len(known), "expected": round(ended / len(known) * n), "planned": n}
         return out
 

@@ -1,6 +1,6 @@
 """A model of how fast vLLM serves a run's dialogues on GPUs: dialogues replayed through a simplified
 continuous-batching engine (vLLM's scheduler, much simplified) whose step time comes from a roofline
-model of its GPUs. `personalens plan` compares layouts with it, bench/stragglers.py schedulers.
+model of its GPUs (gpu_model.py). `personalens plan` compares layouts with it, bench/stragglers.py schedulers.
 
 The engine: FCFS admission while fewer than `max_num_seqs` requests run and their KV fits the cache;
 every step decodes one token of every running request and prefills up to `max_num_batched_tokens` -
@@ -8,7 +8,9 @@ running prompt tokens of the admitted requests (chunked prefill). A step takes o
 time, compute time): memory = weights + the running requests' KV read once, compute = 2 x parameters
 x tokens in the step + attention over the context. The prefix cache keeps each (dialogue, role)'s
 last sequence (prompt and reply) until it is evicted, least recently used first, when admissions need
-room; a hit saves the part of the new prompt that repeats it.
+room; a hit saves the part of the new prompt that repeats it. With host memory for KV
+(`GpuModel.host_tokens`, kv_offload_gib) an evicted sequence moves there, and a hit on it is copied
+back at the host link's bandwidth instead of prefilled again.
 
 Schedulers, on the same requests (same prompts, replies, order):
   lockstep    every active dialogue's next request submitted together; the next step's requests
@@ -32,70 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from personalens.engines.placement.cohorts import window_share
-
-# assumed: the share of a GPU's peak HBM bandwidth decoding reaches, and of its dense bf16 FLOPS
-# prefill-heavy steps reach
-BANDWIDTH_EFFICIENCY = 0.75
-FLOPS_EFFICIENCY = 0.5
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    """One engine on its GPUs. The defaults: Llama-3.1-8B-Instruct (its published config: 8.03e9
-    parameters, 32 layers, hidden 4096, 8 KV heads of 128) in bf16 on one H100 SXM (datasheet:
-    3.35 TB/s HBM3, 989 TFLOPS dense bf16, 80 GB). Efficiencies, overhead and the engine's limits are
-    assumptions."""
-
-    params: float = 8.03e9
-    layers: int = 32
-    hidden: int = 4096
-    kv_bytes_per_token: int = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 heads of 128, 2 bytes
-    bandwidth: float = 3.35e12 * BANDWIDTH_EFFICIENCY
-    flops: float = 989e12 * FLOPS_EFFICIENCY
-    overhead: float = 0.5e-3  # assumed: per engine step (scheduling, launches; CUDA graphs on)
-    kv_tokens: int = 400_000  # assumed: 0.9 x 80 GB - 16 GB weights - activations, / 128 KiB per token
-    max_num_seqs: int = 256  # conf/model/llama31_8b.yaml
-    max_batched_tokens: int = 8192  # assumed: vLLM's chunked-prefill token budget per step
-    bytes_per_param: int = 2  # the weights' dtype, read once a step
-    name: str = ""  # the model it stands for, in Result.busy
-
-    def step_seconds(self, decodes: int, prefill: int, context: int) -> float:
-        """One engine step: `decodes` running requests one token each, `prefill` prompt tokens,
-        `context` tokens of KV read by the step's attention."""
-        memory = (self.bytes_per_param * self.params + context * self.kv_bytes_per_token) / self.bandwidth
-        tokens = decodes + prefill
-        compute = (2 * self.params * tokens + 4 * self.layers * self.hidden * context * min(tokens, 1)) / self.flops
-        return self.overhead + max(memory, compute)
-
-    def decode_seconds(self, decodes: int, context: int, steps: int) -> float:
-        """`steps` engine steps that only decode `decodes` requests, the KV read growing by `decodes`
-        tokens a step from `context`: step_seconds summed in closed form (both of its terms grow
-        linearly, so the larger one changes at most once)."""
-        memory = (
-            (self.bytes_per_param * self.params + context * self.kv_bytes_per_token) / self.bandwidth,
-            decodes * self.kv_bytes_per_token / self.bandwidth,
-        )
-        compute = (
-            (2 * self.params * decodes + 4 * self.layers * self.hidden * context) / self.flops,
-            4 * self.layers * self.hidden * decodes / self.flops,
-        )
-
-        def larger(i: int) -> tuple[float, float]:
-            return memory if memory[0] + i * memory[1] >= compute[0] + i * compute[1] else compute
-
-        first, last = larger(0), larger(steps - 1)
-        split = steps
-        if first is not last:  # the first step where the other term is larger
-            lo, hi = 0, steps - 1
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if larger(mid) is first else (lo, mid)
-            split = hi
-
-        def total(line: tuple[float, float], lo: int, hi: int) -> float:
-            return (hi - lo) * line[0] + line[1] * (lo + hi - 1) * (hi - lo) / 2
-
-        return steps * self.overhead + total(first, 0, split) + total(last, split, steps)
+from personalens.plan.gpu_model import GpuModel
 
 
 @dataclass(frozen=True)
@@ -129,6 +68,7 @@ class Result:
     generated: int = 0
     prompt: int = 0
     computed: int = 0  # prompt tokens prefilled (not served from the cache)
+    reloaded: int = 0  # prompt tokens copied back from host memory (kv_offload_gib)
     calls: list[tuple[float, float, list[float]]] = field(default_factory=list)  # lockstep: start, end, finishes
     busy: dict[str, float] = field(default_factory=dict)  # per GpuModel name: seconds its engines computed, summed
 
@@ -163,6 +103,11 @@ class Engine:
         self.cached_tokens = 0  # in the cache, not held by running requests
         self.held = 0  # KV of the running requests
         self.computed = 0
+        # evicted sequences kept in host memory (kv_offload_gib), least recently evicted first
+        self.host: OrderedDict[tuple[int, str], int] = OrderedDict()
+        self.host_used = 0
+        self.reloading = 0  # tokens to copy back from host memory before the next step
+        self.reloaded = 0
 
     @property
     def busy(self) -> bool:
@@ -191,6 +136,8 @@ class Engine:
             steps = min(r.remaining for r in decoding)
             if most is not None:
                 steps = max(1, min(steps, most))
+        self.now += self.gpu.reload_seconds(self.reloading)
+        self.reloaded, self.reloading = self.reloaded + self.reloading, 0
         if steps == 1:
             self.now += self.gpu.step_seconds(len(decoding), prefill, self.held)
         else:
@@ -223,16 +170,30 @@ class Engine:
             r = self.waiting[0]
             if self.running and self.held + r.turn.prompt > self.gpu.kv_tokens:
                 break
-            own = self.cache.pop((r.dialogue, r.turn.role), 0)  # its blocks become the request's own
+            key = (r.dialogue, r.turn.role)
+            own = self.cache.pop(key, 0)  # its blocks become the request's own
             self.cached_tokens -= own
+            offloaded = self.host.pop(key, 0) if not own else 0
+            self.host_used -= offloaded
             while self.cache and self.held + r.turn.prompt + self.cached_tokens > self.gpu.kv_tokens:
-                _, size = self.cache.popitem(last=False)  # the least recently used
+                evicted, size = self.cache.popitem(last=False)  # the least recently used
                 self.cached_tokens -= size
+                self._offload(evicted, size)
             self.waiting.popleft()
-            hit = max(min(own, r.turn.reusable), min(self.shared, r.turn.prompt))
+            self.reloading += min(offloaded, r.turn.reusable)
+            hit = max(min(own or offloaded, r.turn.reusable), min(self.shared, r.turn.prompt))
             r.prefill, r.remaining, r.context, r.cached = r.turn.prompt - hit, r.turn.reply, r.turn.prompt, hit
             self.running.append(r)
             self.held += r.context
+
+    def _offload(self, key: tuple[int, str], size: int) -> None:
+        """An evicted sequence copied to host memory while it has room, the oldest there dropped."""
+        if size > self.gpu.host_tokens:
+            return
+        while self.host_used + size > self.gpu.host_tokens:
+            self.host_used -= self.host.popitem(last=False)[1]
+        self.host[key] = size
+        self.host_used += size
 
 
 Engines = GpuModel | Mapping[str, Sequence[GpuModel]]
@@ -318,6 +279,7 @@ def simulate(
                     submit(waiting.popleft())
         result.seconds = engine.now
     result.computed = sum(e.computed for e in engines)
+    result.reloaded = sum(e.reloaded for e in engines)
     return result
 
 

@@ -76,14 +76,18 @@ def estimate(
     fixed = fixed_by_kind(rows)
     dialogues = {k: n * int(cfg.trials) for k, n in Counter(s.task.kind for s in scenarios).items()}
     first = [r.user_first for r in rows]
+    requests, answers = _reply_tokens(cfg)
     judging = Judging(
         tuple(f"{d}/{s}" for d, s in judged(dimensions)),
         bool(cfg.judging.turn_level) and "personalization" in dimensions,
-        int(cfg.protocol.judge.max_tokens),
+        requests["judge"],
     )
-    replies = {"user": int(cfg.protocol.user_agent.max_tokens), "assistant": int(cfg.protocol.assistant.max_tokens)}
+    replies = {"user": requests["user_agent"], "assistant": requests["assistant"]}
+    history = {"user": answers["user_agent"], "assistant": answers["assistant"]}
     caps = {
-        k: cap_turns(turns_at_cap(int(cfg.protocol[f"max_rounds_{k.lower()}"]), fidelity.reply_after_cap), replies)
+        k: cap_turns(
+            turns_at_cap(int(cfg.protocol[f"max_rounds_{k.lower()}"]), fidelity.reply_after_cap), replies, history
+        )
         for k in fixed
     }
     at_cap = {k: _one(fixed[k], caps[k], judging.max_tokens, judging) for k in fixed}
@@ -108,9 +112,11 @@ def estimate(
             "judge": _tokens(models["judge"].max_model_len),
         },
     }
+    tokens["overflows"] = overflows(models, tokens["longest_prompts_at_cap"], requests)
     assumptions.append(
-        "at the cap: every dialogue runs to the protocol's round cap, every reply to its max_tokens, each earlier "
-        "turn adds the mean of the two max_tokens (chat markup not counted)"
+        "at the cap: every dialogue runs to the protocol's round cap, every reply to its max_tokens and thinking "
+        "budget, each earlier turn adds the mean of the two answers' max_tokens where the templates drop earlier "
+        "thinking (history_reasoning family or none; chat markup not counted)"
     )
     per_kind, calibration, measured = at_cap, None, None
     workload = Workload(fixed, caps, judging.max_tokens, judging.prompts, judging.turn_level, "at the protocol's cap")
@@ -118,6 +124,7 @@ def estimate(
         measured = read_calibration(options.calibrate)
         per_kind, turns, judge_reply, calibration = _calibrated(cfg, measured, fixed, caps, judging, count, assumptions)
         calibration["context_ended"] = measured.context_ended(dialogues)
+        calibration["thinking_ended"] = measured.context_ended(dialogues, "thinking")
         tokens["calibrated"] = _totals(per_kind, dialogues)
         workload = dataclasses.replace(workload, turns=turns, judge_reply=judge_reply, source="calibrated")
     estimated = {
@@ -127,6 +134,36 @@ def estimate(
         "assumptions": assumptions,
     }
     return estimated, workload, measured
+
+
+def _reply_tokens(cfg: DictConfig) -> tuple[dict[str, int], dict[str, int]]:
+    """Per role the tokens a reply may generate (its thinking budget and its answer's max_tokens) and
+    what it adds to later prompts: its answer alone, unless the assistant keeps its thinking in its
+    history (history_reasoning last or all)."""
+    from personalens.config.sampling import role_sampling
+
+    requests, answers = {}, {}
+    for role in ("user_agent", "assistant", "judge"):
+        chosen = role_sampling(cfg, role)
+        requests[role] = chosen.request_max_tokens
+        kept = str(cfg[role].get("history_reasoning", "family")) in ("last", "all")
+        answers[role] = requests[role] if kept else int(chosen.section["max_tokens"])
+    return requests, answers
+
+
+def overflows(models: Mapping, longest: Mapping[str, Mapping[str, float]], requests: Mapping[str, int]) -> list[str]:
+    """Each role whose max_model_len cannot hold its longest prompt at the cap with its reply (vLLM
+    refuses such a request; simulate ends the dialogue on context first), named with that prompt."""
+    out = []
+    for kind, prompts in longest.items():
+        for role, where in (("user_agent", "dialogue"), ("assistant", "dialogue"), ("judge", "judge")):
+            limit = _tokens(models[role].max_model_len)
+            if limit and prompts[where] + requests[role] > limit:
+                out.append(
+                    f"{models[role].name} ({role}): max_model_len {limit:,} cannot hold the longest {kind} {where} "
+                    f"prompt at the cap, {prompts[where]:,.0f} tokens, with a reply of up to {requests[role]:,}"
+                )
+    return out
 
 
 def _tokens(max_model_len: int | str | None) -> int | None:

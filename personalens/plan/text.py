@@ -120,13 +120,18 @@ def _throughput(t: Mapping | None) -> list[str]:
 def _modelled(row: Mapping) -> str:
     if "tokens_per_s" not in row:
         return "nothing to model: every request of this shape exceeds its model's max_model_len"
-    kv = ", ".join(f"{key} {tokens:,}" for key, tokens in row["kv_tokens"].items())
+    host = row.get("host_kv_tokens", {})
+    kv = ", ".join(
+        f"{key} {tokens:,}" + (f" + {host[key]:,} in host memory" if key in host else "")
+        for key, tokens in row["kv_tokens"].items()
+    )
     busy = ", ".join(f"{key} {share:.0%}" for key, share in row["busy_share"].items())
     shard = f", the largest shard {duration(row['largest_shard_s'])}" if "largest_shard_s" in row else ""
+    reloaded = f" ({row['reloaded_share']:.0%} reloaded from host memory)" if "reloaded_share" in row else ""
     return (
         f"{row['tokens_per_s']:,.0f} generated tokens/s ({row['seconds']:,.0f} s{shard}), prompt tokens "
-        f"{row['prefilled_share']:.0%} prefilled / {row['cached_share']:.0%} cached; busy: {busy}; KV cache tokens: {kv}"
-        + _cohorts(row)
+        f"{row['prefilled_share']:.0%} prefilled / {row['cached_share']:.0%} cached{reloaded}; busy: {busy}; "
+        f"KV cache tokens: {kv}" + _cohorts(row)
     )
 
 
@@ -164,6 +169,7 @@ def _tokens(t: Mapping) -> list[str]:
             for limit in [t["max_model_len"][where]]
         ]
         out.append(f"    the longest {kind} prompts at the cap: " + "; ".join(notes))
+    out += [f"  OVER its context: {line}" for line in t.get("overflows", [])]
     if "calibrated" in t:
         out += _estimate("calibrated", t["calibrated"])
     return out
@@ -187,15 +193,17 @@ def _calibration(c: Mapping | None) -> list[str]:
         f"  first prompts of its dialogues: rendered here {_n(c['first_prompts']['rendered'])}, counted by its "
         f"engine {_n(c['first_prompts']['measured'])}",
     ]
-    ended = c.get("context_ended") or {}
-    if ended:
-        out.append(
-            "  ended on a full context in it: "
-            + "; ".join(
-                f"{kind} {e['measured']} of {e['of']}, so about {_n(e['expected'])} of the {_n(e['planned'])} planned"
-                for kind, e in ended.items()
+    for key, what in (("context_ended", "on a full context"), ("thinking_ended", "inside a reply's thinking")):
+        ended = c.get(key) or {}
+        if ended:
+            out.append(
+                f"  ended {what} in it: "
+                + "; ".join(
+                    f"{kind} {e['measured']} of {e['of']}, so about {_n(e['expected'])} of the {_n(e['planned'])} "
+                    "planned"
+                    for kind, e in ended.items()
+                )
             )
-        )
     for job in ("generate", "judge"):
         r = c[job]
         if r:

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 from personalens.engines.placement.cohorts import auto_cohorts, least_share
 from personalens.engines.placement.inflight import in_flight, run_window
-from personalens.engines.placement.layout import Layout, Placement
+from personalens.engines.placement.placed import Layout, Placement
 from personalens.engines.placement.sizing import ModelNeed
 from personalens.plan.budget import Workload, judge_prompts, turn_prompts
-from personalens.plan.engine_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel, Turn, simulate
+from personalens.plan.engine_model import Turn, simulate
+from personalens.plan.gpu_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, HOST_BANDWIDTH, GpuModel
 
 # which model serves a turn: the dialogue's roles are the user agent's and the assistant's turns
 TURN_ROLES = {"user": "user_agent", "assistant": "assistant", "judge": "judge"}
@@ -53,6 +54,8 @@ def engine_of(need: ModelNeed, placed: Placement, gpu: GpuFigures) -> GpuModel:
         max_batched_tokens=need.batched_tokens,
         bytes_per_param=need.dtype_bytes,
         name=need.key,
+        host_tokens=placed.host_kv_tokens,
+        host_bandwidth=HOST_BANDWIDTH * need.tp,
     )
 
 
@@ -128,6 +131,7 @@ class Modelled:
     prompt: int
     computed: int
     busy: Mapping[str, float]  # per model key: the share of the time its engines computed
+    reloaded: int = 0  # prompt tokens copied back from host memory (kv_offload_gib)
 
     @property
     def tokens_per_s(self) -> float:
@@ -191,7 +195,10 @@ def modelled(
         count[made.name] = count.get(made.name, 0) + 1
     seconds = sum(r.seconds for r in results)
     busy = {name: sum(r.busy.get(name, 0.0) for r in results) / (k * seconds) for name, k in count.items()}
-    return Modelled(seconds, *(sum(getattr(r, f) for r in results) for f in ("generated", "prompt", "computed")), busy)
+    generated, prompt, computed, reloaded = (
+        sum(getattr(r, f) for r in results) for f in ("generated", "prompt", "computed", "reloaded")
+    )
+    return Modelled(seconds, generated, prompt, computed, busy, reloaded)
 
 
 def compare(
@@ -316,14 +323,17 @@ def _engines(
 
 def _numbers(result: Modelled | None, placements: Sequence[Placement]) -> dict:
     kv = {p.key: p.kv_tokens for p in placements}
+    host = {p.key: p.host_kv_tokens for p in placements if p.host_kv_tokens}
+    kv_out = {"kv_tokens": kv, **({"host_kv_tokens": host} if host else {})}
     if result is None:
-        return {"kv_tokens": kv}
+        return kv_out
     prefilled = result.computed / result.prompt if result.prompt else 0.0
     return {
-        "kv_tokens": kv,
+        **kv_out,
         "tokens_per_s": result.tokens_per_s,
         "seconds": result.seconds,
         "prefilled_share": prefilled,
         "cached_share": 1 - prefilled if result.prompt else 0.0,
         "busy_share": dict(result.busy),
+        **({"reloaded_share": result.reloaded / result.prompt} if result.reloaded and result.prompt else {}),
     }

@@ -63,20 +63,27 @@ def user_agent_messages(templates: Templates, scenario: Scenario, turns: Sequenc
     reply to the assistant's last turn (Figure 14); a set with user_agent/system.txt sends it first."""
     _check_turns(turns, next_role="user")
     style = style_named(templates.style)
-    user, task = scenario.user, scenario.task
-    profile = {
-        "demographics": style.demographics(user, False),
-        "affinities": style.affinities(user, task),
-        "interactions": style.interactions(user, task),
-        "situation": style.situation(scenario.situation),
-        "task": task.user_intent,
-    }
+    profile = user_agent_profile(templates, scenario)
     if not turns:
         text = templates.render("user_agent/initial.txt", **profile)
     else:
         text = templates.render("user_agent/next.txt", **profile, conversation=style.conversation(turns))
     system = templates.first("user_agent/system.txt")
     return [*([_system(templates.render(system, **profile))] if system else []), _user(text)]
+
+
+def user_agent_profile(templates: Templates, scenario: Scenario) -> dict[str, str]:
+    """The values the user agent's templates show it, written in the set's style: its demographics,
+    the task's preferences and past interactions, the situation, and the task (`task`)."""
+    style = style_named(templates.style)
+    user, task = scenario.user, scenario.task
+    return {
+        "demographics": style.demographics(user, False),
+        "affinities": style.affinities(user, task),
+        "interactions": style.interactions(user, task),
+        "situation": style.situation(scenario.situation),
+        "task": task.user_intent,
+    }
 
 
 def assistant_messages(

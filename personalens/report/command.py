@@ -22,5 +22,6 @@ def report(cfg: DictConfig) -> int:
         html_dialogues=int(cfg.report.html_dialogues),
     )
     print(result.table3_markdown(), file=console.out())
+    print(result.leak_line(), file=console.out())
     print(f"\nreport written to {cfg.report.out_dir}", file=console.err())
     return 0

@@ -8,16 +8,19 @@ from pathlib import Path
 
 from personalens.config.judges import run_judges
 from personalens.data.records import with_domains
-from personalens.report.endings import context_note, cut_replies, endings, leaked, thinking
+from personalens.report.endings import context_note, cut_replies, endings, found_in_prompts, leaked, thinking
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
+from personalens.report.length import length_tables
 from personalens.report.panel import panel_markdown, panel_tables
 from personalens.report.paper_tables import by_domain, by_turn, parse_failures, table3, table4, table12, table13
 from personalens.report.provenance import mixed_runs
-from personalens.report.result import Report
+from personalens.report.result import CHECK_TABLES, Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
-from personalens.store.results import KINDS, RunData, load_runs
+from personalens.report.user_dialogues import FLAGS_FILE, CheckedDialogue, checked_dialogues, write_flags
+from personalens.report.user_flags import flag_counts, without_flagged
+from personalens.store.results import KINDS, Judgment, RunData, load_runs
 from personalens.store.turns import continued_dialogues
 from personalens.tables import render
 from personalens.tables.render import write_tables
@@ -45,9 +48,11 @@ def build_report(
     judges = run_judges(dirs)
     defaults = [judges.default[str(d)] for d in dirs]
     # runs of one judge each (reported side by side, judged by different models) are no panel
-    scored = judges.keyed(data.judgments) if any(len(k) > 1 for k in judges.per_run.values()) else ()
-    panel = panel_tables(scored, defaults, judges, Bootstrap(bootstrap, seed))
-    data = replace(data, judgments=judges.primary(data.judgments))
+    keyed = judges.keyed(data.judgments) if any(len(k) > 1 for k in judges.per_run.values()) else ()
+    panel = panel_tables(keyed, defaults, judges, Bootstrap(bootstrap, seed))
+    # every judge by name for length against score; model@judge's rows alone for the other tables
+    named = tuple(replace(j, judge=judges.label(j.judge)) for j in keyed) if panel else None
+    data = replace(data, judgments=tuple(replace(j, judge="") for j in judges.primary(data.judgments)))
     # the release's domains, and any a lab added that the runs hold
     domains = with_domains(d for j in data.judgments for d in j.domains)
     unknown = [d for d in figure5_domains if d not in domains]
@@ -61,7 +66,9 @@ def build_report(
         tuple(figure5_domains),
         tuple(read_setup(d) for d in dirs),
         {str(d): continued_by_shard(d) for d in dirs},
-        tuple(judges.self_preference(defaults)),
+        checked_dialogues(dirs),
+        self_preference=tuple(judges.self_preference(defaults)),
+        judged=named,
     )
     report = replace(report, panel=panel)
     return replace(report, files=write_report(report, html_dialogues))
@@ -80,11 +87,16 @@ def compute_report(
     figure5_domains: tuple[str, ...],
     setups: tuple[RunSetup, ...] = (),
     continued: Mapping[str, Mapping[str, int]] | None = None,
+    checked: tuple[tuple[CheckedDialogue, ...], tuple[str, ...]] = ((), ()),
     self_preference: tuple[str, ...] = (),
+    judged: Sequence[Judgment] | None = None,
 ) -> Report:
     """The tables; `setups` (one per run) give the fidelity option, which decides Figure 4's task
     kinds and whether Table 3 shows the paper's published rows (`official` only); `continued` (run ->
-    shard folder -> dialogues) the dialogues resumed mid-dialogue, which the provenance note names."""
+    shard folder -> dialogues) the dialogues resumed mid-dialogue, which the provenance note names;
+    `checked` the dialogues checked by the rules of the simulated user (user_dialogues.py), and why
+    the leak rule could not be checked for a run; `self_preference` lines for Table 3's notes;
+    `judged` every judge's judgments of a judge panel, by name, for length against score."""
     j = data.judgments
     shared = common_fidelity(setups) if setups else None
     official = shared is not None and shared.option.reproduces_release
@@ -96,6 +108,8 @@ def compute_report(
         + ((f"Written in more than one go (docs/reproducibility.md): {'; '.join(mixed)}.",) if mixed else ())
         + self_preference
     )
+    flagged, unchecked = checked
+    unflagged, differences = without_flagged(j, flagged, boot) if flagged else ([], [])
     return Report(
         run_dirs=run_dirs,
         out_dir=out_dir,
@@ -112,8 +126,14 @@ def compute_report(
         cut_replies=cut_replies(data.dialogues, j),
         thinking=thinking(data.dialogues, j),
         leaks=leaked(data.dialogues),
+        found=found_in_prompts(data.dialogues),
         setups=setups,
         mixed=mixed,
+        user_flags=flag_counts(flagged, unchecked) if flagged else None,
+        table3_unflagged=tuple(unflagged),
+        flag_difference=tuple(differences),
+        length=tuple(length_tables(judged or j, flagged, boot)) if flagged else (),
+        checked=flagged,
     )
 
 
@@ -136,7 +156,7 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     out = report.out_dir
     out.mkdir(parents=True, exist_ok=True)
     # Outputs that this report may not produce: drop any left by an earlier report into the same folder.
-    for stale in ("table4", "figure5"):
+    for stale in ("table4", "figure5", *CHECK_TABLES):
         for path in out.glob(f"{stale}.*"):
             path.unlink()
     files = [
@@ -153,6 +173,11 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     if report.by_turn is not None:
         files += [*write_tables([report.by_turn], out), plot_by_turn(report.by_turn, out / "figure5.png")]
     files += write_tables([report.parse_failures], out)
+    for tables in report.checks():
+        files += write_tables(tables, out)
+    (out / FLAGS_FILE).unlink(missing_ok=True)
+    if report.checked:
+        files.append(write_flags(report.checked, out / FLAGS_FILE))
     if report.panel is not None:
         files += [f for table in report.panel.all for f in write_tables([table], out)]
     files.append(
@@ -188,8 +213,10 @@ def report_markdown(report: Report) -> str:
             if report.out_of_range
             else ""
         ),
-        f"**Leak check: {report.leaks} thinking markers** in the texts sent to another party (0 unless a reasoning "
-        "model's thinking reached the other party or the judge; per role in the thinking table).",
+        f"**Leak check: {report.leaks} thinking markers** in the texts sent to another party, and **{report.found} "
+        "thinking found in prompts**: replies whose thinking was found by content in what was sent on after them "
+        "(both 0 unless a reasoning model's thinking reached the other party or the judge; per role in the thinking "
+        "table).",
         render.markdown([report.table3]),
         render.markdown([report.endings]),
         render.markdown([report.cut_replies]),
@@ -216,6 +243,7 @@ def report_markdown(report: Report) -> str:
         )
         parts.append(render.markdown([report.by_turn]))
     parts.append(render.markdown([report.parse_failures]))
+    parts += [render.markdown(tables) for tables in report.checks()]
     if report.panel is not None:
         parts.append(panel_markdown(report.panel))
     return "\n\n".join(p.rstrip() for p in parts) + "\n"

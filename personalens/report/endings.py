@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from personalens.engines.chat.reasoning import THINKING
+from personalens.engines.chat.spans import SPAN
 from personalens.store import ENDING_NAMES, ENDINGS
 from personalens.store.results import KINDS, Dialogue, Judgment
 from personalens.tables.model import Cell, Column, Table
@@ -101,8 +102,9 @@ def cut_replies(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) ->
 
 def thinking(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Table:
     """Per run and role, a reasoning model's thinking: its tokens (of the replies that counted them),
-    the replies that stopped inside it, and the leak check: thinking markers (`<think>`, `[THINK]`,
-    `<|channel|>`, ...) in the texts each role sent to another party, which must be 0."""
+    the replies that stopped inside it, and the leak checks, which must both be 0: thinking markers
+    (`<think>`, `[THINK]`, `<|channel|>`, ...) in the texts each role sent to another party, and the
+    replies whose thinking was found by content in what was sent on after it (engines/chat/spans.py)."""
     columns = (
         Column("replies", "", "Replies", holds="count"),
         Column("thinking_tokens", "", "Thinking tokens", holds="count"),
@@ -110,12 +112,14 @@ def thinking(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Ta
         Column("stopped", "", "Stopped in thinking", holds="count"),
         Column("stopped_share", "", "Stopped (%)", digits=1, holds="value"),
         Column("leaks", "", "Thinking markers sent on", holds="count"),
+        Column("found", "", "Thinking found in prompts", holds="count"),
     )
     rows = []
     for run in sorted({d.run for d in dialogues} | {j.run for j in judgments}):
         ds = [d for d in dialogues if d.run == run]
         for role in ("user", "assistant"):
             turns = [(t, n) for d in ds for (r, _), t, n in zip(d.finishes, d.reasoning_tokens, d.leaks) if r == role]
+            found = sum(f for d in ds for (r, _), f in zip(d.finishes, d.thinking_found) if r == role)
             stopped = sum(d.stopped_role == role for d in ds)
             replies = len(turns) + stopped
             cells: tuple[Cell, ...] = (
@@ -125,6 +129,7 @@ def thinking(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Ta
                 stopped,
                 100.0 * stopped / replies if replies else None,
                 sum(n for _, n in turns),
+                found,
             )
             rows.append(((run_label(run), _ROLE_NAMES[role]), cells))
         js = [j for j in judgments if j.run == run and not (j.failure and j.finish_reason is None)]
@@ -136,6 +141,7 @@ def thinking(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Ta
             stopped,
             100.0 * stopped / len(js) if js else None,
             None,  # a judge's output goes to no other party
+            None,
         )
         rows.append(((run_label(run), _ROLE_NAMES["judge"]), judge))
     return Table(
@@ -149,7 +155,10 @@ def thinking(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Ta
             "only answers reach the other party and the judge. Thinking tokens count the replies' tokens before their "
             "answer; not counted: replies whose thinking was seen in their text only (no reasoning parser), or runs "
             "written before thinking was recorded. Thinking markers sent on: markers found in the answers each role "
-            "sent to the other party and to the judge (0 unless thinking leaked).",
+            "sent to the other party and to the judge (0 unless thinking leaked). Thinking found in prompts: replies "
+            f"whose thinking has a run of {SPAN} characters (whitespace collapsed) of its own, in no text of the "
+            "dialogue up to its answer, that a later turn's text holds, and with it a later prompt or the judge's "
+            "transcript (0 unless thinking leaked).",
         ),
     )
 
@@ -157,6 +166,11 @@ def thinking(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Ta
 def leaked(dialogues: Sequence[Dialogue]) -> int:
     """Thinking markers in every text sent to another party (the leak check; must be 0)."""
     return sum(sum(d.leaks) for d in dialogues)
+
+
+def found_in_prompts(dialogues: Sequence[Dialogue]) -> int:
+    """Replies whose thinking was found by content in what was sent on after them (must be 0)."""
+    return sum(sum(d.thinking_found) for d in dialogues)
 
 
 def context_note(dialogues: Sequence[Dialogue]) -> str | None:

@@ -35,6 +35,7 @@ def write_html(report: Report, figures: Sequence[Path], path: Path, *, dialogues
         report.by_domain,
         *([report.by_turn] if report.by_turn is not None else []),
         report.parse_failures,
+        *(t for tables in report.checks() for t in tables),
         *(report.panel.all if report.panel is not None else ()),
     ]
     browse = browsable(report.run_dirs, dialogues, report.bootstrap.seed)

@@ -8,9 +8,13 @@ from pathlib import Path
 
 from personalens.report.panel import PanelTables
 from personalens.report.setup import RunSetup
+from personalens.report.user_dialogues import CheckedDialogue
 from personalens.tables import render
 from personalens.tables.model import Table
 from personalens.tables.stats import Bootstrap
+
+# the file stems of the checks' tables, which a report of runs without dialogues does not write
+CHECK_TABLES = ("user_flags", "table3_unflagged", "table3_flag_difference", "length_score")
 
 
 @dataclass(frozen=True)
@@ -30,13 +34,30 @@ class Report:
     cut_replies: Table  # replies cut at max_tokens, per run and role
     thinking: Table  # reasoning models' thinking tokens, replies stopped in thinking, the leak check
     leaks: int  # thinking markers in texts sent to another party (the leak check; 0 unless thinking leaked)
+    found: int  # replies whose thinking was found by content in later prompts (0 unless thinking leaked)
     setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
     mixed: tuple[str, ...] = ()  # runs resumed or written under several shard counts (provenance.py)
+    # the checks of the simulated user (user_flags.py) and length against score (length.py); per judge
+    user_flags: Table | None = None
+    table3_unflagged: tuple[Table, ...] = ()
+    flag_difference: tuple[Table, ...] = ()
+    length: tuple[Table, ...] = ()
+    checked: tuple[CheckedDialogue, ...] = ()  # every dialogue's flags and reply length (user_dialogues.py)
     files: tuple[Path, ...] = ()  # everything written, report.md last
     panel: PanelTables | None = None  # a judge panel's tables (panel.py); None with one judge
 
+    def checks(self) -> list[list[Table]]:
+        """The checks' tables, each file's tables together: flags, Table 3 without the flagged
+        dialogues, the difference, length against score."""
+        groups = [[self.user_flags] if self.user_flags else [], list(self.table3_unflagged)]
+        return [tables for tables in (*groups, list(self.flag_difference), list(self.length)) if tables]
+
     def table3_markdown(self) -> str:
         return render.markdown([self.table3])
+
+    def leak_line(self) -> str:
+        """The leak checks in one line, printed beside Table 3."""
+        return f"Leak check: {self.leaks} thinking markers sent on, {self.found} thinking found in prompts"
 
     @property
     def unparsed(self) -> int:

@@ -23,6 +23,9 @@ class RunSetup:
     user_agent: str | None  # model names; None when the run's config does not say
     judge: str | None
     reproducible: tuple[str, ...] = ()  # the steps ("generate", "judge") saved with `reproducible: true`
+    # per role, its sampling as it ran with each value's origin (model card, protocol, override); runs
+    # saved before origins were recorded: none
+    sampling: tuple[tuple[str, str], ...] = ()
 
     @property
     def engines(self) -> str:
@@ -33,15 +36,17 @@ class RunSetup:
         return f"reproducible engines (reproducible: true) in {' and '.join(self.reproducible)}"
 
     def line(self) -> str:
+        sampling = "".join(f"; {role.replace('_', ' ')} sampling {said}" for role, said in self.sampling)
         return (
             f"`{self.run_dir}`: fidelity option **{self.option.name}**, user agent {self.user_agent or 'unknown'}, "
-            f"judge {self.judge or 'unknown'}, {self.engines}"
+            f"judge {self.judge or 'unknown'}, {self.engines}{sampling}"
         )
 
 
 def read_setup(run_dir: Path) -> RunSetup:
     """The run's setup from `generate.yaml` and `judge.yaml` (either may be missing)."""
-    saved = {step: saved.config for step, saved in read_saved(run_dir).items()}
+    steps = read_saved(run_dir)
+    saved = {step: saved.config for step, saved in steps.items()}
     # a step saved before the option existed says nothing; one saved since says which
     options = [Fidelity.from_saved(cfg) for cfg in saved.values() if "fidelity" in cfg] or [Fidelity.from_saved({})]
     names = {option.name for option in options}
@@ -57,7 +62,19 @@ def read_setup(run_dir: Path) -> RunSetup:
         user_agent=model("generate", "user_agent"),
         judge=model("judge", "judge"),
         reproducible=tuple(step for step, cfg in saved.items() if cfg.get("reproducible", False)),
+        sampling=tuple(
+            (role, _said(recorded))
+            for step in steps.values()
+            for role, recorded in (step.resolved.get("sampling") or {}).items()
+        ),
     )
+
+
+def _said(recorded: Mapping) -> str:
+    """A role's sampling as it ran: each value with where it came from, the card named."""
+    origins = recorded.get("origins") or {}
+    values = ", ".join(f"{k} {recorded[k]} ({origin})" for k, origin in origins.items())
+    return values + (f", from {recorded['source']}" if recorded.get("source") else "")
 
 
 def common_fidelity(setups: Sequence[RunSetup]) -> RunSetup:

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from personalens import config as C
 from personalens import console
 from personalens.config import run as R
+from personalens.config.saved import start_date
 from personalens.engines.stop import Stop
 
 if TYPE_CHECKING:
@@ -47,7 +48,9 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
     templates, templates_digest = R.templates(cfg, fidelity)
     R.history_reasoning(cfg, "user_agent")
     keep = R.history_reasoning(cfg, "assistant")
-    sampling = {"user": R.sampling(cfg, "user_agent"), "assistant": R.sampling(cfg, "assistant")}
+    (user, user_chosen), (assistant, assistant_chosen) = R.sampling(cfg, "user_agent"), R.sampling(cfg, "assistant")
+    sampling = {"user": user, "assistant": assistant}
+    chosen = {"user_agent": user_chosen, "assistant": assistant_chosen}
     if keep in KEPT:  # refused before anything loads where the assistant would not see its thinking
         chat_turns = assistant_chat_turns(templates, setting, family)
         check_history(keep, str(cfg.assistant.name), chat_turns, *R.chat_template(cfg, "assistant"))
@@ -57,7 +60,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         "user_agent": C.model_identity(cfg.user_agent),
         # context_room at its default (null) is left out, so runs started before it still resume
         "protocol": {
-            k: C.sampling_identity(v)
+            k: chosen[k].identity() if k in chosen else C.sampling_identity(v)
             for k, v in cfg.protocol.items()
             if k != "judge" and not (k == "context_room" and v is None)
         },
@@ -68,11 +71,17 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         **C.run_options(cfg),
     }
     digest = C.fingerprint(parts)
+    date = start_date(out_dir)  # before any model loads or server starts: they render with it
     # checks the models, their layout and chat templates before the config is saved
     load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
     count = cohorts_setting(cfg.lockstep.get("cohorts", "auto"), one=getattr(load, "in_process_core", False))
     with R.shard_lease(cfg, "generate", stop):
-        C.check_or_save(out_dir, "generate", cfg, digest, R.resolved(cfg, ROLES, load), parts, ROLES)
+        resolved = {
+            **R.resolved(cfg, ROLES, load),
+            "sampling": {role: c.record() for role, c in chosen.items()},
+            "start_date": date,
+        }
+        C.check_or_save(out_dir, "generate", cfg, digest, resolved, parts, ROLES)
         folder = shard_dir(out_dir, "dialogues", cfg.shard.index, cfg.shard.count)
         turns = shard_dir(out_dir, "turns", cfg.shard.index, cfg.shard.count)
         done = existing_values(folder, KEY_COLUMNS)

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from personalens.engines.chat.reasoning import leaks
+from personalens.engines.chat.spans import thinking_found
 from personalens.errors import PersonalensError
 from personalens.store.schema import ENDINGS, SCORE_RANGES
 
@@ -89,6 +90,9 @@ class Dialogue:
     # thinking markers its text holds (a text every other party reads: 0 unless thinking leaked)
     reasoning_tokens: tuple[int | None, ...] = ()
     leaks: tuple[int, ...] = ()
+    # per turn: whether a run of its thinking was found in a later turn's text, which prompts to the
+    # other party and judge transcripts are made of (engines/chat/spans.py; False for every turn otherwise)
+    thinking_found: tuple[bool, ...] = ()
 
     @property
     def stopped_role(self) -> str | None:
@@ -119,7 +123,7 @@ def load_runs(run_dirs: Sequence[Path], *, dialogues: bool = True) -> RunData:
                 run_dir / "dialogues",
                 _DIALOGUE_KEY + ("kind", "domains", "rounds"),
                 optional=("ended", "opening_terminate", "session_started"),
-                turns=("role", "text", "completion_tokens", "finish_reason", "reasoning_tokens"),
+                turns=("role", "text", "completion_tokens", "finish_reason", "reasoning", "reasoning_tokens"),
                 run=str(run_dir),
             )
         judgment_rows += _read_dataset(
@@ -173,6 +177,10 @@ def _read_dataset(
             row.update({c: None for c in optional if c not in present})
             if turns:
                 row["turns"] = [{f: t.get(f) for f in turns} for t in row["turns"] or ()]
+                if "reasoning" in turns:  # searched here and dropped: thinking can be far longer than answers
+                    row["thinking_found"] = thinking_found(
+                        [(t.get("text") or "", t.pop("reasoning") or "") for t in row["turns"]]
+                    )
             row["run"] = run
             rows.append((path, row))
     return rows
@@ -243,6 +251,7 @@ def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
         session=row["session_started"],
         reasoning_tokens=tuple(t.get("reasoning_tokens") for t in row["turns"]),
         leaks=tuple(leaks(t.get("text") or "") for t in row["turns"]),
+        thinking_found=row["thinking_found"],
     )
 
 

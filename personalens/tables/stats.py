@@ -196,21 +196,37 @@ def bootstrap_statistic(
     seed: int = 0,
     *,
     level: float = 0.95,
+    clusters: Sequence[Hashable] | None = None,
 ) -> tuple[float, float, float]:
-    """(value, lo, hi): `statistic` of items 0..n-1 and its (plain) percentile interval over items.
+    """(value, lo, hi): `statistic` of items 0..n-1 and its percentile interval.
 
     `statistic` takes an array of item indices (drawn with replacement), for statistics that are no
-    mean, such as a kappa over dialogues. Resamples where it is undefined (nan) are left out.
+    mean, such as a kappa or a rank correlation over dialogues. Resamples where it is undefined (nan)
+    are left out. Without `clusters` the items are resampled and the interval is the plain
+    percentile one; with `clusters` (a label per item, e.g. the user) whole clusters are drawn, each
+    bringing all its items, and the interval is expanded for the number of clusters as the report's
+    means are (one cluster: its items are resampled, as a mean's cell of one user).
     """
     if n < 1 or resamples < 1:
         raise ValueError(f"bootstrap_statistic needs n >= 1 and resamples >= 1, got {n} and {resamples}")
+    if clusters is not None and len(clusters) != n:
+        raise ValueError(f"{len(clusters)} cluster labels for {n} items")
     value = float(statistic(np.arange(n)))
+    codes, k = codes_of(clusters) if clusters is not None else (None, 1)
+    # each cluster's items, when there are several clusters; else the items are the units
+    members = np.split(np.argsort(codes, kind="stable"), np.cumsum(np.bincount(codes))[:-1]) if k > 1 else None
+    units = k if members is not None else n
     rng = np.random.default_rng(seed)
-    stats = np.array([statistic(rng.integers(0, n, size=n)) for _ in range(resamples)], dtype=np.float64)
+
+    def draw() -> np.ndarray:
+        picked = rng.integers(0, units, size=units)
+        return picked if members is None else np.concatenate([members[c] for c in picked])
+
+    stats = np.array([statistic(draw()) for _ in range(resamples)], dtype=np.float64)
     stats = stats[~np.isnan(stats)]
     if math.isnan(value) or stats.size == 0:
         return value, math.nan, math.nan
-    return (value, *interval(Replicates(value, stats, n), level, expanded=False))
+    return (value, *interval(Replicates(value, stats, units), level, expanded=clusters is not None))
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,13 @@ prompt into the first user turn for templates that do not (Mistral-7B-Instruct-v
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from personalens.engines.base import Message
+from personalens.engines.chat.dates import strftime_now
 
 # rendered into a probe conversation; a template that keeps the system role keeps this text
 _PROBE_SYSTEM = "personalens-probe-system-prompt"
@@ -33,7 +33,7 @@ def render_chat(chat_template: str, messages: list[Message], **variables: Any) -
     # the same Jinja settings transformers uses for chat templates
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)  # used by Llama 3.x templates
+    env.globals["strftime_now"] = strftime_now  # Llama 3.x's and gpt-oss's templates: the run's date
     return env.from_string(chat_template).render(
         messages=messages, add_generation_prompt=True, **{"bos_token": "", "eos_token": "", **variables}
     )

@@ -12,7 +12,10 @@ Two ways, one result (`Split`):
   `[THINK]..[/THINK]`.
 
 A reply whose thinking never ended has no answer: its `answer` is empty and `closed` false, and the
-engine reports it with `finish_reason` THINKING, never as an answer (docs/fidelity.md)."""
+engine reports it with `finish_reason` THINKING, never as an answer (docs/fidelity.md). So is a reply
+whose thinking ended but that was cut at its max_tokens before any answer (`with_split`): an empty
+answer is no reply, in process and through servers alike (docs/models.md, "How a reasoning reply
+ends")."""
 
 from __future__ import annotations
 
@@ -132,9 +135,17 @@ def load_parser(name: str, tokenizer: Any, chat_template_kwargs: dict[str, Any])
     return parser_cls(tokenizer, chat_template_kwargs=dict(chat_template_kwargs))
 
 
+def answered(split: Split, finish_reason: str | None) -> bool:
+    """Whether a split reply has an answer to send on: its thinking ended, and a reply that thought was
+    not cut at its max_tokens ("length") before a word of answer (a model that did not think keeps
+    whatever it wrote)."""
+    thought = bool(split.reasoning) or bool(split.reasoning_tokens)
+    return split.closed and (bool(split.answer.strip()) or finish_reason != "length" or not thought)
+
+
 def with_split(gen: Generation, split: Split) -> Generation:
     """A generation whose text is the answer alone, with its thinking beside it; one that stopped
-    inside its thinking finishes as THINKING."""
+    inside its thinking, or after it but with no answer before its max_tokens, finishes as THINKING."""
     tokens = split.reasoning_tokens
     if tokens is None:
         tokens = None if split.reasoning or not split.closed else 0
@@ -143,5 +154,5 @@ def with_split(gen: Generation, split: Split) -> Generation:
         text=split.answer,
         reasoning=split.reasoning,
         reasoning_tokens=tokens,
-        finish_reason=gen.finish_reason if split.closed else THINKING,
+        finish_reason=gen.finish_reason if answered(split, gen.finish_reason) else THINKING,
     )

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from personalens.engines.base import Message
+from personalens.engines.chat.dates import strftime_now
 from personalens.engines.chat.messages import format_messages, resolve_system_role
 from personalens.engines.models.config import ModelConfig
 
@@ -70,6 +71,7 @@ class ChatTokenizer:
             format_messages(messages, self.system_role),
             tokenize=False,
             add_generation_prompt=True,
+            strftime_now=strftime_now,  # the run's date (engines/chat/dates.py)
             **self.template_kwargs,
         )
 

@@ -17,6 +17,7 @@ from personalens.engines.models.hub import (
     find_snapshot,
     is_valid_id,
 )
+from personalens.engines.models.sampling import ModelSampling, model_sampling
 from personalens.errors import PersonalensError
 
 ENGINE_KINDS = ("vllm", "server")
@@ -33,6 +34,9 @@ MAX_MODEL_LEN_AUTO = "auto"
 # as the `reasoning_content` of its chat turns, for templates that render it (others are refused before loading)
 HISTORY_REASONING = ("family", "none", "last", "all")
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's names
+# the KV cache's dtypes personalens sizes (vLLM's kv_cache_dtype names): auto is the model's dtype; the fp8
+# ones (fp8 is fp8_e4m3) take one byte per value (engines/vllm/kv.py says where vLLM runs them)
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 _MISSING = "???"  # Hydra's mandatory-value marker
 
 
@@ -80,6 +84,11 @@ class ModelConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: int | None = None  # when set, vLLM ignores gpu_memory_utilization
+    kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES: fp8 halves a 16-bit model's KV bytes per token
+    # GiB of host memory (all tensor-parallel ranks together) vLLM keeps evicted KV blocks in, its native
+    # offloading (kv_offloading_size): a returning history is reloaded from there instead of prefilled
+    # again; None: off. GPUs only (engines/vllm/kv.py)
+    kv_offload_gib: float | None = None
     # tokens of the longest sequence; auto: on GPUs the largest the layout fits, at most the model's
     # context (engines/placement/layout.py); without GPUs vLLM's default, the model's context
     max_model_len: int | str | None = None
@@ -115,6 +124,13 @@ class ModelConfig:
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
     # HISTORY_REASONING; a prompt setting, not the engine's: roles that differ in it alone share an engine
     history_reasoning: str = field(default="family", compare=False)
+    # the model card's sampling, applied per request to whatever role the model plays (config/sampling.py):
+    # roles that differ in it alone share an engine
+    sampling: ModelSampling = field(default=ModelSampling(), compare=False)
+    # a RoPE scaling of the model's config.json (YaRN: {rope_type: yarn, factor: 4.0,
+    # original_max_position_embeddings: 32768}), sorted (name, value) pairs; given to vLLM as hf_overrides
+    # (engines/vllm/args.py) in process and to managed servers; () keeps the model's own
+    rope_scaling: tuple[tuple[str, Any], ...] = ()
     placement: str = "auto"
     # GPUs of a managed server, as indices into this job's visible GPUs; None: the planner picks
     gpus: tuple[int, ...] | None = None
@@ -133,8 +149,18 @@ class ModelConfig:
         server = values.pop("server", None)
         gpus = _gpus(values.pop("gpus", None), where)
         kwargs = _template_kwargs(values.pop("chat_template_kwargs", None), where)
+        rope = _template_kwargs(values.pop("rope_scaling", None), where, "rope_scaling")
+        try:
+            sampling = model_sampling(values.pop("sampling", None), where)
+        except PersonalensError as err:
+            raise ModelConfigError(str(err)) from None
         config = cls(
-            **_checked(cls, values, where), gpus=gpus, server=_server(server, where), chat_template_kwargs=kwargs
+            **_checked(cls, values, where),
+            gpus=gpus,
+            server=_server(server, where),
+            chat_template_kwargs=kwargs,
+            sampling=sampling,
+            rope_scaling=rope,
         )
         if config.engine == "server" and config.server is None:
             raise ModelConfigError(f"{where}.server.base_url: required when engine is server")
@@ -185,6 +211,14 @@ class ModelConfig:
             )
         if config.dtype not in DTYPES:
             raise ModelConfigError(f"{where}.dtype: expected one of {DTYPES}, got {config.dtype!r}")
+        if config.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ModelConfigError(
+                f"{where}.kv_cache_dtype: expected one of {KV_CACHE_DTYPES}, got {config.kv_cache_dtype!r}"
+            )
+        if config.kv_offload_gib is not None and not config.kv_offload_gib > 0:
+            raise ModelConfigError(
+                f"{where}.kv_offload_gib: must be a positive number of GiB, got {config.kv_offload_gib}"
+            )
         return _with_files_found(config, where)
 
     def source(self, key: str = "path") -> str:
@@ -249,7 +283,9 @@ def _check_snapshot(snapshot: HubSnapshot, key: str, config: ModelConfig, where:
 
 
 def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
-    if raw is None:
+    """The endpoint of an engine: server; a block whose base_url is null (every family config's, so that
+    `X.server.base_url=...` is one override) names none."""
+    if raw is None or (isinstance(raw, Mapping) and raw.get("base_url") is None):
         return None
     if not isinstance(raw, Mapping):
         raise ModelConfigError(f"{where}.server: expected a mapping, got {raw!r}")
@@ -267,18 +303,16 @@ def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
     return server
 
 
-def _template_kwargs(raw: Any, where: str) -> tuple[tuple[str, Any], ...]:
-    """Chat template variables as sorted (name, value) pairs (configs are hashable); values are
-    plain scalars (enable_thinking: false, reasoning_effort: low)."""
+def _template_kwargs(raw: Any, where: str, name: str = "chat_template_kwargs") -> tuple[tuple[str, Any], ...]:
+    """Chat template variables (or `rope_scaling`'s) as sorted (name, value) pairs (configs are
+    hashable); values are plain scalars (enable_thinking: false, reasoning_effort: low, factor: 4.0)."""
     if raw is None:
         return ()
     if not isinstance(raw, Mapping):
-        raise ModelConfigError(f"{where}.chat_template_kwargs: expected a mapping such as {{enable_thinking: false}}")
+        raise ModelConfigError(f"{where}.{name}: expected a mapping such as {{enable_thinking: false}}")
     for key, value in raw.items():
         if not isinstance(key, str) or not isinstance(value, (str, int, float, bool)):
-            raise ModelConfigError(
-                f"{where}.chat_template_kwargs.{key}: expected a name and a plain value, got {value!r}"
-            )
+            raise ModelConfigError(f"{where}.{name}.{key}: expected a name and a plain value, got {value!r}")
     return tuple(sorted(raw.items()))
 
 
@@ -297,7 +331,7 @@ def _checked(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
     known = {
         f.name: f
         for f in fields(cls)
-        if f.name not in ("server", "gpus", "snapshots", "api_key", "chat_template_kwargs")
+        if f.name not in ("server", "gpus", "snapshots", "api_key", "chat_template_kwargs", "sampling", "rope_scaling")
     }
     unknown = sorted(set(values) - set(known))
     if unknown:

@@ -4,8 +4,10 @@
 - gpus.py: the GPUs this job may use, read without CUDA;
 - sizing.py: what one model needs of a GPU (weights, activations, KV cache) and how a GPU's memory is
   split among the models on it;
-- layout.py: the decision itself, one `Layout` of `Placement`s from the model configs to the engines
-  and servers that start (engines/factory.py) and to what `personalens plan` models (plan/);
+- layout.py: the decision itself, one `Layout` of `Placement`s (placed.py) from the model configs to
+  the engines and servers that start (engines/factory.py) and to what `personalens plan` models
+  (plan/); fitting.py tries the two layouts and says why none fits, copies.py fills the GPUs left
+  free with copies of models;
 - inflight.py: how many dialogues an engine keeps in flight with their histories still cached.
 
 Pure but for gpus.py's `nvidia-smi` and layout.py's reading of model directories. Imports only

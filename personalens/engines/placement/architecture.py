@@ -61,12 +61,18 @@ class Architecture:
     checkpoint_dtype: str | None = None  # config.json's torch_dtype: what the weights on disk are stored in
     # a quantization_config's quant_method (mxfp4, fp8, ...): the weights on disk are not in checkpoint_dtype
     quantization: str | None = None
+    # of an integer-weight method (awq, gptq, compressed-tensors): bits per weight of the quantized linear
+    # layers, and the weights sharing one scale and zero point (None: one per output channel)
+    quant_bits: int | None = None
+    quant_group: int | None = None
 
     @classmethod
     def from_config(cls, config: Mapping, where: str = "config.json") -> Architecture:
         text = config.get("text_config")
         text = text if isinstance(text, Mapping) else config
         defaults = _FAMILY_DEFAULTS.get(str(text.get("model_type") or config.get("model_type")), {})
+        quantization = config.get("quantization_config") or text.get("quantization_config")
+        bits, group = _weight_bits(quantization)
 
         def get(key: str, default: Any = None) -> Any:
             value = text.get(key, defaults.get(key, default))
@@ -104,7 +110,9 @@ class Architecture:
             windows=_windows(get, layers),
             context=int(context) if context else None,
             checkpoint_dtype=str(dtype) if dtype else None,
-            quantization=_quant_method(config.get("quantization_config") or text.get("quantization_config")),
+            quantization=_quant_method(quantization),
+            quant_bits=bits,
+            quant_group=group,
         )
 
     @property
@@ -129,13 +137,21 @@ class Architecture:
         """The weights' bytes of a quantized checkpoint from its config alone, for the methods whose
         layout is fixed (None for others): mxfp4 (gpt-oss) stores the experts' MLPs in 4-bit values
         with one 8-bit scale per 32 (4.25 bits) and the rest in `dtype_bytes`; fp8 stores every linear
-        layer in one byte and the embeddings (and an untied output layer) in `dtype_bytes`."""
+        layer in one byte and the embeddings (and an untied output layer) in `dtype_bytes`; AWQ, GPTQ
+        and compressed-tensors store the linear layers in `quant_bits` with a scale and zero point per
+        `quant_group` weights (per output channel: one per `hidden` weights, the common input size)."""
         if self.quantization == "mxfp4":
             experts = self.expert_parameters()
             return (self.parameters() - experts) * dtype_bytes + experts * 17 // 32
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         if self.quantization == "fp8":
-            embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
             return (self.parameters() - embeddings) + embeddings * dtype_bytes
+        if self.quant_bits is not None:
+            # AWQ, GPTQ and compressed-tensors keep the embeddings and the output layer in dtype_bytes
+            # and store each group's 16-bit scale and, packed like the weights, its zero point
+            linear = self.parameters() - embeddings
+            groups = linear // self.quant_group if self.quant_group else linear // self.hidden
+            return int(linear * self.quant_bits / 8 + groups * (2 + self.quant_bits / 8)) + embeddings * dtype_bytes
         return None
 
     def kv_heads_per_gpu(self, tp: int) -> int:
@@ -198,6 +214,24 @@ def dtype_bytes(dtype: str, where: str) -> int:
     if dtype not in DTYPE_BYTES:
         raise PersonalensError(f"{where}: dtype {dtype!r} is not one of {sorted(DTYPE_BYTES)} or auto")
     return DTYPE_BYTES[dtype]
+
+
+def _weight_bits(config: object) -> tuple[int | None, int | None]:
+    """(bits, group size) of an integer-weight quantization_config: awq and gptq give `bits` and
+    `group_size` (-1: one per output channel); compressed-tensors its first config group's `weights`
+    (`num_bits`, and `group_size` where its strategy is group). (None, None) for other methods."""
+    if not isinstance(config, Mapping):
+        return None, None
+    method = str(config.get("quant_method", "")).lower()
+    if method in ("awq", "gptq") and config.get("bits"):
+        group = int(config.get("group_size") or -1)
+        return int(config["bits"]), group if group > 0 else None
+    groups = config.get("config_groups") if method == "compressed-tensors" else None
+    weights = next(iter(groups.values()), {}).get("weights") if isinstance(groups, Mapping) and groups else None
+    if isinstance(weights, Mapping) and weights.get("num_bits"):
+        group = weights.get("group_size") if weights.get("strategy") == "group" else None
+        return int(weights["num_bits"]), int(group) if group else None
+    return None, None
 
 
 def _quant_method(config: object) -> str | None:

@@ -4,7 +4,8 @@ In lockstep each turn's prompt repeats the dialogue's history. vLLM's prefix cac
 again only while the history's blocks are still cached; once the dialogues in flight hold more
 tokens than the cache, each turn evicts histories that the next turn computes again, at a cost that
 grows with the square of the turns. Keeping no more dialogues in flight than the cache holds, and
-letting the rest of a shard's dialogues wait their turn, keeps every history cached.
+letting the rest of a shard's dialogues wait their turn, keeps every history cached. KV offloaded
+to host memory (kv_offload_gib) counts with the GPU's: a history there is reloaded, not computed.
 
 `held` is how many the caches keep; `window` is what a run holds back to, over the dialogue models'
 `Cache`s: `plan` applies it to the dialogues it models (plan/throughput.py), `generate` to the
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from personalens.engines.placement.layout import Placement
+from personalens.engines.placement.placed import Placement
 
 DIALOGUE_ROLES = ("user_agent", "assistant")  # the roles every turn of a dialogue waits on
 MIN_BATCH_SHARE = 0.25  # of max_num_seqs: a window below it on any engine holds nothing back
@@ -35,6 +36,7 @@ class Cache:
     kv_tokens: int  # one engine's KV cache, tokens of every layer
     max_num_seqs: int  # requests one engine runs at once
     engines: int = 1  # its own engine and its copies, each taking its share of the dialogues
+    host_tokens: int = 0  # one engine's KV offloaded to host memory (kv_offload_gib), reloaded, not prefilled
 
 
 def dialogues_in_flight(kv_tokens: int, tokens_per_dialogue: float, max_num_seqs: int) -> int:
@@ -53,7 +55,8 @@ def _per_engine(caches: Sequence[Cache], tokens: Mapping[str, float]) -> list[tu
         served = [role for role in cache.roles if role in DIALOGUE_ROLES]
         if served:
             per_dialogue = sum(tokens.get(role, 0.0) for role in served)
-            out.append((cache, dialogues_in_flight(cache.kv_tokens, per_dialogue, cache.max_num_seqs)))
+            kept = cache.kv_tokens + cache.host_tokens
+            out.append((cache, dialogues_in_flight(kept, per_dialogue, cache.max_num_seqs)))
     return out
 
 
@@ -76,7 +79,9 @@ def window(caches: Sequence[Cache], tokens: Mapping[str, float]) -> int | None:
 def caches(placements: Sequence[Placement]) -> tuple[Cache, ...]:
     """The caches of a layout's planned models (none where nothing was planned: no GPU)."""
     return tuple(
-        Cache(p.roles, p.kv_tokens, p.run_config.max_num_seqs, 1 + len(p.copies)) for p in placements if p.planned
+        Cache(p.roles, p.kv_tokens, p.run_config.max_num_seqs, 1 + len(p.copies), p.host_kv_tokens)
+        for p in placements
+        if p.planned
     )
 
 

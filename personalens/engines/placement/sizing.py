@@ -14,11 +14,13 @@ KV cache.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from personalens.engines.models.config import ModelConfig
 from personalens.engines.models.embedded import model_path
@@ -84,6 +86,7 @@ class ModelNeed:
     replicas: int | None = None  # engines of this model in all; None: auto (copies on free GPUs, by work)
     utilization: float = 0.9  # its gpu_memory_utilization: the most it holds of each of its GPUs
     config: ModelConfig | None = None  # what it was read from; None for a model described in a test
+    kv_value_bytes: int | None = None  # bytes of one K or V value (1: an fp8 KV cache); None: dtype_bytes
 
     @property
     def activation(self) -> int:
@@ -93,10 +96,10 @@ class ModelNeed:
 
     @property
     def kv_per_token(self) -> int:
-        return self.arch.kv_bytes_per_token(self.dtype_bytes, self.tp)
+        return self.arch.kv_bytes_per_token(self.kv_value_bytes or self.dtype_bytes, self.tp)
 
     def kv_for(self, tokens: int) -> int:
-        return self.arch.kv_bytes_for(tokens, self.dtype_bytes, self.tp)
+        return self.arch.kv_bytes_for(tokens, self.kv_value_bytes or self.dtype_bytes, self.tp)
 
     @property
     def floor(self) -> int:
@@ -187,7 +190,9 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
             f"model {config.name}: no {config_json}; placement sizes each model from its files: set "
             "path to a local Hugging Face directory, or to a hub id in the local Hugging Face cache"
         )
-    arch = Architecture.from_config(json.loads(config_json.read_text()), where=str(config_json))
+    arch = scaled_context(
+        Architecture.from_config(json.loads(config_json.read_text()), where=str(config_json)), config.rope_scaling
+    )
     size = run_dtype_bytes(config)
     leading = tuple(range(config.tensor_parallel_size))
     placement = config.placement
@@ -217,4 +222,17 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
         replicas=config.explicit_replicas,
         utilization=config.gpu_memory_utilization,
         config=config,
+        kv_value_bytes=1 if config.kv_cache_dtype.startswith("fp8") else None,
+    )
+
+
+def scaled_context(arch: Architecture, rope_scaling: tuple[tuple[str, Any], ...]) -> Architecture:
+    """The architecture with the context a RoPE scaling gives it (YaRN: its factor times the original
+    positions, as vLLM derives max_model_len), which max_model_len: auto may then reach."""
+    scaling = dict(rope_scaling)
+    factor = scaling.get("factor")
+    if not factor or arch.context is None:
+        return arch
+    return dataclasses.replace(
+        arch, context=int(float(factor) * int(scaling.get("original_max_position_embeddings", arch.context)))
     )

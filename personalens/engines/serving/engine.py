@@ -28,7 +28,16 @@ each prompt before it is sent, as it does in process, and ends on context a dial
 leaves less than its reply's room; the server takes the chat messages, not the ids. Without a
 tokenizer, the server's own refusal of a prompt that does not fit still ends its dialogue on context
 (base.Generation.over_context), but vLLM's server quietly lowers `max_tokens` to what the context
-leaves, so replies near the end of the context are shorter than in process."""
+leaves, so replies near the end of the context are shorter than in process.
+
+Reasoning replies end as in process (engines/chat/reasoning.py). A reply without a `reasoning` field
+(a server started without `--reasoning-parser`) is split on its text, knowing from the chat tokenizer
+whether the template's generation prompt opened the thinking (DeepSeek-R1 distills, recent Qwen3), so
+a reply cut there, with no marker at all, ends in its thinking and is never sent on. A model whose
+config names a `reasoning_parser` but whose server returned no `reasoning` field in the whole first
+call is named in one warning line; for requests with a grammar (the judge's) it is an error, since
+such a server applies the grammar from the first token and the judge never thinks (vLLM delays a
+grammar to the end of the thinking only with `--reasoning-parser`)."""
 
 from __future__ import annotations
 
@@ -39,7 +48,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
+from personalens.engines.chat import harmony
 from personalens.engines.chat.messages import format_messages
+from personalens.engines.chat.reasoning import opens_thinking
 from personalens.engines.chat.token_ids import ChatTokenizer
 from personalens.engines.flow import InFlight, PromptSizes, ReplySizes, in_flight, kv_cache_tokens, needs, share
 from personalens.engines.models.config import ModelConfig, ModelConfigError
@@ -48,6 +59,8 @@ from personalens.engines.serving.processes import GRACE_S
 from personalens.engines.stop import Stop
 
 log = logging.getLogger(__name__)
+
+_PROMPT_TAIL = 64  # characters at a rendered prompt's end read to see whether it opened the thinking
 
 
 # how long a failed call to a managed server waits for its watcher to report the server's exit (the
@@ -80,6 +93,12 @@ class ServerEngine:
         self._replies = ReplySizes()
         self._in_flight = InFlight()  # the engine's in-flight budget, which its concurrent calls share
         self._logged: int | None = None  # the last call's count in flight, logged when it changes
+        self._parser = config.reasoning_parser
+        # thinking is expected of every reply unless the template kwargs turn it off (Qwen3's switch)
+        self._thinks = bool(config.reasoning_parser) and config.template_kwargs.get("enable_thinking") is not False
+        self._opened: bool | None = None  # whether the generation prompt opens the thinking (`_opens`)
+        self._fields_checked = False  # the first call answered has been looked at for `reasoning` fields
+        self._fields_lock = threading.Lock()  # concurrent first calls: one looks
 
     @property
     def max_model_len(self) -> int | None:
@@ -120,11 +139,13 @@ class ServerEngine:
             each = share(self._slots(requests))
             failed: list[Failed] = []
 
+            opened = self._opens(requests[0])
+
             async def one(request: Request) -> Generation:
                 await self._in_flight.take(each)
                 try:
                     generation = await client.complete(
-                        chat_body(model, request, self._system_role, self._template_kwargs)
+                        chat_body(model, request, self._system_role, self._template_kwargs), opened
                     )
                 except Refused as refusal:
                     return rejected(str(refusal))
@@ -149,7 +170,39 @@ class ServerEngine:
             generations = [task.result() for task in tasks]
             if failed and not await client.healthy(fresh=True):
                 raise failed[0]  # the server, not the requests (generate() tells an exited one)
+            self._check_reasoning_fields(requests, generations, client.reasoning_fields)
             return generations
+
+    def _opens(self, request: Request) -> bool:
+        """Whether the chat template's generation prompt leaves the model inside its thinking, read once
+        from the first prompt rendered by the chat tokenizer (the generation prompt is the same for every
+        prompt of a model and its template kwargs); False without a chat tokenizer."""
+        if self._opened is None:
+            rendered = self.chat_tokenizer.render(request.messages) if self.chat_tokenizer is not None else ""
+            self._opened = opens_thinking(rendered[-_PROMPT_TAIL:])
+        return self._opened
+
+    def _check_reasoning_fields(
+        self, requests: Sequence[Request], generations: Sequence[Generation], fields: int
+    ) -> None:
+        """At the first call answered: a model whose config names a reasoning parser and thinks, but
+        whose server returned no `reasoning` field, is named (the module's docstring)."""
+        answered = [g for g in generations if g.error is None]
+        with self._fields_lock:
+            looked, self._fields_checked = self._fields_checked, self._fields_checked or bool(answered)
+        if looked or not self._thinks or not answered or fields:
+            return
+        why = (
+            f"{self.name}: its config names reasoning_parser {self._parser}, but its server {self._server.base_url} "
+            f"returned no `reasoning` field in {len(answered)} replies (started without --reasoning-parser "
+            f"{self._parser}?)"
+        )
+        if any(r.grammar for r in requests) and self._parser != harmony.PARSER:
+            raise ModelConfigError(
+                f"{why}: such a server applies a grammar from the first token, so this judge would never think; "
+                f"start it with --reasoning-parser {self._parser}"
+            )
+        log.warning(f"{why}; its replies are split on their text, and a reply cut in its thinking ends there")
 
     def _ask_kv_cache(self) -> None:
         """The server's KV cache size (its /metrics), asked by the engine's first call."""
@@ -197,7 +250,7 @@ def chat_body(
 ) -> dict[str, Any]:
     """The JSON body of one chat completion; grammars use vLLM's structured-outputs extension, and
     the model's chat_template_kwargs (enable_thinking, ...) vLLM's `chat_template_kwargs`, which its
-    reasoning parser reads too."""
+    reasoning parser reads too; a `reasoning_effort` among them goes in the request's own field too."""
     s = request.sampling
     body: dict[str, Any] = {
         "model": model,
@@ -208,6 +261,7 @@ def chat_body(
     }
     if s.seed is not None:
         body["seed"] = s.seed
+    body.update(s.extras())  # top_k, min_p, repetition_penalty: vLLM's extensions; presence_penalty: OpenAI's
     if s.min_tokens:
         body["min_tokens"] = s.min_tokens  # a vLLM extension, sent only when asked for
     if s.thinking_budget is not None:
@@ -217,4 +271,8 @@ def chat_body(
         body["structured_outputs"] = {"grammar": request.grammar}
     if template_kwargs:
         body["chat_template_kwargs"] = dict(template_kwargs)
+        if "reasoning_effort" in template_kwargs:
+            # vLLM's server reads the effort as a request field (gpt-oss's harmony system message), not
+            # from the template kwargs; templates that render it read the kwargs
+            body["reasoning_effort"] = template_kwargs["reasoning_effort"]
     return body

@@ -75,6 +75,7 @@ class ServerClient:
         self._health: tuple[float, bool] | None = None  # (when, healthy): one check serves every waiting request
         self._health_lock = asyncio.Lock()
         self._health_timeout = httpx.Timeout(HEALTH_TIMEOUT_S, connect=server.connect_timeout_s)
+        self.reasoning_fields = 0  # replies that came with a `reasoning` field (the server split them)
 
     async def __aenter__(self) -> ServerClient:
         return self
@@ -93,11 +94,12 @@ class ServerClient:
 
         return await self._retried(f"GET {self._url(route)}", once)
 
-    async def complete(self, body: dict[str, Any]) -> Generation:
+    async def complete(self, body: dict[str, Any], opened: bool = False) -> Generation:
         """One chat completion, streamed, retried; a refused request raises `Refused`, one that
-        failed after its retries `Failed`."""
+        failed after its retries `Failed`. `opened`: the prompt left the model inside its thinking
+        (what a reply without a `reasoning` field is split by)."""
         streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        return await self._retried(f"POST {self._url('/chat/completions')}", lambda: self._stream(streamed))
+        return await self._retried(f"POST {self._url('/chat/completions')}", lambda: self._stream(streamed, opened))
 
     async def metrics(self) -> str | None:
         """The server's Prometheus text (GET /metrics beside /v1), or None where it has none; optional
@@ -122,17 +124,21 @@ class ServerClient:
                 self._health = (now, ok)
             return self._health[1]
 
-    async def _stream(self, body: dict[str, Any]) -> Generation:
+    async def _stream(self, body: dict[str, Any], opened: bool) -> Generation:
         route = "/chat/completions"
         async with self._http.stream("POST", route, json=body) as response:
             if response.status_code != 200:
                 await response.aread()
                 _check(response, "POST", route)
             if not response.headers.get("content-type", "").startswith("text/event-stream"):
-                return _generation(json.loads(await response.aread()), self._server.base_url)
-            return await self._read_events(_lines(response))
+                reply = json.loads(await response.aread())
+            else:
+                reply = await self._read_events(_lines(response))
+        generation = _generation(reply, self._server.base_url, opened)
+        self.reasoning_fields += bool(_reasoning_of(reply["choices"][0]["message"]))  # read by _generation
+        return generation
 
-    async def _read_events(self, lines: AsyncIterator[str | None]) -> Generation:
+    async def _read_events(self, lines: AsyncIterator[str | None]) -> dict[str, Any]:
         text: list[str] = []
         thinking: list[str] = []
         usage, finish, started = None, None, False
@@ -184,8 +190,7 @@ class ServerClient:
         if finish == "abort":  # the server stopped the request (vLLM: its engine aborted it): no reply
             raise _Retryable("the server aborted the request mid-reply")
         message = {"content": "".join(text), "reasoning": "".join(thinking)}
-        reply = {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
-        return _generation(reply, self._server.base_url)
+        return {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
 
     async def _retried(self, what: str, once: Callable[[], Awaitable[T]]) -> T:
         """`once()`, attempted again after a connection error, a cut body, a stall, 429 or 5xx."""
@@ -246,7 +251,10 @@ def _reasoning_of(message: dict) -> str:
     return message.get("reasoning") or message.get("reasoning_content") or ""
 
 
-def _generation(reply: dict, where: str) -> Generation:
+def _generation(reply: dict, where: str, opened: bool = False) -> Generation:
+    """A reply as a generation, its thinking split from its answer: by the server's reasoning parser
+    where the reply has a `reasoning` field, else on its text, knowing whether the prompt `opened` the
+    thinking (a reply cut inside thinking that a template opened carries no marker at all)."""
     try:
         usage = reply["usage"]
         choice = reply["choices"][0]
@@ -263,16 +271,15 @@ def _generation(reply: dict, where: str) -> Generation:
     except (KeyError, IndexError, TypeError) as err:
         raise ServerError(f"{where}: unexpected reply {reply!r}") from err
     if not thinking:  # a server without a reasoning parser: the text fallback
-        return with_split(generation, split_text(generation.text))
-    # split by the server's parser: no answer after thinking that was cut is no answer at all
-    closed = bool(generation.text.strip()) or generation.finish_reason != "length"
-    if not closed:  # every token of the reply was thinking
+        return with_split(generation, split_text(generation.text, opened))
+    # split by the server's parser; a reply cut before a word of answer ends in its thinking (with_split)
+    if not generation.text.strip() and generation.finish_reason == "length":  # every token was thinking
         counted = generation.completion_tokens
     elif not counted:
         # vLLM counts the output's tokens between its start and end markers, so a template that opens
         # the thinking in the prompt (DeepSeek-R1's later ones, Qwen3's newer) gets 0: not counted
         counted = None
-    return with_split(generation, Split(generation.text.lstrip(), thinking.strip(), closed, counted))
+    return with_split(generation, Split(generation.text.lstrip(), thinking.strip(), reasoning_tokens=counted))
 
 
 def _message(detail: str) -> str:

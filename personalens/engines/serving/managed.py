@@ -28,7 +28,7 @@ from personalens.engines.chat.template_files import chat_template
 from personalens.engines.dtype import local_dtype
 from personalens.engines.models.config import ModelConfig, ServerConfig
 from personalens.engines.models.embedded import model_path
-from personalens.engines.placement.layout import Placement
+from personalens.engines.placement.placed import Placement
 from personalens.engines.serving.guard import RequireKey
 from personalens.engines.serving.processes import MARKER_ENV, Launched, Servers
 from personalens.engines.stop import Stop

@@ -24,6 +24,9 @@ LLM_ARGUMENTS = (
     "max_model_len", "enable_prefix_caching", "enforce_eager", "enable_chunked_prefill", "seed", "max_num_seqs",
     "max_num_batched_tokens", "block_size", "load_format", "structured_outputs_config", "runner", "reasoning_parser",
 )  # fmt: skip
+# what vllm/args.py passes only when a model config sets it, so a release without one is refused only
+# then (vllm/kv.py)
+OPTIONAL_ARGUMENTS = ("kv_cache_dtype", "kv_offloading_size", "kv_offloading_backend")
 # the flags managed.serve_args gives every server besides its engine's: one of EngineArgs, the rest
 # of the server's front end
 SERVED_NAME = ("served_model_name",)

@@ -18,7 +18,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from personalens.engines.vllm.api import INTERFACE, TESTED, UNTESTED_ENV
+from personalens.engines.vllm.api import INTERFACE, OPTIONAL_ARGUMENTS, TESTED, UNTESTED_ENV
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def problem(
             f"{head} is outside the tested range {TESTED}: install `pip install 'vllm{TESTED}'` (or set "
             f"{UNTESTED_ENV}=1 to try it: the interfaces personalens calls are still checked)"
         )
-    lacking, listed = [], set()
+    lacking, listed = [], set(OPTIONAL_ARGUMENTS)
     for row_use, target, names, releases in INTERFACE:
         narrowed = releases and (release is None or release not in SpecifierSet(releases, prereleases=True))
         if row_use != use or narrowed:  # an unreadable version: only the rows for every release

@@ -31,6 +31,7 @@ from fractions import Fraction
 
 from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
 from personalens.engines.chat import harmony
+from personalens.engines.chat.dates import strftime_now
 from personalens.engines.chat.harmony import split_harmony
 from personalens.engines.chat.messages import format_messages, resolve_system_role
 from personalens.engines.chat.reasoning import (
@@ -311,9 +312,9 @@ class VllmEngine:
                 )
             else:
                 messages = format_messages(request.messages, self._system_role)
-                ids = self._llm.enqueue_chat(
-                    [messages], [params], use_tqdm=False, chat_template_kwargs=self._template_kwargs
-                )
+                # with the run's date for templates that write today's (engines/chat/dates.py)
+                kwargs = {**(self._template_kwargs or {}), "strftime_now": strftime_now}
+                ids = self._llm.enqueue_chat([messages], [params], use_tqdm=False, chat_template_kwargs=kwargs)
         except self._fatal:
             raise
         except Exception as err:  # raised while adding this one request: vLLM's validation of it
@@ -364,4 +365,5 @@ def sampling_params(request: Request):
         structured_outputs=StructuredOutputsParams(grammar=request.grammar) if request.grammar else None,
         # asked only when set: vLLM refuses it unless the engine has a reasoning parser (vllm/args.py)
         **({"thinking_token_budget": s.thinking_budget} if s.thinking_budget is not None else {}),
+        **s.extras(),
     )
