@@ -42,6 +42,7 @@ class Report:
     flag_difference: tuple[Table, ...] = ()
     length: tuple[Table, ...] = ()
     checked: tuple[CheckedDialogue, ...] = ()  # every dialogue's flags and reply length (user_dialogues.py)
+    incomplete: tuple[str, ...] = ()  # runs whose last merge found shards missing, and why (completeness.py)
     files: tuple[Path, ...] = ()  # everything written, report.md last
 
     def checks(self) -> list[list[Table]]:
