@@ -20,8 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from personalens.prompts.render import SPEAKERS
 from personalens.merge.why import shard_story
+from personalens.prompts.render import SPEAKERS
 from personalens.store import JUDGMENT_KEY, KEY_COLUMNS, partial_dialogues, read_table, shard_dir
 from personalens.store.merge_status import write_merge_status
 
@@ -173,7 +173,9 @@ def merge(
             no_dialogue_files=shard not in dialogues,
             **{kind: tuple(items) for kind, items in kinds.items()},
             **_partly_simulated(out_dir, shard, kinds.get("missing_dialogues", ())),
-            why=shard_story(out_dir, *shard) if kinds.get("missing_dialogues") or kinds.get("missing_judgments") else "",
+            why=shard_story(out_dir, *shard)
+            if kinds.get("missing_dialogues") or kinds.get("missing_judgments")
+            else "",
         )
         for shard, kinds in sorted(problems.items(), key=lambda item: item[0][::-1])
         if any(kinds.values())
