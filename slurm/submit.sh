@@ -2,7 +2,7 @@
 # Submit generate -> judge -> merge+report as three chained SLURM jobs and print their ids.
 #
 #   slurm/submit.sh SHARDS [hydra overrides...]
-#   slurm/submit.sh 8 data=paper50 data.root=/data/personalens/data run.name=llama8b \
+#   slurm/submit.sh 8 data=official data.root=/data/personalens/data run.name=llama8b \
 #       model@assistant=llama31_8b assistant.path=/models/Llama-3.1-8B-Instruct
 #
 # Judge task k starts when generate task k has succeeded; the report job runs once every judge
