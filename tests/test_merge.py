@@ -252,7 +252,7 @@ def test_incomplete_run_is_reported_over_what_finished_naming_the_missing_shard_
 def test_a_killed_step_is_told_apart_from_one_that_never_ran(tmp_path):
     from personalens.merge.why import shard_story
 
-    assert "ever started here (no log)" in shard_story(tmp_path, 1, 2)
+    assert "no log of its generate or judge (never started" in shard_story(tmp_path, 1, 2)
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "generate.shard-001-of-002.log").write_text(

@@ -21,7 +21,9 @@ def log_path(out_dir: Path, step: str, index: int, count: int) -> Path:
 def shard_story(out_dir: Path, index: int, count: int) -> str:
     """How each step's last start of this shard ended, or that none ever started, in one line."""
     told = [told for step in STEPS if (told := _last_start(log_path(out_dir, step, index, count), step))]
-    return "; ".join(told) if told else "no generate or judge of this shard ever started here (no log)"
+    if told:
+        return "; ".join(told)
+    return "no log of its generate or judge (never started, or ran with verbose=true, which keeps no log)"
 
 
 def _last_start(path: Path, step: str) -> str | None:
