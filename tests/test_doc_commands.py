@@ -4,6 +4,7 @@ a group option that does not exist or a malformed override fails here, as it wou
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -63,3 +64,10 @@ def test_the_check_agrees_with_the_real_cli():
             assert "temprature" in done.stderr
         problems = dc.check_all([dc.DocCommand("x", text)])
         assert (not problems) == ok, problems
+
+
+def test_the_readme_is_short_and_maps_every_doc():
+    readme = (dc.REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 160
+    mapped = set(re.findall(r"^\| \[[\w.-]+\]\(docs/([\w.-]+\.md)\) \|", readme, re.MULTILINE))
+    assert mapped == {p.name for p in (dc.REPO / "docs").glob("*.md")}
