@@ -195,6 +195,16 @@ def _route_library_output(command: Subcommand, label: str, cfg: DictConfig) -> P
     return log_file
 
 
+def _last_word(line: str, log_file: Path | None) -> None:
+    """A command's closing line on the terminal and, when there is one, at the end of its log file,
+    where `personalens merge` reads why a shard is incomplete (merge/why.py)."""
+    from personalens import console
+
+    print(line, file=console.err())
+    if log_file is not None:
+        print(line, file=sys.stderr, flush=True)  # descriptor 2 is the log file
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     asked_help = bool(argv) and argv[0] in ("-h", "--help")
@@ -245,25 +255,21 @@ def main(argv: list[str] | None = None) -> None:
             with stop.on_signals((signal.SIGTERM, signal.SIGUSR1)) if stops else nullcontext():
                 code = function(cfg, **stops)
         except Stopped as err:
-            print(
-                f"personalens {label}: {err}; what was finished is written, run it again to resume",
-                file=console.err(),
-            )
+            _last_word(f"personalens {label}: {err}; what was finished is written, run it again to resume", log_file)
             sys.exit(err.exit_status)
         except PersonalensError as err:
-            print(f"personalens {label}: error: {err}", file=console.err())
+            _last_word(f"personalens {label}: error: {err}", log_file)
             sys.exit(2)
         except Exception:
             traceback.print_exc()  # to the log file, when there is one
             if log_file is None:
                 raise
-            print(
-                f"personalens {label}: failed: {sys.exc_info()[1]!r}; the traceback is in {log_file}",
-                file=console.err(),
-            )
+            _last_word(f"personalens {label}: failed: {sys.exc_info()[1]!r}; the traceback is in {log_file}", log_file)
             sys.exit(1)
         finally:
             stop.close()
+        if log_file is not None:
+            print(f"personalens {label}: {'exited with code ' + str(code) if code else 'finished'}", file=sys.stderr)
         if code:
             sys.exit(code)
 

@@ -2,18 +2,21 @@
 # Submit generate -> judge -> merge+report as three chained SLURM jobs and print their ids.
 #
 #   slurm/submit.sh SHARDS [hydra overrides...]
-#   slurm/submit.sh 8 data=paper50 data.root=/data/personalens/data run.name=llama8b \
+#   slurm/submit.sh 8 data=official data.root=/data/personalens/data run.name=llama8b \
 #       model@assistant=llama31_8b assistant.path=/models/Llama-3.1-8B-Instruct
 #
 # Judge task k starts when generate task k has succeeded; the report job runs once every judge
-# task has ended, whatever its state, so that `personalens merge` names the shards that are
-# incomplete (and fails the job) instead of the report silently covering part of the data.
+# task has ended, whatever its state. Both dependencies carry --kill-on-invalid-dep=yes: a judge task
+# whose generate task failed is cancelled at once (a default SLURM would leave it pending forever,
+# DependencyNeverSatisfied, and the report behind it), so the chain always ends with a report. The
+# report covers the shards that finished and names the others and why; its job then fails.
 # Runs resume, so re-submitting with ARRAY=<failed shards> only does the missing work.
 #
 # Settings (environment variables; empty = the #SBATCH default in the .sbatch file):
 #   PERSONALENS  personalens executable, e.g. /path/to/.venv/bin/personalens (default: on PATH)
 #   GPUS         GPUs per generate/judge task (default 1); 0 = no GPU request (CPU-only cluster).
-#                70B models: GPUS=4 with assistant.tensor_parallel_size=4 (or judge.*) overrides
+#                A task's models are placed on its GPUs before anything loads: `personalens plan` with
+#                the same overrides and plan.gpus=N says how N GPUs hold them (docs/cluster.md)
 #   CPUS         CPUs per generate/judge task (default 8)
 #   MEM          memory per generate/judge task (default 64G)
 #   TIME         time limit per generate/judge task (default 24:00:00)
@@ -69,8 +72,9 @@ shard_jobs+=("${shard_resources[@]}")
 submit() { sbatch "${common[@]}" "$@" | cut -d';' -f1; }
 
 generate=$(submit "${shard_jobs[@]}" "$here/generate.sbatch" "$@")
-judge=$(submit "${shard_jobs[@]}" "--dependency=aftercorr:$generate" "$here/judge.sbatch" "$@")
-report=$(submit "${report_resources[@]}" "--output=$log_dir/%x-%j.log" "--dependency=afterany:$judge" "$here/report.sbatch" "$@")
+judge=$(submit "${shard_jobs[@]}" "--dependency=aftercorr:$generate" --kill-on-invalid-dep=yes "$here/judge.sbatch" "$@")
+report=$(submit "${report_resources[@]}" "--output=$log_dir/%x-%j.log" "--dependency=afterany:$judge" --kill-on-invalid-dep=yes \
+  "$here/report.sbatch" "$@")
 
 echo "generate $generate"
 echo "judge $judge"

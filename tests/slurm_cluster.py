@@ -3,7 +3,9 @@
 munged, slurmctld and slurmd run in the foreground as child processes, so teardown stops exactly
 them by PID. Everything they use (munge key and socket, slurm.conf, spool, state, logs) lives in one
 folder, the daemons listen on free loopback ports, and client commands find the cluster through
-SLURM_CONF in `SlurmCluster.env`. The only partition hands every job the whole node, so at most one
+SLURM_CONF in `SlurmCluster.env`. Its configuration is SLURM's default where the scripts depend on it:
+no `DependencyParameters=kill_invalid_depend`, so a job whose dependency can never be met stays pending
+unless its own `--kill-on-invalid-dep=yes` cancels it (slurm/submit.sh). The only partition hands every job the whole node, so at most one
 job runs at a time (each test job loads vLLM on the CPU, and two of them would not fit in memory).
 
 Debian/Ubuntu: `apt-get install -y slurmctld slurmd slurm-client munge` (tested with 22.05)."""
@@ -170,7 +172,6 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 SchedulerParameters=batch_sched_delay=0
-DependencyParameters=kill_invalid_depend
 MinJobAge=3600
 NodeName={node} NodeAddr=127.0.0.1 {_node_hardware()} State=UNKNOWN
 PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE

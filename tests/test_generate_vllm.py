@@ -49,7 +49,7 @@ def test_a_stopped_run_resumes_mid_dialogue_with_no_turn_lost_or_duplicated(tmp_
     log = tmp_path / "first.log"
     proc = start_cli(*args, log=log)
     status = kill_once(proc, lambda: any((out / "dialogues").rglob("part-*.parquet")), log, sig=signal.SIGTERM)
-    # it finished the step in flight, stored its turns, and stopped as asked
+    # it abandoned the step in flight at the engine's next step, kept the earlier steps' turns, and stopped
     assert status == 128 + signal.SIGTERM and "stopped by SIGTERM" in log.read_text(), log.read_text()[-4000:]
     before = read_rows(out / "dialogues")
     assert before and len(before) < len(expected_keys("0"))

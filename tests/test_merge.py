@@ -210,3 +210,55 @@ def test_only_the_requested_dimensions_are_required(tmp_path, dimensions, per_di
     assert result.ok, result.format()
     assert result.judgments == len(EXPECTED) * per_dialogue
     assert not merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2).ok
+
+
+def test_incomplete_run_is_reported_over_what_finished_naming_the_missing_shard_and_why(tmp_path):
+    """A failed shard leaves merge.json naming it with its log's closing line; the report over the
+    shards that finished names it; once the shard is done, a merge again clears the note."""
+    from personalens.report import build_report
+
+    run = tmp_path / "run"
+    shard0 = {k: s for k, s in EXPECTED.items() if s == 0}
+    write_run(run, shard0)
+    logs = run / "logs"
+    logs.mkdir()
+    (logs / "generate.shard-001-of-002.log").write_text(
+        "\n===== personalens generate shard.index=1 at 2026-11-27 10:00:00\nvLLM noise\n"
+        "personalens generate: error: dialogues/shard-001-of-002: not a folder\n"
+    )
+    (logs / "judge.shard-000-of-002.log").write_text("\n===== personalens judge at 2026-11-27 11:00:00\n")
+
+    result = merge(run, EXPECTED, DIMENSIONS, shard_count=2)
+    assert not result.ok and result.rerun == "1"
+    line = result.format()
+    assert "shard 1 of 2: no dialogue files" in line
+    assert "why: generate: error: dialogues/shard-001-of-002: not a folder" in line
+    assert "shard 0 of 2" not in line and merged_files(run) == []
+
+    report = build_report([run], tmp_path / "out", bootstrap=50)
+    (note,) = report.incomplete
+    assert "INCOMPLETE, 8 of 12 dialogues" in note and "generate: error:" in note and "ARRAY=1" in note
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "cover only the shards that finished" in text and "shard 1 of 2" in text
+    assert "shard 1 of 2" in report.table3_markdown()  # what `report` and `run` print
+
+    write_run(run)  # shard 1 done since: the old merge.json no longer describes the rows
+    (stale,) = build_report([run], tmp_path / "out", bootstrap=50).incomplete
+    assert "run `personalens merge` again" in stale
+    assert merge(run, EXPECTED, DIMENSIONS, shard_count=2).ok
+    assert build_report([run], tmp_path / "out", bootstrap=50).incomplete == ()
+
+
+def test_a_killed_step_is_told_apart_from_one_that_never_ran(tmp_path):
+    from personalens.merge.why import shard_story
+
+    assert "no log of its generate or judge (never started" in shard_story(tmp_path, 1, 2)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "generate.shard-001-of-002.log").write_text(
+        "===== personalens generate at 2026-11-27 10:00:00\npersonalens generate: finished\n"
+        "===== personalens generate at 2026-11-27 12:00:00\nloading weights\n"
+    )
+    story = shard_story(tmp_path, 1, 2)
+    assert "generate: started at 2026-11-27 12:00:00 and never ended by itself" in story
+    assert "finished" not in story

@@ -1,8 +1,10 @@
 """slurm/submit.sh on a real single-node SLURM cluster: the generate -> judge -> merge+report
-chain over 2 shards of the bundled sample, run with the embedded model on the CPU: first with one
-shard failing (the chain stops at merge, which names it) and the other one's generate sent SLURM's
-warning signal mid-dialogue (it stops, requeues itself and resumes from its stored turns), then the
-failed shard alone resubmitted, after which the merged run holds exactly the selection.
+chain over 2 shards of the bundled sample, run with the embedded model on the CPU, on a cluster
+without `kill_invalid_depend`: first with one shard's generate failing (its judge task is cancelled,
+not left pending, and the chain ends with a report over the other shard that names the failed one
+and why) and the other one's generate sent SLURM's warning signal mid-dialogue (it stops, requeues
+itself and resumes from its stored turns), then the failed shard alone resubmitted, after which the
+merged run holds exactly the selection and the report no longer names a missing shard.
 
 Each generate/judge job loads vLLM, so this takes minutes; the cluster runs one job at a time."""
 
@@ -122,10 +124,16 @@ def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(cl
         f"{jobs['judge']}_1": "CANCELLED",
         jobs["report"]: "FAILED",
     }, f"{states}\n{logs}"
+    judge_1 = job_fields(cluster, f"{jobs['judge']}_1")
+    assert judge_1["Reason"] == "DependencyNeverSatisfied", judge_1
     merge_log = (tmp_path / "logs" / f"pl-report-{jobs['report']}.log").read_text()
     assert "shard 1 of 2" in merge_log and "shard 0 of 2" not in merge_log, logs
     assert not (out_dir / "merged").exists()
-    assert not (out_dir / "report" / "report.md").exists()
+    # the report covers shard 0 and names shard 1 with the closing line of its generate
+    partial = (out_dir / "report" / "report.md").read_text()
+    assert "cover only the shards that finished" in partial, logs
+    assert "shard 1 of 2: no dialogue files" in partial and "why: generate: error:" in partial, partial
+    assert "ARRAY=1" in partial and "shard 0 of 2" not in partial, partial
     # shard 0's generate stopped on the signal (exit 75), requeued itself and finished on its second
     # run: the turns of the stopped run's steps kept as they were, none simulated twice
     generate_log = (tmp_path / "logs" / f"pl-generate-{jobs['generate']}_0.log").read_text()
@@ -159,7 +167,7 @@ def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(cl
     assert all(users_by_shard) and not set.intersection(*users_by_shard), users_by_shard
     assert keys(out_dir / "merged" / "dialogues.parquet") == expected_keys
     assert sorted(set(keys(out_dir / "merged" / "judgments.parquet"))) == expected_keys
-    assert (out_dir / "report" / "report.md").is_file(), logs
+    assert "cover only the shards that finished" not in (out_dir / "report" / "report.md").read_text(), logs
 
 
 @pytest.mark.parametrize(

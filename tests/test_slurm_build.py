@@ -56,9 +56,15 @@ def sbatch(cluster: slurm_cluster.SlurmCluster, workdir: Path, phase: str, *flag
 def test_build_phases_on_slurm_assemble_a_valid_data_root_from_both_shards(cluster, tmp_path):
     tasks = sbatch(cluster, tmp_path, "tasks")
     users = sbatch(
-        cluster, tmp_path, "users", f"--dependency=afterok:{tasks}", f"--array=0-{SHARDS - 1}", "--output=%x-%A_%a.log"
+        cluster,
+        tmp_path,
+        "users",
+        f"--dependency=afterok:{tasks}",
+        "--kill-on-invalid-dep=yes",
+        f"--array=0-{SHARDS - 1}",
+        "--output=%x-%A_%a.log",
     )
-    assemble = sbatch(cluster, tmp_path, "assemble", f"--dependency=afterok:{users}")
+    assemble = sbatch(cluster, tmp_path, "assemble", f"--dependency=afterok:{users}", "--kill-on-invalid-dep=yes")
     states = cluster.wait([tasks, users, assemble], TIMEOUT)
     logs = cluster.job_logs(tmp_path, tmp_path / "data" / "logs")
     assert states == {

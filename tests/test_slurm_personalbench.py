@@ -71,6 +71,7 @@ def test_array_over_user_shards_then_export_and_score(cluster, tmp_path):
         cluster,
         tmp_path,
         f"--dependency=afterok:{array}",
+        "--kill-on-invalid-dep=yes",
         *CPU_ONLY,
         "--job-name=pl-pb-score",
         "--output=%x-%j.log",

@@ -1,8 +1,10 @@
 """`merge`: check that the shard folders of a run together hold every dialogue of the selection
-exactly once, with all its whole-dialogue judgments, and only then write the merged tables.
+exactly once, with all its whole-dialogue judgments, and only then write the merged tables. Every
+merge writes what it found to `<run>/merge.json`, complete or not, which the report names.
 
 Problems are grouped by shard so that a user knows which array task to re-run: missing items by
-the shard that should hold them, duplicated and unexpected ones by the folder they were found in.
+the shard that should hold them, duplicated and unexpected ones by the folder they were found in;
+an incomplete shard also says how its steps last ended (why.py).
 A missing dialogue with turns stored in its shard's `turns/` table was partly simulated by a run
 that stopped (store/turns.py): re-running the shard resumes it from those turns."""
 
@@ -19,8 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from personalens.config.saved import read_judges
+from personalens.merge.why import shard_story
 from personalens.prompts.render import SPEAKERS
 from personalens.store import JUDGMENT_KEY, KEY_COLUMNS, partial_dialogues, read_table, shard_dir
+from personalens.store.merge_status import write_merge_status
 
 DialogueKey = tuple[str, str, str, int]  # user_id, task_id, setting, trial
 JudgmentKey = tuple  # DialogueKey + dimension, speaker, turn (+ the judge's key under a judge panel)
@@ -45,6 +49,7 @@ class ShardProblems:
     missing_judgments: tuple[JudgmentKey, ...] = ()
     duplicated_judgments: tuple[JudgmentKey, ...] = ()
     unexpected_judgments: tuple[JudgmentKey, ...] = ()
+    why: str = ""  # for an incomplete shard, how its steps' last starts ended (why.py)
 
     @property
     def incomplete(self) -> bool:
@@ -72,7 +77,8 @@ class ShardProblems:
         ]
         if self.no_dialogue_files:
             parts.insert(0, f"no dialogue files in {shard_dir(Path(), 'dialogues', self.index, self.count)}")
-        return f"shard {self.index} of {self.count}: " + ", ".join(parts)
+        why = f"; why: {self.why}" if self.why else ""
+        return f"shard {self.index} of {self.count}: " + ", ".join(parts) + why
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,24 @@ class MergeResult:
     def ok(self) -> bool:
         return not self.problems
 
+    def status(self) -> dict:
+        """What merge.json keeps for the report: whether the run was complete, the rows it found
+        (the report tells by them whether the shards changed since) and one line per problem."""
+        return {
+            "complete": self.ok,
+            "dialogues": self.dialogues,
+            "judgments": self.judgments,
+            "expected_dialogues": self.expected_dialogues,
+            "shard_count": self.shard_count,
+            "problems": [p.format() for p in self.problems],
+            "rerun": self.rerun,
+        }
+
+    @property
+    def rerun(self) -> str:
+        """The shards of this shard count to run again, as sbatch --array takes them ('' if none)."""
+        return ",".join(str(p.index) for p in self.problems if p.incomplete and p.count == self.shard_count)
+
     def format(self) -> str:
         found = (
             f"{self.dialogues} dialogues and {self.judgments} judgments found for "
@@ -96,7 +120,7 @@ class MergeResult:
         )
         if self.ok:
             return "\n".join([f"merge: complete: {found}", *(f"  wrote {path}" for path in self.written)])
-        rerun = ",".join(str(p.index) for p in self.problems if p.incomplete and p.count == self.shard_count)
+        rerun = self.rerun
         hint = (
             [
                 f"  re-run shard(s) {rerun} of {self.shard_count} (shard.index=K shard.count="
@@ -106,7 +130,7 @@ class MergeResult:
             else []
         )
         return "\n".join(
-            [f"merge: INCOMPLETE, nothing written: {found}", *(f"  {p.format()}" for p in self.problems), *hint]
+            [f"merge: INCOMPLETE, nothing merged: {found}", *(f"  {p.format()}" for p in self.problems), *hint]
         )
 
 
@@ -153,6 +177,9 @@ def merge(
             no_dialogue_files=shard not in dialogues,
             **{kind: tuple(items) for kind, items in kinds.items()},
             **_partly_simulated(out_dir, shard, kinds.get("missing_dialogues", ())),
+            why=shard_story(out_dir, *shard)
+            if kinds.get("missing_dialogues") or kinds.get("missing_judgments")
+            else "",
         )
         for shard, kinds in sorted(problems.items(), key=lambda item: item[0][::-1])
         if any(kinds.values())
@@ -165,6 +192,8 @@ def merge(
         judgments=sum(map(len, judged.values())),
         problems=report,
     )
+    if out_dir.is_dir():
+        write_merge_status(out_dir, result.status())
     if not result.ok:
         return result
     tables = {"dialogues": _concat(dialogues.values(), ["user_index", *KEY_COLUMNS])}

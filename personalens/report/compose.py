@@ -8,6 +8,7 @@ from pathlib import Path
 
 from personalens.config.judges import run_judges
 from personalens.data.records import with_domains
+from personalens.report.completeness import incomplete_runs
 from personalens.report.endings import context_note, cut_replies, endings, found_in_prompts, leaked, thinking
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
@@ -69,6 +70,7 @@ def build_report(
         checked_dialogues(dirs),
         self_preference=tuple(judges.self_preference(defaults)),
         judged=named,
+        incomplete=incomplete_runs(dirs, data),
     )
     report = replace(report, panel=panel)
     return replace(report, files=write_report(report, html_dialogues))
@@ -90,20 +92,23 @@ def compute_report(
     checked: tuple[tuple[CheckedDialogue, ...], tuple[str, ...]] = ((), ()),
     self_preference: tuple[str, ...] = (),
     judged: Sequence[Judgment] | None = None,
+    incomplete: tuple[str, ...] = (),
 ) -> Report:
     """The tables; `setups` (one per run) give the fidelity option, which decides Figure 4's task
     kinds and whether Table 3 shows the paper's published rows (`official` only); `continued` (run ->
     shard folder -> dialogues) the dialogues resumed mid-dialogue, which the provenance note names;
     `checked` the dialogues checked by the rules of the simulated user (user_dialogues.py), and why
     the leak rule could not be checked for a run; `self_preference` lines for Table 3's notes;
-    `judged` every judge's judgments of a judge panel, by name, for length against score."""
+    `judged` every judge's judgments of a judge panel, by name, for length against score; `incomplete`
+    the runs whose merge found shards missing (completeness.py), named first."""
     j = data.judgments
     shared = common_fidelity(setups) if setups else None
     official = shared is not None and shared.option.reproduces_release
     context = context_note(data.dialogues)
     mixed = mixed_runs(data.dialogues, data.judgments, continued)
     notes = (
-        ((_setup_note(setups),) if setups else ())
+        tuple(f"Covers only the shards that finished: {line}." for line in incomplete)
+        + ((_setup_note(setups),) if setups else ())
         + ((context,) if context else ())
         + ((f"Written in more than one go (docs/reproducibility.md): {'; '.join(mixed)}.",) if mixed else ())
         + self_preference
@@ -134,6 +139,7 @@ def compute_report(
         flag_difference=tuple(differences),
         length=tuple(length_tables(judged or j, flagged, boot)) if flagged else (),
         checked=flagged,
+        incomplete=incomplete,
     )
 
 
@@ -194,6 +200,14 @@ def report_markdown(report: Report) -> str:
         "# PersonaLens report",
         "Runs: " + ", ".join(f"`{d}`" for d in report.run_dirs),
         *(["\n".join(f"- {s.line()}" for s in report.setups)] if report.setups else []),
+        *(
+            [
+                "**Incomplete: the tables cover only the shards that finished** (docs/cluster.md says what to "
+                "resubmit):\n" + "\n".join(f"- {line}" for line in report.incomplete)
+            ]
+            if report.incomplete
+            else []
+        ),
         *(
             [
                 "**Written in more than one go**: without batch-invariant engines a resumed shard or another "

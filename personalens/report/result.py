@@ -43,6 +43,7 @@ class Report:
     flag_difference: tuple[Table, ...] = ()
     length: tuple[Table, ...] = ()
     checked: tuple[CheckedDialogue, ...] = ()  # every dialogue's flags and reply length (user_dialogues.py)
+    incomplete: tuple[str, ...] = ()  # runs whose last merge found shards missing, and why (completeness.py)
     files: tuple[Path, ...] = ()  # everything written, report.md last
     panel: PanelTables | None = None  # a judge panel's tables (panel.py); None with one judge
 
