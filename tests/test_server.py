@@ -423,12 +423,12 @@ def test_served_concurrent_calls_share_the_cap_of_the_servers_kv_cache(served, c
     sent, count = [0], threading.Lock()
     complete = ServerClient.complete
 
-    async def counted(client, body):
+    async def counted(client, body, *more):
         with count:
             sent[0] += 1
             held.append(sent[0])
         try:
-            return await complete(client, body)
+            return await complete(client, body, *more)
         finally:
             with count:
                 sent[0] -= 1

@@ -57,8 +57,9 @@ class Report:
         return render.markdown([self.table3])
 
     def leak_line(self) -> str:
-        """The leak checks in one line, printed beside Table 3."""
-        return f"Leak check: {self.leaks} thinking markers sent on, {self.found} thinking found in prompts"
+        """The leak checks in one line, printed beside Table 3 as a Markdown note (in italics, as
+        the table's notes are), so that stdout stays one Markdown document."""
+        return f"_Leak check: {self.leaks} thinking markers sent on, {self.found} thinking found in prompts._"
 
     @property
     def unparsed(self) -> int:
