@@ -264,14 +264,17 @@ def lever_overrides(kv_gib: float, host_gib: float) -> dict[str, list[str]]:
     }
 
 
-def predicted(cfg, out: Path, gpu_type: str) -> dict:
-    """`personalens plan`'s chosen generate row for `cfg` on this machine's GPUs (`gpu_type`'s figures)."""
+def predicted(cfg, out: Path, gpu_type: str, gpu_gib: float | None = None) -> dict:
+    """`personalens plan`'s chosen generate row for `cfg` on this machine's GPUs (`gpu_type`'s figures),
+    or on one GPU of `gpu_gib` GiB."""
     from omegaconf import open_dict
 
     from personalens.plan.command import plan
 
     with open_dict(cfg):
         cfg.plan.jobs, cfg.plan.gpu_type, cfg.plan.out = ["generate"], gpu_type, str(out)
+        if gpu_gib is not None:
+            cfg.plan.gpus, cfg.plan.gpu_memory_gib = 1, gpu_gib
     plan(cfg)
     rows = json.loads(out.read_text())["placement"]["jobs"]["generate"]["throughput"]["layouts"]
     chosen = next(r for r in rows if r["chosen"])
@@ -295,7 +298,11 @@ def run_levers(args: argparse.Namespace, work: Path) -> dict:
         m = measured(Path(cfg.run.out_dir), seconds)
         for engine in {id(e): e for e in loader().values()}.values():
             engine.close()
-        result[name] = {"load_s": load, **m, "plan": predicted(cfg, work / f"lever-{k}.plan.json", args.gpu_type)}
+        result[name] = {
+            "load_s": load,
+            **m,
+            "plan": predicted(cfg, work / f"lever-{k}.plan.json", args.gpu_type, args.plan_gib),
+        }
         print(f"{name}: {m['tokens_per_s']:.1f} tokens/s measured, {result[name]['plan']}", flush=True)
     return result
 
@@ -369,6 +376,9 @@ def main() -> None:
     parser.add_argument("--kv-gib", type=float, default=4.0, help="--levers: the small KV cache, GiB per engine")
     parser.add_argument("--host-gib", type=float, default=48.0, help="--levers: host memory for evicted KV, GiB")
     parser.add_argument("--gpu-type", default="h100", help="--levers: plan.gpu_type of the predictions")
+    parser.add_argument(
+        "--plan-gib", type=float, help="--levers: predict for one GPU of this many GiB (default: this machine's GPUs)"
+    )
     parser.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
     args = parser.parse_args()
     if args.tiny:

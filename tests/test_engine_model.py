@@ -240,3 +240,30 @@ def test_calibrated_replies_that_differ_make_plan_model_the_runs_cohorts_faster_
     rows = compare(layout, GPUS["h100"], [turns], "all")["layouts"]
     one = next(r for r in rows if r["name"].endswith("one cohort (lockstep.cohorts=1)"))
     assert rows[0]["tokens_per_s"] == pytest.approx(one["tokens_per_s"], rel=0.02)
+
+
+def test_a_prefix_other_dialogues_share_is_a_hit_and_a_prompts_tail_is_not():
+    """A KV cache that keeps no history (every dialogue in flight, 2,000 tokens): only the prompts'
+    shared beginnings (`Fixed.shared`: instructions, the user's profile) are served from cache. With
+    room for every history, a turn repeats its role's previous prompt but for that prompt's tail
+    (`Fixed.tail`: instructions after the conversation), which is computed again."""
+    turns = Turns({6: 1.0}, {"user": 50, "assistant": 100}, 80, "test")
+    plain = Fixed(600, 800, 500, {})
+    shared = Fixed(600, 800, 500, {}, {"user": 300, "assistant": 500}, {"user_first": 400, "user": 200})
+    out = {}
+    for name, fixed in (("plain", plain), ("shared", shared)):
+        workload = Workload({"SD": fixed}, {"SD": turns}, 100, [], False, "t")
+        work, _ = dialogues(sampled({"SD": 64}, workload, 64), workload, {})
+        out[name] = [simulate(work, GpuModel(kv_tokens=k), "lockstep") for k in (2_000, 10**7)]
+        out[name, "turns"] = work
+    prompt = sum(t.prompt for d in out["shared", "turns"] for t in d)
+    small, large = out["shared"]
+    assert out["plain"][0].computed == prompt  # nothing kept, nothing shared: every token computed
+    assert small.computed == prompt - sum(t.shared for d in out["shared", "turns"] for t in d)
+    # with every history kept, a turn computes what follows the larger of its shared beginning and
+    # the part of its role's previous prompt before that prompt's tail
+    [t1, _, t3, _, t5, _] = out["shared", "turns"][0]
+    assert (t3.reusable, t5.reusable) == (t1.prompt - 400, t3.prompt - 200)
+    for name, result in (("plain", out["plain"][1]), ("shared", large)):
+        work = out[name, "turns"]
+        assert result.computed == sum(t.prompt - max(t.reusable, t.shared) for d in work for t in d)

@@ -218,3 +218,35 @@ def test_counting_from_the_tokenizer_files_equals_transformers_on_every_prompt(t
     assert (
         TokenizerFiles(tmp_path).apply_chat_template([{"role": "user", "content": "x"}], False, True) == "<|im_start|>x"
     )
+
+
+@pytest.mark.parametrize("fidelity", sorted(TEMPLATE_SETS))
+def test_plan_counts_what_prompts_share_and_what_the_next_prompt_repeats(tokenizer, sample_root, fidelity):
+    """`plan`'s counts (plan/prompt_tokens.py) for the engine model's prefix cache: a role's prompts
+    begin with `shared` tokens that another dialogue of the same user begins with too, and the next
+    prompt of a role repeats all of its previous prompt but its `tail`, whatever the replies said
+    (they are counted with a fixed exchange, checked here with random ones)."""
+    from personalens.plan.prompt_tokens import count_prompts
+
+    templates, setting = template_set(fidelity), SETTINGS[0]
+    found = load_scenarios(sample_root)
+    mine = [s for s in found if s.user.user_id == found[0].user.user_id][:3] + [found[-1]]
+    rows = count_prompts(mine, templates, setting, "default", {"user_agent": tokenizer, "assistant": tokenizer}, [])
+    first = tokenizer.encode_chats([user_agent_messages(templates, s, []) for s in mine])
+    a, b = first[0], first[1]  # two dialogues of one user
+    assert (
+        0 < rows[0].shared["user"] < min(len(a), len(b)) and a[: rows[0].shared["user"]] == b[: rows[0].shared["user"]]
+    )
+    assert a[rows[0].shared["user"]] != b[rows[0].shared["user"]]
+    assert rows[-1].shared["user"] > 0  # alone in the sample: counted against its user given another task
+    rng = random.Random(fidelity)
+    for s, row in zip(mine, rows):
+        said = [Turn(("user", "assistant")[k % 2], reply(rng) or "ok") for k in range(4)]
+        ids = tokenizer.encode_chats([user_agent_messages(templates, s, said[:k]) for k in (0, 2, 4)])
+        for before, after, tail in ((ids[0], ids[1], row.tail["user_first"]), (ids[1], ids[2], row.tail["user"])):
+            assert 0 <= tail < len(before) and before[: len(before) - tail] == after[: len(before) - tail]
+        asked = tokenizer.encode_chats([assistant_messages(templates, s, said[:k], setting, "default") for k in (1, 3)])
+        kept = len(asked[0]) - row.tail["assistant"]
+        assert asked[0][:kept] == asked[1][:kept]
+    if fidelity == "official":  # the user agent's instructions follow the conversation
+        assert all(row.tail["user"] > 100 for row in rows)

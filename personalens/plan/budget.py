@@ -25,6 +25,12 @@ class Fixed:
     user_next: float  # its later prompts, with one empty exchange
     assistant: float  # the assistant's prompt, with one empty user turn
     judge: Mapping[str, float]  # "dimension/speaker" -> the judge's prompt with one empty exchange
+    # "user" | "assistant" | "judge" -> the tokens its prompts begin with that the same user's other
+    # dialogues' prompts begin with too (instructions, the profile): prefix-cache hits while any of them runs
+    shared: Mapping[str, float] = field(default_factory=dict)
+    # "user_first" | "user" | "assistant" -> the tokens at the end of that prompt that its role's next
+    # prompt does not begin with (instructions after the conversation): not prefix-cache hits
+    tail: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

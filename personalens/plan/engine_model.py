@@ -8,7 +8,9 @@ running prompt tokens of the admitted requests (chunked prefill). A step takes o
 time, compute time): memory = weights + the running requests' KV read once, compute = 2 x parameters
 x tokens in the step + attention over the context. The prefix cache keeps each (dialogue, role)'s
 last sequence (prompt and reply) until it is evicted, least recently used first, when admissions need
-room; a hit saves the part of the new prompt that repeats it. With host memory for KV
+room; a hit saves the part of the new prompt that repeats it. A prompt's beginning that other
+dialogues' prompts share (`Turn.shared`, `shared_prefix` for every prompt: instructions, a user's
+profile) is a hit too: their requests keep reusing it, so it stays cached. With host memory for KV
 (`GpuModel.host_tokens`, kv_offload_gib) an evicted sequence moves there, and a hit on it is copied
 back at the host link's bandwidth instead of prefilled again.
 
@@ -43,6 +45,7 @@ class Turn:
     prompt: int  # prompt tokens
     reusable: int  # of them, the tokens that repeat this role's previous sequence of the dialogue
     reply: int  # generated tokens
+    shared: int = 0  # of the prompt's first tokens, those other dialogues' prompts begin with too
 
 
 Dialogue = Sequence[Turn]
@@ -181,7 +184,7 @@ class Engine:
                 self._offload(evicted, size)
             self.waiting.popleft()
             self.reloading += min(offloaded, r.turn.reusable)
-            hit = max(min(own or offloaded, r.turn.reusable), min(self.shared, r.turn.prompt))
+            hit = max(min(own or offloaded, r.turn.reusable), min(max(self.shared, r.turn.shared), r.turn.prompt))
             r.prefill, r.remaining, r.context, r.cached = r.turn.prompt - hit, r.turn.reply, r.turn.prompt, hit
             self.running.append(r)
             self.held += r.context

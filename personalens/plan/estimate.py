@@ -100,7 +100,10 @@ def estimate(
             "max": max(first),
             "max_model_len": _tokens(models["user_agent"].max_model_len),
         },
-        "fixed_parts": {kind: {**vars(f), "judge": dict(f.judge)} for kind, f in fixed.items()},
+        "fixed_parts": {
+            kind: {**vars(f), "judge": dict(f.judge), "shared": dict(f.shared), "tail": dict(f.tail)}
+            for kind, f in fixed.items()
+        },
         "at_cap": _totals(at_cap, dialogues),
         # vLLM refuses a prompt longer than the model's max_model_len
         "longest_prompts_at_cap": {k: longest_prompts(fixed[k], caps[k]) for k in fixed},

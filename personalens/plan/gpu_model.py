@@ -10,8 +10,12 @@ from dataclasses import dataclass
 # prefill-heavy steps reach
 BANDWIDTH_EFFICIENCY = 0.75
 FLOPS_EFFICIENCY = 0.5
-# assumed: host-to-GPU copies of offloaded KV at 80% of PCIe 5.0 x16's 64 GB/s a direction (H100 SXM, H200)
-HOST_BANDWIDTH = 0.8 * 64e9
+# measured, not assumed: the KV bytes a second that vLLM's native offloading brings back from host
+# memory, its stores to host and its scheduling included, as one H200 with vLLM 0.26.0 ran it (a 4 GiB
+# KV cache with 48 GiB of host memory ran at 0.97x the same cache without: docs/performance.md,
+# tests/test_planner_levers.py, which this figure was fitted to); about a tenth of the 64 GB/s a
+# direction of the H200's PCIe 5.0 x16 link
+HOST_BANDWIDTH = 6.6e9
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import fmean
 
 from personalens.data import Scenario, Turn
-from personalens.engines.chat.token_ids import ChatTokenizer
+from personalens.engines.chat.token_ids import ChatTokenizer, common_prefix
 from personalens.engines.models.config import ModelConfig
 from personalens.errors import PersonalensError
 from personalens.plan.budget import Fixed
@@ -20,6 +20,8 @@ from personalens.prompts.templates import Templates
 
 # one empty exchange: the prompts' own text, and the markup of one turn of each speaker
 _EXCHANGE = (Turn("user", ""), Turn("assistant", ""))
+# a dialogue's first exchanges, with text: what of a prompt the next one repeats
+_SAID = (Turn("user", "Hello."), Turn("assistant", "Hello, how can I help?")) * 2
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class ScenarioTokens:
     user_next: int
     assistant: int
     judge: Mapping[str, int]  # "dimension/speaker" -> tokens
+    shared: Mapping[str, int]  # "user" | "assistant" | "judge" -> tokens shared with the user's other dialogues
+    tail: Mapping[str, int]  # "user_first" | "user" | "assistant" -> tokens its next prompt does not repeat
 
 
 def sample(scenarios: Sequence[Scenario], n: int, seed: int) -> list[Scenario]:
@@ -69,14 +73,33 @@ def count_prompts(
     tokenizers: Mapping[str, ChatTokenizer],
     dimensions: Sequence[str],
 ) -> list[ScenarioTokens]:
-    """Each scenario's fixed prompt parts in tokens, each role's prompts encoded in one batch."""
+    """Each scenario's fixed prompt parts in tokens, each role's prompts encoded in one batch, and
+    how many tokens each role's prompts share with those of another dialogue of the same user
+    (`partners`)."""
+    others = partners(scenarios)
 
-    def counted(role: str, render: Callable[[Scenario], list]) -> list[int]:
-        return [len(ids) for ids in tokenizers[role].encode_chats([render(s) for s in scenarios])]
+    def counted(role: str, render: Callable[[Scenario], list], share: bool = True) -> tuple[list[int], list[int]]:
+        ids = tokenizers[role].encode_chats([render(s) for s in [*scenarios, *(others if share else ())]])
+        mine, theirs = ids[: len(scenarios)], ids[len(scenarios) :]
+        return [len(a) for a in mine], [common_prefix(a, b) for a, b in zip(mine, theirs)]
 
-    first = counted("user_agent", lambda s: user_agent_messages(templates, s, []))
-    later = counted("user_agent", lambda s: user_agent_messages(templates, s, _EXCHANGE))
-    assistant = counted("assistant", lambda s: assistant_messages(templates, s, _EXCHANGE[:1], setting, family))
+    def ids(role: str, render: Callable[[Scenario], list]) -> list[list[int]]:
+        return tokenizers[role].encode_chats([render(s) for s in scenarios])
+
+    def tails(before: list[list[int]], after: list[list[int]]) -> list[int]:
+        return [len(a) - common_prefix(a, b) for a, b in zip(before, after)]
+
+    first, shared_user = counted("user_agent", lambda s: user_agent_messages(templates, s, []))
+    later, _ = counted("user_agent", lambda s: user_agent_messages(templates, s, _EXCHANGE), share=False)
+    assistant, shared_assistant = counted(
+        "assistant", lambda s: assistant_messages(templates, s, _EXCHANGE[:1], setting, family)
+    )
+    # what of a role's prompt its next prompt does not begin with (text after the conversation)
+    said = [ids("user_agent", lambda s, k=k: user_agent_messages(templates, s, _SAID[: 2 * k])) for k in range(3)]
+    asked = [
+        ids("assistant", lambda s, k=k: assistant_messages(templates, s, _SAID[:k], setting, family)) for k in (1, 3)
+    ]
+    tail = {"user_first": tails(said[0], said[1]), "user": tails(said[1], said[2]), "assistant": tails(*asked)}
     judge = {
         f"{dim}/{speaker}": counted(
             "judge", lambda s, d=dim, p=speaker: judge_messages(templates, d, s, _EXCHANGE, speaker=p or None)
@@ -84,9 +107,35 @@ def count_prompts(
         for dim, speaker in judged(dimensions)
     }
     return [
-        ScenarioTokens(s.key, s.task.kind, first[i], later[i], assistant[i], {j: n[i] for j, n in judge.items()})
+        ScenarioTokens(
+            s.key,
+            s.task.kind,
+            first[i],
+            later[i],
+            assistant[i],
+            {j: n[0][i] for j, n in judge.items()},
+            {
+                "user": shared_user[i],
+                "assistant": shared_assistant[i],
+                **({"judge": fmean(n[1][i] for n in judge.values())} if judge else {}),
+            },
+            {k: t[i] for k, t in tail.items()},
+        )
         for i, s in enumerate(scenarios)
     ]
+
+
+def partners(scenarios: Sequence[Scenario]) -> list[Scenario]:
+    """For each scenario, another dialogue of its user: a sampled scenario of the same user and
+    another task where there is one, else its user given the next sampled scenario's task (and that
+    scenario's situation); itself where the sample has no other task."""
+    out = []
+    for i, s in enumerate(scenarios):
+        same = (o for o in scenarios if o.user.user_id == s.user.user_id and o.task.task_id != s.task.task_id)
+        later = (scenarios[(i + k) % len(scenarios)] for k in range(1, len(scenarios)))
+        other = next(same, None) or next((o for o in later if o.task.task_id != s.task.task_id), s)
+        out.append(other if other.user.user_id == s.user.user_id else replace(other, user=s.user))
+    return out
 
 
 def fixed_by_kind(rows: Sequence[ScenarioTokens]) -> dict[str, Fixed]:
@@ -99,5 +148,7 @@ def fixed_by_kind(rows: Sequence[ScenarioTokens]) -> dict[str, Fixed]:
             fmean(r.user_next for r in mine),
             fmean(r.assistant for r in mine),
             {j: fmean(r.judge[j] for r in mine) for j in mine[0].judge},
+            {role: fmean(r.shared[role] for r in mine) for role in mine[0].shared},
+            {prompt: fmean(r.tail[prompt] for r in mine) for prompt in mine[0].tail},
         )
     return out

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 
 from personalens.plan.schedule import duration
 
+_ROLE_NAMES = {"user": "user agent", "user_first": "user agent's first", "assistant": "assistant", "judge": "judge"}
+
 
 def _n(value: float | None) -> str:
     return "unknown" if value is None else f"{round(value):,}"
@@ -161,6 +163,14 @@ def _tokens(t: Mapping) -> list[str]:
             f"  fixed parts of a {kind} dialogue: user agent {_n(f['user_first'])} first, {_n(f['user_next'])} later; "
             f"assistant {_n(f['assistant'])}; judge {len(f['judge'])} prompts, {_n(judge)} in all"
         )
+        if f.get("shared"):
+            shared, tail = f["shared"], f.get("tail", {})
+            out.append(
+                "    shared with the user's other dialogues (prefix-cache hits): "
+                + ", ".join(f"{_ROLE_NAMES.get(r, r)} {_n(n)}" for r, n in shared.items())
+                + "; not repeated by the role's next prompt: "
+                + ", ".join(f"{_ROLE_NAMES.get(r, r)} {_n(n)}" for r, n in tail.items())
+            )
     out += _estimate("at the protocol's cap", t["at_cap"])
     for kind, longest in t["longest_prompts_at_cap"].items():
         notes = [

@@ -79,28 +79,30 @@ def dialogues(
     shapes: Sequence[tuple[str, int]], workload: Workload, longest: Mapping[str, int | None]
 ) -> tuple[list[list[Turn]], list[list[Turn]]]:
     """The dialogues' turns, and the judge's requests (each alone), of dialogues of these shapes. A
-    turn repeats its role's previous prompt as a prefix (instructions after the conversation, as
-    under fidelity=official, make that an upper bound on prefix-cache hits). `longest` is per turn
+    turn repeats its role's previous prompt as a prefix but for that prompt's tail (`Fixed.tail`:
+    instructions after the conversation, as under fidelity=official), and begins with what the same
+    user's other dialogues' prompts begin with (`Fixed.shared`). `longest` is per turn
     role the longest prompt that still runs (its model's max_model_len less the room kept for the
     reply, as simulate/ keeps it): a dialogue ends at a longer one, a judgment is left out. A reply
     is its role's mean, or, calibrated, as long as the calibration's replies were (`_spread`)."""
     turns_out, judge_out = [], []
     for number, (kind, n) in enumerate(shapes):
         fixed, turns = workload.fixed[kind], workload.turns[kind]
-        last = {"user": 0, "assistant": 0}
+        last = {"user": 0, "assistant": 0}  # the tokens of the role's previous prompt its next repeats
         kept = []
         for t, (role, prompt) in enumerate(turn_prompts(fixed, n, turns.history)):
             prompt = round(prompt)
             if longest.get(role) is not None and prompt > longest[role]:
                 break
             reply = turns.reply[role] * _spread(turns.spread.get(role, ()), number, t)
-            kept.append(Turn(role, prompt, min(last[role], prompt), max(1, round(reply))))
-            last[role] = prompt
+            shared = round(fixed.shared.get(role, 0))
+            kept.append(Turn(role, prompt, min(last[role], prompt), max(1, round(reply)), shared))
+            last[role] = max(0, prompt - round(fixed.tail.get("user_first" if t == 0 else role, 0)))
         turns_out.append(kept)
         reply = max(1, round(workload.judge_reply))
         for prompt in judge_prompts(fixed, len(kept), turns.history, workload.judged, workload.turn_level):
             if longest.get("judge") is None or round(prompt) <= longest["judge"]:
-                judge_out.append([Turn("judge", round(prompt), 0, reply)])
+                judge_out.append([Turn("judge", round(prompt), 0, reply, round(fixed.shared.get("judge", 0)))])
     return turns_out, judge_out
 
 

@@ -141,8 +141,8 @@ class _Plan:
     old: _Prompt | None = None
 
 
-def common_prefix(a: str, b: str) -> int:
-    """The length of the longest common prefix of `a` and `b`, compared block by block."""
+def common_prefix(a: Sequence, b: Sequence) -> int:
+    """The length of the longest common prefix of `a` and `b` (texts or token ids), compared block by block."""
     n = min(len(a), len(b))
     lo = 0
     while lo < n and a[lo : lo + _BLOCK] == b[lo : lo + _BLOCK]:
