@@ -107,7 +107,7 @@ def test_cohorts_mode_runs_two_distinct_engines_with_one_cohort_then_two(tmp_pat
 def test_levers_mode_builds_each_variant_and_plans_it(tmp_path):
     """`--levers`' arguments, pure: per variant the configs it loads (fp8 KV; a small KV cache, every
     dialogue in flight, without and with host memory) and plan's prediction of each, here on a
-    described 80 GB GPU. Its device run is not recorded yet (docs/performance.md)."""
+    described 80 GB GPU. Its run on an H200 is in docs/performance.md."""
     import argparse
 
     spec = importlib.util.spec_from_file_location("bench_gpu_row", REPO / "bench" / "gpu_row.py")
