@@ -23,8 +23,10 @@ Schedulers, on the same requests (same prompts, replies, order):
   continuous  each dialogue's next request submitted as soon as its previous one finished
   window W    continuous, with at most W dialogues in flight (new ones start as others end)
 
-bench/cohorts.py's timed engines step an `Engine` as calls submit to it. Every number of a GpuModel is an assumption its maker states; nothing here was measured on
-a GPU.
+bench/cohorts.py's timed engines step an `Engine` as calls submit to it. A GpuModel's numbers are
+assumptions its maker states but for the host link's rate, fitted to one GPU run; the model is held
+against the GPU runs recorded in docs/performance.md by tests/test_planner_measured.py and
+tests/test_planner_levers.py.
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@ prompt into the first user turn for templates that do not (Mistral-7B-Instruct-v
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from personalens.engines.base import Message
@@ -30,13 +31,19 @@ def render_chat(chat_template: str, messages: list[Message], **variables: Any) -
     """Renders a conversation the way transformers renders chat templates (with a generation prompt);
     `variables` are the tokenizer's special tokens (bos_token, eos_token, ...; empty when not given)
     and the model's chat_template_kwargs (enable_thinking, ...)."""
+    return _compiled(chat_template).render(
+        messages=messages, add_generation_prompt=True, **{"bos_token": "", "eos_token": "", **variables}
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(chat_template: str) -> Template:
+    """A chat template compiled once: compiling it costs far more than rendering one prompt."""
     # the same Jinja settings transformers uses for chat templates
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = strftime_now  # Llama 3.x's and gpt-oss's templates: the run's date
-    return env.from_string(chat_template).render(
-        messages=messages, add_generation_prompt=True, **{"bos_token": "", "eos_token": "", **variables}
-    )
+    return env.from_string(chat_template)
 
 
 def template_supports_system_role(chat_template: str) -> bool:
