@@ -78,26 +78,32 @@ def count_prompts(
     (`partners`)."""
     others = partners(scenarios)
 
-    def counted(role: str, render: Callable[[Scenario], list], share: bool = True) -> tuple[list[int], list[int]]:
+    def encoded(role: str, render: Callable[[Scenario], list], share: bool = False) -> tuple[list, list]:
+        """The scenarios' prompts as token ids, and with `share` their partners' too."""
         ids = tokenizers[role].encode_chats([render(s) for s in [*scenarios, *(others if share else ())]])
-        mine, theirs = ids[: len(scenarios)], ids[len(scenarios) :]
-        return [len(a) for a in mine], [common_prefix(a, b) for a, b in zip(mine, theirs)]
+        return ids[: len(scenarios)], ids[len(scenarios) :]
 
-    def ids(role: str, render: Callable[[Scenario], list]) -> list[list[int]]:
-        return tokenizers[role].encode_chats([render(s) for s in scenarios])
+    def counted(role: str, render: Callable[[Scenario], list]) -> tuple[list[int], list[int]]:
+        mine, theirs = encoded(role, render, share=True)
+        return [len(a) for a in mine], [common_prefix(a, b) for a, b in zip(mine, theirs)]
 
     def tails(before: list[list[int]], after: list[list[int]]) -> list[int]:
         return [len(a) - common_prefix(a, b) for a, b in zip(before, after)]
 
-    first, shared_user = counted("user_agent", lambda s: user_agent_messages(templates, s, []))
-    later, _ = counted("user_agent", lambda s: user_agent_messages(templates, s, _EXCHANGE), share=False)
+    opening, opening_others = encoded("user_agent", lambda s: user_agent_messages(templates, s, []), share=True)
+    first = [len(a) for a in opening]
+    shared_user = [common_prefix(a, b) for a, b in zip(opening, opening_others)]
+    later = [len(a) for a in encoded("user_agent", lambda s: user_agent_messages(templates, s, _EXCHANGE))[0]]
     assistant, shared_assistant = counted(
         "assistant", lambda s: assistant_messages(templates, s, _EXCHANGE[:1], setting, family)
     )
     # what of a role's prompt its next prompt does not begin with (text after the conversation)
-    said = [ids("user_agent", lambda s, k=k: user_agent_messages(templates, s, _SAID[: 2 * k])) for k in range(3)]
+    said = [opening] + [
+        encoded("user_agent", lambda s, k=k: user_agent_messages(templates, s, _SAID[: 2 * k]))[0] for k in (1, 2)
+    ]
     asked = [
-        ids("assistant", lambda s, k=k: assistant_messages(templates, s, _SAID[:k], setting, family)) for k in (1, 3)
+        encoded("assistant", lambda s, k=k: assistant_messages(templates, s, _SAID[:k], setting, family))[0]
+        for k in (1, 3)
     ]
     tail = {"user_first": tails(said[0], said[1]), "user": tails(said[1], said[2]), "assistant": tails(*asked)}
     judge = {
@@ -129,9 +135,12 @@ def partners(scenarios: Sequence[Scenario]) -> list[Scenario]:
     """For each scenario, another dialogue of its user: a sampled scenario of the same user and
     another task where there is one, else its user given the next sampled scenario's task (and that
     scenario's situation); itself where the sample has no other task."""
+    by_user: dict[str, list[Scenario]] = {}
+    for s in scenarios:
+        by_user.setdefault(s.user.user_id, []).append(s)
     out = []
     for i, s in enumerate(scenarios):
-        same = (o for o in scenarios if o.user.user_id == s.user.user_id and o.task.task_id != s.task.task_id)
+        same = (o for o in by_user[s.user.user_id] if o.task.task_id != s.task.task_id)
         later = (scenarios[(i + k) % len(scenarios)] for k in range(1, len(scenarios)))
         other = next(same, None) or next((o for o in later if o.task.task_id != s.task.task_id), s)
         out.append(other if other.user.user_id == s.user.user_id else replace(other, user=s.user))
