@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +20,7 @@ import time
 import pytest
 
 from personalens.errors import PersonalensError
+from personalens.store import lease as lease_module
 from personalens.store.lease import ShardLease, _me, lease_path
 
 
@@ -88,14 +91,51 @@ def test_a_reused_pid_does_not_keep_a_dead_holders_lease(tmp_path):
         pass
 
 
-def test_a_lease_of_another_host_is_kept_while_its_heartbeat_is_fresh_and_taken_when_stale(tmp_path):
+def test_a_lease_of_another_host_is_kept_while_its_heartbeat_is_fresh_and_taken_when_stale(tmp_path, caplog):
     path = lease_path(tmp_path, "generate", 0, 1)
     planted(path, host="node-elsewhere", pid=1)
     with pytest.raises(PersonalensError, match="host node-elsewhere, pid 1"), lease(path):
         pass
+    # stale by the filesystem's clock: taken once it has not moved for half of stale_s of watching
     planted(path, time.time() - 120, host="node-elsewhere", pid=1)
-    with lease(path) as mine:
+    with pytest.raises(PersonalensError, match="host node-elsewhere, pid 1"), lease(path, stale_s=2):
+        pass
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING), lease(path, wait_s=30, stale_s=2) as mine:
         assert json.loads(path.read_text())["token"] == mine.holder.token
+        assert 1 <= time.monotonic() - started < 3
+    assert re.search(r"its heartbeat is 12\d s old by the filesystem.s clock", caplog.text)
+
+
+def test_a_retried_link_answered_exists_is_ours_when_the_link_count_says_it_was_made(tmp_path, monkeypatch):
+    path = lease_path(tmp_path, "generate", 0, 1)
+    link = os.link
+
+    def made_then_exists(src, dst):  # the server made the link; the client's retry was told "exists"
+        link(src, dst)
+        raise FileExistsError(17, "File exists")
+
+    monkeypatch.setattr(lease_module.os, "link", made_then_exists)
+    started = time.monotonic()
+    with lease(path, wait_s=30) as mine:
+        assert json.loads(path.read_text())["token"] == mine.holder.token
+        assert time.monotonic() - started < 1  # not waiting on its own lease
+        monkeypatch.setattr(lease_module.os, "link", link)
+        with pytest.raises(PersonalensError, match="is being run by another invocation"), lease(path):
+            pass  # a link that was not made is still refused
+
+
+def test_a_takeover_that_finds_the_lease_renewed_since_it_looked_puts_it_back(tmp_path):
+    path = lease_path(tmp_path, "generate", 0, 1)
+    with lease(path) as holder:
+        seen = path.stat().st_mtime
+        os.utime(path, (seen - 1000, seen - 1000))  # what a waiter saw: stale
+        stale = path.stat().st_mtime
+        holder.confirm()  # renewed just before the waiter renames it away
+        waiter = lease(path)
+        waiter._take_over(holder.holder, stale, "its heartbeat is 1000 s old")
+        assert json.loads(path.read_text())["token"] == holder.holder.token
+        holder.confirm()  # still its own
 
 
 def test_a_heartbeat_that_stops_moving_is_taken_over_whatever_the_clocks_say(tmp_path):
