@@ -180,3 +180,15 @@ def test_generate_and_judge_take_their_shards_lease_before_they_read_or_write_an
         path.unlink()
         assert command(config(f"run.out_dir={out}", "lease.wait_s=0"), engines) == 0
         assert not path.exists()  # released when it ended
+
+
+def test_a_holder_whose_lease_is_gone_stops_once_half_the_stale_time_passed(tmp_path):
+    path = lease_path(tmp_path, "generate", 0, 1)
+    lost = []
+    with lease(path, stale_s=1, on_lost=lost.append) as mine:
+        path.unlink()  # taken over and released by another invocation, or deleted by hand
+        started = time.monotonic()
+        with pytest.raises(PersonalensError, match="is gone .* another invocation took the shard over and ended"):
+            mine.confirm()  # retried until stale_s / 2 after the last renewal
+        assert time.monotonic() - started < 1
+    assert len(lost) == 1 and "is gone" in lost[0]

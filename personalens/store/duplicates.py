@@ -60,9 +60,10 @@ def warning(dialogues: Sequence[Copies], judgments: Sequence[Copies]) -> str:
     examples = [*dialogues, *judgments][:_EXAMPLES]
     more = " ..." if len(dialogues) + len(judgments) > _EXAMPLES else ""
     return (
-        f"{found} are stored more than once ({'; '.join(c.describe() for c in examples)}{more}): two invocations "
-        "of one shard wrote them (a job that ran on after its resubmitted copy took the shard over, a run of an "
-        "older release, or a part file copied by hand). Each is counted once, the copy of the earliest "
-        "invocation kept, the same in every report, compare and merge; nothing needs re-running, but check "
-        "that no two jobs run the same shard (squeue; a requeue while the job still ran)"
+        f"{found} are stored more than once ({'; '.join(c.describe() for c in examples)}{more}): two "
+        "invocations of one shard wrote them (a job that ran on after its resubmitted copy took the shard over, "
+        "a run of an older release), or parts were copied (by hand, a run directory given beside its copy). "
+        "Each is counted once, the copy of the earliest invocation kept, the same in every report, compare and "
+        "merge; nothing needs re-running, but check that no two jobs run the same shard (squeue; a requeue "
+        "while the job still ran)"
     )

@@ -31,6 +31,7 @@ before a waiter may take the lease over."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -144,7 +145,7 @@ class ShardLease:
         _touch(self.path)
         held = _read(self.path)
         if held is None:
-            raise FileNotFoundError(f"{self.path} is gone")
+            raise FileNotFoundError(errno.ENOENT, "gone", str(self.path))
         if held[0] != self.holder:
             self._lose(
                 f"{self.what}: lost its lease {self.path} to {held[0].describe()} (it was not renewed for "
@@ -159,11 +160,18 @@ class ShardLease:
         quiet = time.monotonic() - self._renewed
         if quiet < self.stale_s / 2:
             return False
-        self._lose(
-            f"{self.what}: cannot renew its lease {self.path} ({err}; {quiet:.0f} s since it last could), "
-            f"so it stops before another invocation may take the shard over after {self.stale_s:g} s; "
-            "what it finished is written: run it again once the filesystem answers"
-        )
+        if isinstance(err, FileNotFoundError):
+            self._lose(
+                f"{self.what}: its lease {self.path} is gone ({quiet:.0f} s since it last renewed it): another "
+                "invocation took the shard over and ended, or it was deleted; nothing more of this one's is "
+                "written: run it again to resume what is left"
+            )
+        else:
+            self._lose(
+                f"{self.what}: cannot renew its lease {self.path} ({err}; {quiet:.0f} s since it last could), "
+                f"so it stops before another invocation may take the shard over after {self.stale_s:g} s; "
+                "what it finished is written: run it again once the filesystem answers"
+            )
         return True
 
     def _lose(self, line: str) -> None:

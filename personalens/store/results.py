@@ -216,10 +216,9 @@ def _keep_one(
     rows: list[tuple[Path, dict[str, Any]]], key: tuple[str, ...]
 ) -> tuple[list[tuple[Path, dict[str, Any]]], list[Copies]]:
     """`rows` with one copy of each key (store/duplicates.py's choice), and the keys stored twice."""
-    kept, copies = keep_first(
+    return keep_first(
         rows, key=lambda r: tuple(r[1][c] for c in key), where=lambda r: (r[1]["session_started"], str(r[0]))
     )
-    return kept, copies
 
 
 def _scenario(row: dict[str, Any]) -> Scenario:
