@@ -157,9 +157,7 @@ def test_a_dialogue_stored_twice_is_merged_once_and_named_in_merge_json(tmp_path
     assert pq.read_table(tmp_path / "merged" / "judgments.parquet").num_rows == len(EXPECTED) * JUDGMENTS_PER_DIALOGUE
     status = json.loads((tmp_path / "merge.json").read_text())
     assert status["complete"] and status["dialogues"] == len(EXPECTED)
-    assert status["duplicates"]["dialogues"] == [
-        "user0 MD-task-3 base 1 in dialogues/shard-000-of-002 and dialogues/shard-000-of-002"
-    ]
+    assert status["duplicates"]["dialogues"] == ["user0 MD-task-3 base 1 in dialogues/shard-000-of-002 (2 copies)"]
     assert len(status["duplicates"]["judgments"]) == JUDGMENTS_PER_DIALOGUE
     assert "the copy of the earliest invocation kept" in status["duplicates"]["note"]
 

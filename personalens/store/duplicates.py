@@ -11,6 +11,7 @@ line (and `merge` in merge.json)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -27,7 +28,9 @@ class Copies:
     places: tuple[str, ...]
 
     def describe(self) -> str:
-        return f"{' '.join(map(str, self.key))} in {' and '.join(self.places)}"
+        counts = Counter(self.places)  # in the order of the places: the kept copy's first
+        where = " and ".join(place if n == 1 else f"{place} ({n} copies)" for place, n in counts.items())
+        return f"{' '.join(map(str, self.key))} in {where}"
 
 
 def keep_first(
