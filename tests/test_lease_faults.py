@@ -48,6 +48,18 @@ def run_with(out, name, engine, *overrides):
     return COMMANDS[name](config(f"run.out_dir={out}", *overrides), engines)
 
 
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """A shard `generate` wrote (scripted engines), copied by each test that needs one."""
+    out = tmp_path_factory.mktemp("generated") / "run"
+    run_with(out, "generate", PromptRecorder())
+    return out
+
+
+def copy_of(generated, tmp_path):
+    return shutil.copytree(generated, tmp_path / "run")
+
+
 def parts(out, table: str) -> list[str]:
     return sorted(p.name for p in (out / table).rglob("*") if p.is_file())
 
@@ -84,9 +96,8 @@ def other_namespace_holder(paths):
     return proc, int(line)
 
 
-def test_a_live_holder_in_another_pid_namespace_keeps_its_lease_for_generate_and_judge(tmp_path):
-    out = tmp_path / "run"
-    run_with(out, "generate", PromptRecorder())  # judge needs dialogues
+def test_a_live_holder_in_another_pid_namespace_keeps_its_lease_for_generate_and_judge(generated, tmp_path):
+    out = copy_of(generated, tmp_path)  # judge needs dialogues
     paths = [lease_path(out, name, 0, 1) for name in COMMANDS]
     started = other_namespace_holder(paths)
     if started is None:  # no unshare here: the lease a containerised holder leaves, planted
@@ -122,9 +133,10 @@ def test_a_dead_holder_in_another_pid_namespace_is_taken_over_by_its_heartbeat(t
 
 
 @pytest.mark.parametrize("skew", [SKEW_S, -SKEW_S])
-def test_a_waiter_whose_clock_is_skewed_takes_no_live_lease_for_generate_and_judge(tmp_path, monkeypatch, skew):
-    out = tmp_path / "run"
-    run_with(out, "generate", PromptRecorder())
+def test_a_waiter_whose_clock_is_skewed_takes_no_live_lease_for_generate_and_judge(
+    generated, tmp_path, monkeypatch, skew
+):
+    out = copy_of(generated, tmp_path)
     real = time.time
     monkeypatch.setattr(lease_module.time, "time", lambda: real() + skew)  # the waiter's clock only
     for name in COMMANDS:
@@ -177,10 +189,10 @@ def test_eio_in_the_heartbeat_is_retried_and_a_lease_that_cannot_be_renewed_stop
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_eio_that_outlasts_half_the_lease_stops_the_command_and_lands_nothing_more(tmp_path, monkeypatch, name):
-    out = tmp_path / "run"
-    if name == "judge":
-        run_with(out, "generate", PromptRecorder())
+def test_eio_that_outlasts_half_the_lease_stops_the_command_and_lands_nothing_more(
+    generated, tmp_path, monkeypatch, name
+):
+    out = copy_of(generated, tmp_path) if name == "judge" else tmp_path / "run"
     tables = ("turns", "trace", "dialogues") if name == "generate" else ("judgments",)
     seen = {}
 
@@ -198,10 +210,8 @@ def test_eio_that_outlasts_half_the_lease_stops_the_command_and_lands_nothing_mo
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_a_step_that_ends_after_its_lease_was_taken_over_lands_nothing(tmp_path, name):
-    out = tmp_path / "run"
-    if name == "judge":
-        run_with(out, "generate", PromptRecorder())
+def test_a_step_that_ends_after_its_lease_was_taken_over_lands_nothing(generated, tmp_path, name):
+    out = copy_of(generated, tmp_path) if name == "judge" else tmp_path / "run"
     path = lease_path(out, name, 0, 1)
     tables = ("turns", "trace", "dialogues") if name == "generate" else ("judgments",)
     seen = {}
@@ -218,9 +228,8 @@ def test_a_step_that_ends_after_its_lease_was_taken_over_lands_nothing(tmp_path,
     assert json.loads(path.read_text())["host"] == "node-elsewhere"  # the other's lease is left alone
 
 
-def test_rows_stored_twice_are_read_once_named_in_one_warning_and_in_merge_json(tmp_path, caplog):
-    out = tmp_path / "run"
-    run_with(out, "generate", PromptRecorder())
+def test_rows_stored_twice_are_read_once_named_in_one_warning_and_in_merge_json(generated, tmp_path, caplog):
+    out = copy_of(generated, tmp_path)
     run_with(out, "judge", PromptRecorder())
     once = load_runs([out])
     copied = {}
