@@ -1,7 +1,7 @@
 """The shard lease (store/lease.py) on real files: one holder at a time, a second invocation refused
 in one line naming the holder, a lease taken over when its holder died here or its heartbeat went
-stale, and a holder told when its lease was taken (tests/test_concurrent_shard.py runs two real
-`generate` invocations of one shard at once)."""
+stale, and a holder told when its lease was taken (tests/test_lease_faults.py does what clusters
+do to it; tests/test_concurrent_shard.py runs two real `generate` invocations of one shard at once)."""
 
 from __future__ import annotations
 

@@ -26,8 +26,8 @@ at once cannot both win, and puts it back if it changed meanwhile (renewed, or a
 The holder renews the lease and checks that it is still its own (`confirm`) before each part file it
 writes becomes visible (store/parts.py), so a step that ends after a takeover lands nothing. Every
 OSError of a renewal (an NFS soft mount's EIO, a Lustre eviction) is retried; a holder that has not
-renewed for half of `stale_s`, or finds its lease taken, is stopped through `on_lost` with one line,
-before a waiter may take the lease over."""
+renewed for half of `stale_s` is stopped through `on_lost` with one line, before a waiter may take
+the lease over, and so is one that finds its lease taken (it was frozen past `stale_s`)."""
 
 from __future__ import annotations
 
