@@ -66,5 +66,5 @@ def test_the_report_says_where_each_roles_sampling_came_from(runs):
     assert "top_k 20 (model card)" in text
     assert "from Qwen/Qwen3-8B model card" in text
     assert (
-        "user agent sampling temperature 0.5 (protocol)" in text and "judge sampling temperature 0.0 (protocol)" in text
+        "user agent sampling temperature 0.5 (paper)" in text and "judge sampling temperature 0.0 (paper)" in text
     )

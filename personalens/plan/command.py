@@ -17,6 +17,7 @@ from personalens.plan.options import JOBS, PlanOptions
 
 
 def plan(cfg: DictConfig) -> int:
+    from personalens.config.roles import roles as resolve_roles
     from personalens.engines.factory import ROLES, model_configs
     from personalens.engines.placement.gpus import simulated, visible_gpu_spec
     from personalens.plan.estimate import estimate
@@ -33,6 +34,7 @@ def plan(cfg: DictConfig) -> int:
     estimated, workload, measured = estimate(cfg, options, scenarios, models)
     result = {
         "command": "personalens plan",
+        "roles": resolve_roles(cfg).as_dict(),
         "selection": chosen,
         "placement": placement(cfg, models, options, gpus, workload, chosen["largest_shard"], measured),
         "reproducible": reproducibility(cfg, gpus, given=bool(options.gpus)),
