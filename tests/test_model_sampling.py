@@ -18,8 +18,8 @@ from personalens.config import run as R
 from personalens.config.core import quoted_value
 from personalens.config.sampling import CONFIG, MODEL, PAPER, notes, request_section, resolve
 from personalens.engines.models.config import ModelConfig, ModelConfigError
-from personalens.errors import PersonalensError
 from personalens.engines.serving.engine import chat_body
+from personalens.errors import PersonalensError
 from personalens.paths import PROJECT_ROOT
 from personalens.simulate import command as simulate_command
 
@@ -83,7 +83,11 @@ def test_the_card_fills_what_the_protocol_leaves_null_and_a_value_the_config_wri
     # stay the protocol's
     kept = resolve("assistant", {**ENTRY, "temperature": 0}, model)
     assert (kept.section["temperature"], kept.origins["temperature"], kept.section["max_tokens"]) == (0, CONFIG, 800)
-    assert resolve("user_agent", {"max_tokens": 800}, {}).section == {"max_tokens": 800, "temperature": 0.5, "top_p": 1.0}
+    assert resolve("user_agent", {"max_tokens": 800}, {}).section == {
+        "max_tokens": 800,
+        "temperature": 0.5,
+        "top_p": 1.0,
+    }
     with pytest.raises(PersonalensError, match=r"protocol.judge.max_tokens: None: the answer's cap is the protocol's"):
         resolve("judge", {**ENTRY, "max_tokens": None}, model)
     # the request carries the budget beside the answer's 800; gpt-oss's parser cannot force the end of thinking

@@ -52,7 +52,6 @@ class Roles:
         return {"fidelity": self.fidelity, "roles": {r.name: r.as_dict() for r in self.roles}}
 
 
-
 def lines(resolved: dict[str, Any]) -> list[str]:
     """The roles as a person reads them, from Roles.as_dict() (plan.json's `roles`)."""
     out = [
