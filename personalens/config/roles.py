@@ -51,6 +51,11 @@ class Roles:
     def as_dict(self) -> dict[str, Any]:
         return {"fidelity": self.fidelity, "roles": {r.name: r.as_dict() for r in self.roles}}
 
+    @property
+    def notes(self) -> list[str]:
+        """What the roles call for, each line once (a panel's judges of one model share theirs)."""
+        return list(dict.fromkeys(line for r in self.roles for line in r.notes))
+
 
 def lines(resolved: dict[str, Any]) -> list[str]:
     """The roles as a person reads them, from Roles.as_dict() (plan.json's `roles`)."""

@@ -16,6 +16,6 @@ def roles(cfg: DictConfig) -> int:
     resolved = resolve(cfg)
     for line in lines(resolved.as_dict()):
         print(line, file=console.out())
-    for line in (note for r in resolved.roles for note in r.notes):
+    for line in resolved.notes:
         print(line, file=console.err())
     return 0
