@@ -9,6 +9,7 @@ import ast
 
 import pytest
 from cli_helpers import run_cli
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from test_fidelity import config
 from test_judge_panel import Judge, generated
@@ -19,6 +20,7 @@ from personalens.config.sampling import CONFIG, MODEL, PAPER
 from personalens.errors import PersonalensError
 from personalens.judge import command as judge_command
 from personalens.paths import PROJECT_ROOT
+from personalens.plan.roles import roles
 
 OFFICIAL = PROJECT_ROOT.parent / "shared" / "official-code"
 # Qwen3-8B's card values (conf/model/qwen3_8b.yaml) on the embedded model, with a reasoning parser
@@ -70,6 +72,12 @@ def test_a_null_protocol_key_takes_the_card_else_the_paper_and_a_null_cap_is_ref
     assert (user.section["temperature"], user.origins["temperature"]) == (0.5, PAPER)
     with pytest.raises(PersonalensError, match=r"^protocol.judge.max_tokens: None: the answer's cap is the protocol's"):
         R.sampling(config("protocol.judge.max_tokens=null"), "judge")
+
+
+def composed(*overrides: str):
+    """The config as the command line composes it (test_fidelity's `config` adds protocol=quick)."""
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
 
 
 def _release_calls() -> dict[str, list[dict]]:
@@ -130,7 +138,7 @@ def test_under_official_card_less_models_send_exactly_the_released_codes_samplin
             ), (role, sent)
 
 
-def test_roles_prints_each_value_with_its_origin_loading_nothing_and_warns_once_under_official():
+def test_roles_prints_each_value_with_its_origin_loading_nothing_and_warns_once_under_official(capsys):
     """A card model (Qwen3-8B, not in this machine's cache) as user agent and judge, with a panel entry: each value
     printed with its origin; the official warning once per role, however many judges share the model."""
     proc = run_cli(
@@ -149,15 +157,26 @@ def test_roles_prints_each_value_with_its_origin_loading_nothing_and_warns_once_
     assert "assistant: SmolLM2-135M-Instruct\n    temperature 0.0 (paper), top_p 1.0 (paper)" in out
     warned = [line for line in proc.stderr.splitlines() if "not the released code's" in line]
     assert [line.split(":")[0] for line in warned] == ["user_agent", "judge"], proc.stderr
-    paper = run_cli("roles", "fidelity=paper", "model@judge=qwen3_8b", timeout=120)
-    assert "not the released code's" not in paper.stderr
+    assert roles(composed("fidelity=paper", "model@judge=qwen3_8b")) == 0
+    assert "not the released code's" not in capsys.readouterr().err
 
 
-def test_plan_opens_with_the_roles_and_keeps_them_in_plan_json(tmp_path):
+def test_plan_opens_with_the_roles_and_keeps_them_in_plan_json(tmp_path, capsys):
     import json
 
-    proc = run_cli("plan", "protocol=quick", f"plan.out={tmp_path / 'plan.json'}", timeout=300)
-    assert proc.stdout.startswith("roles under fidelity=official:")
+    from personalens.plan.command import plan
+
+    assert plan(composed("protocol=quick", f"plan.out={tmp_path / 'plan.json'}")) == 0
+    assert capsys.readouterr().out.startswith("roles under fidelity=official:")
     roles = json.loads((tmp_path / "plan.json").read_text())["roles"]["roles"]
     assert roles["user_agent"]["sampling"]["temperature"] == {"value": 0.5, "from": PAPER}
     assert roles["judge"]["answer_max_tokens"] == 192
+
+
+def test_the_printout_in_docs_models_md_is_what_roles_prints(capsys):
+    assert roles(composed("model@assistant=qwen3_8b")) == 0
+    printed = capsys.readouterr().out.strip()
+    assert (
+        printed.startswith("roles under fidelity=official")
+        and printed in (PROJECT_ROOT / "docs" / "models.md").read_text()
+    )
