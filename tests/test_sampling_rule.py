@@ -6,9 +6,11 @@ agent or judge is said once; `personalens roles` prints each value with its orig
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import REPO
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from test_fidelity import config
@@ -141,14 +143,19 @@ def test_under_official_card_less_models_send_exactly_the_released_codes_samplin
 def test_roles_prints_each_value_with_its_origin_loading_nothing_and_warns_once_under_official(capsys):
     """A card model (Qwen3-8B, not in this machine's cache) as user agent and judge, with a panel entry: each value
     printed with its origin; the official warning once per role, however many judges share the model."""
-    proc = run_cli(
+    args = [
         "roles",
         "model@user_agent=qwen3_8b",
         "model@judge=qwen3_8b",
         "protocol.user_agent.top_p=1.0",
         "judges=[{name: warm, sampling: {temperature: 0.7}}]",
-        timeout=120,
+    ]
+    code = (
+        "import atexit, sys; atexit.register(lambda: print('LOADED', 'vllm' in sys.modules, 'torch' in sys.modules)); "
+        f"from personalens import cli; sys.exit(cli.main({args!r}))"
     )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "LOADED False False" in proc.stdout, proc.stdout + proc.stderr
     out = proc.stdout
     assert "user_agent: Qwen3-8B (reasoning parser qwen3)" in out
     assert "temperature 0.6 (model card), top_p 1.0 (config)" in out
