@@ -24,6 +24,9 @@ def plan(cfg: DictConfig) -> int:
     from personalens.plan.text import lines
 
     options = PlanOptions.from_config(cfg)
+    roles = resolve_roles(cfg)  # refused here, before anything is counted, where a role's sampling cannot run
+    for line in roles.notes:
+        print(line, file=console.err())
     scenarios = R.selection(cfg)
     if not scenarios:
         raise PersonalensError("the selection holds no scenario (data.users, data.kinds)")
@@ -34,7 +37,7 @@ def plan(cfg: DictConfig) -> int:
     estimated, workload, measured = estimate(cfg, options, scenarios, models)
     result = {
         "command": "personalens plan",
-        "roles": resolve_roles(cfg).as_dict(),
+        "roles": roles.as_dict(),
         "selection": chosen,
         "placement": placement(cfg, models, options, gpus, workload, chosen["largest_shard"], measured),
         "reproducible": reproducibility(cfg, gpus, given=bool(options.gpus)),
