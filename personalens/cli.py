@@ -88,6 +88,8 @@ SUBCOMMANDS = (
                "personalens.cli:run", _run_dir),
     Subcommand("plan", "a dry run loading no model: selection, shards, each model's placement and memory, tokens, time",
                "personalens.plan.command:plan"),
+    Subcommand("roles", "each role's model, sampling (with each value's origin) and request budget; loads no model",
+               "personalens.plan.roles:roles", positional=None),
     Subcommand("stats", "print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)",
                "personalens.validation.command:stats"),
     Subcommand("diversity", "print and write Table 10's lexical diversity of RUN's dialogues (or any dialogue Parquet)",

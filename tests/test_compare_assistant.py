@@ -65,6 +65,4 @@ def test_the_report_says_where_each_roles_sampling_came_from(runs):
     assert "assistant sampling min_p 0.0 (model card), temperature 0.6 (model card)" in text
     assert "top_k 20 (model card)" in text
     assert "from Qwen/Qwen3-8B model card" in text
-    assert (
-        "user agent sampling temperature 0.5 (protocol)" in text and "judge sampling temperature 0.0 (protocol)" in text
-    )
+    assert "user agent sampling temperature 0.5 (paper)" in text and "judge sampling temperature 0.0 (paper)" in text

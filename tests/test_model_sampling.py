@@ -1,5 +1,5 @@
-"""A model config's own sampling (its card's, `sampling:`): checked, resolved per role over the protocol's
-under an explicit override, sent to vLLM (top_k, min_p) in process and to servers, recorded with its
+"""A model config's own sampling (its card's, `sampling:`): checked, resolved per role where the protocol leaves
+a value null (a value the config writes wins), sent to vLLM (top_k, min_p) in process and to servers, recorded with its
 origin in the fingerprint and the saved config, warned about when greedy against the card or without a
 thinking budget; the thinking budget beside the answer's max_tokens; rope scaling as vLLM's hf_overrides;
 a family config pointed at a lab's own server by one override."""
@@ -16,15 +16,17 @@ from test_fidelity import PromptRecorder, config
 
 from personalens.config import run as R
 from personalens.config.core import quoted_value
-from personalens.config.sampling import MODEL, OVERRIDE, PROTOCOL, notes, overridden, request_section, resolve
+from personalens.config.sampling import CONFIG, MODEL, PAPER, notes, request_section, resolve
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.serving.engine import chat_body
+from personalens.errors import PersonalensError
 from personalens.paths import PROJECT_ROOT
 from personalens.simulate import command as simulate_command
 
 MODEL_CONF = PROJECT_ROOT / "conf" / "model"
 REASONING = ("qwen3_8b", "qwen3_32b", "qwen3_30b_a3b", "deepseek_r1_distill_qwen_7b", "gpt_oss_20b", "gpt_oss_120b")
-PAPER = {"temperature": 0.0, "max_tokens": 800, "top_p": 1.0, "thinking_budget": None}
+ENTRY = {"temperature": None, "max_tokens": 800, "top_p": None, "thinking_budget": None}  # conf/protocol/paper.yaml's
+RESOLVED = {"temperature": 0.0, "max_tokens": 800, "top_p": 1.0, "thinking_budget": None}  # with the paper's values
 
 
 def quoted(value):
@@ -68,39 +70,50 @@ def test_a_models_sampling_is_checked_in_one_line():
     assert load(temperature=None, source=None).sampling.values == ()
 
 
-def test_the_card_wins_over_the_protocol_and_an_explicit_override_over_both():
+def test_the_card_fills_what_the_protocol_leaves_null_and_a_value_the_config_writes_wins():
     model = {"temperature": 0.6, "top_k": 20, "min_p": 0.0, "thinking_budget": 512, "source": "card"}
-    plain = resolve(PAPER, {}, set())
-    assert plain.section == PAPER and set(plain.origins.values()) == {PROTOCOL}
-    carded = resolve(PAPER, model, set())
-    assert carded.section == {**PAPER, "temperature": 0.6, "top_k": 20, "min_p": 0.0, "thinking_budget": 512}
-    assert carded.origins == {"temperature": MODEL, "top_p": PROTOCOL, "top_k": MODEL, "min_p": MODEL} | {
+    plain = resolve("assistant", ENTRY, {})
+    assert plain.section == RESOLVED and set(plain.origins.values()) == {PAPER}
+    carded = resolve("assistant", ENTRY, model)
+    assert carded.section == {**RESOLVED, "temperature": 0.6, "top_k": 20, "min_p": 0.0, "thinking_budget": 512}
+    assert carded.origins == {"temperature": MODEL, "top_p": PAPER, "top_k": MODEL, "min_p": MODEL} | {
         "thinking_budget": MODEL
     }
-    # protocol.assistant.temperature=0 on the command line keeps greedy decoding; the caps stay the protocol's
-    kept = resolve(PAPER, model, overridden("assistant", ["protocol.assistant.temperature=0", "seed=1"]))
-    assert (kept.section["temperature"], kept.origins["temperature"], kept.section["max_tokens"]) == (
-        0.0,
-        OVERRIDE,
-        800,
-    )
-    assert overridden("judge", ["protocol.assistant.top_p=1"]) == set()
-    assert "thinking_budget" in overridden("assistant", ["protocol.assistant={temperature: 0, max_tokens: 8}"])
+    # a value written anywhere in the config (protocol.assistant.temperature=0) keeps greedy decoding; the caps
+    # stay the protocol's
+    kept = resolve("assistant", {**ENTRY, "temperature": 0}, model)
+    assert (kept.section["temperature"], kept.origins["temperature"], kept.section["max_tokens"]) == (0, CONFIG, 800)
+    assert resolve("user_agent", {"max_tokens": 800}, {}).section == {
+        "max_tokens": 800,
+        "temperature": 0.5,
+        "top_p": 1.0,
+    }
+    with pytest.raises(PersonalensError, match=r"protocol.judge.max_tokens: None: the answer's cap is the protocol's"):
+        resolve("judge", {**ENTRY, "max_tokens": None}, model)
     # the request carries the budget beside the answer's 800; gpt-oss's parser cannot force the end of thinking
     assert request_section(carded, "qwen3") == {**carded.section, "max_tokens": 800 + 512}
     assert request_section(carded, "openai_gptoss")["thinking_budget"] is None
-    # a fingerprint as before where all is the protocol's; else with the origins and the request's budget
+    # a fingerprint as before where all is the paper's; else with the origins (as fingerprints named them
+    # before this rule: the config's an override, the paper's the protocol's) and the request's budget
     assert plain.identity() == {"temperature": 0.0, "max_tokens": 800, "top_p": 1.0}
-    assert carded.identity()["origins"]["top_k"] == MODEL and carded.identity()["request_max_tokens"] == 1312
+    assert carded.identity()["origins"] == {
+        "min_p": MODEL,
+        "temperature": MODEL,
+        "thinking_budget": MODEL,
+        "top_k": MODEL,
+        "top_p": "protocol",
+    }
+    assert kept.identity()["origins"]["temperature"] == "override" and carded.identity()["request_max_tokens"] == 1312
 
 
 def test_greedy_decoding_against_the_card_and_a_missing_budget_are_said():
-    greedy = resolve(PAPER, card("qwen3_8b") | {"thinking_budget": None}, {"temperature", "thinking_budget"})
+    entry = {**ENTRY, "temperature": 0.0}
+    greedy = resolve("assistant", entry, card("qwen3_8b") | {"thinking_budget": None})
     said = notes("assistant", "Qwen3-8B", greedy, "qwen3")
     assert len(said) == 2
-    assert "decodes greedily (temperature 0, as overridden)" in said[0] and "DO NOT use greedy decoding" in said[0]
+    assert "decodes greedily (temperature 0, as the config sets it)" in said[0] and "DO NOT use greedy" in said[0]
     assert "without a thinking budget" in said[1] and "assistant.sampling.thinking_budget" in said[1]
-    assert notes("assistant", "Qwen3-8B", resolve(PAPER, card("qwen3_8b"), set()), "qwen3") == []
+    assert notes("assistant", "Qwen3-8B", resolve("assistant", ENTRY, card("qwen3_8b")), "qwen3") == []
 
 
 def test_top_k_and_min_p_reach_vllm_in_process_and_through_a_server():
@@ -149,23 +162,23 @@ def test_generate_runs_each_role_with_its_models_sampling_and_records_where_it_c
     assert saved.parts.protocol.assistant.origins.temperature == MODEL
     assert saved.parts.protocol.user_agent == {"temperature": 0.5, "max_tokens": 64, "top_p": 1.0}  # as before
     assert "model card" in saved.resolved.sampling.assistant.source
-    assert saved.resolved.sampling.user_agent.origins.temperature == PROTOCOL
+    assert saved.resolved.sampling.user_agent.origins.temperature == PAPER
 
 
-def test_an_explicit_override_wins_on_the_real_command_line_and_greedy_is_warned(tmp_path):
+def test_a_value_on_the_real_command_line_wins_and_greedy_is_warned(tmp_path):
     """Qwen3-8B as the assistant (not in this cache: refused before anything loads, after its sampling
-    was read): the override keeps temperature 0 and the card's reason is quoted."""
+    was read): the value written on the command line keeps temperature 0 and the card's reason is quoted."""
     proc = run_cli(
         "generate",
         "protocol=quick",
         "model@assistant=qwen3_8b",
         "protocol.assistant.temperature=0",
-        "protocol.assistant.thinking_budget=null",
+        "assistant.sampling.thinking_budget=null",  # the model's own: none (a null protocol key takes the card's)
         f"run.out_dir={tmp_path / 'run'}",
         check=False,
         timeout=120,
     )
-    assert "decodes greedily (temperature 0, as overridden)" in proc.stderr, proc.stderr
+    assert "decodes greedily (temperature 0, as the config sets it)" in proc.stderr, proc.stderr
     assert "DO NOT use greedy decoding" in proc.stderr and "without a thinking budget" in proc.stderr
     quiet = run_cli(
         "generate", "protocol=quick", "model@assistant=qwen3_8b", f"run.out_dir={tmp_path / 'q'}", check=False

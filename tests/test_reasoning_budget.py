@@ -54,12 +54,12 @@ def test_the_budget_reaches_each_roles_requests_and_the_fingerprint_only_when_se
     assert budgets == {(False, 48, 48 + 96), (True, None, 64)}  # the assistant's requests, the user agent's
     # a budget left at null is no part of the fingerprint, so runs saved before the setting resume
     plain = config()
-    assert sampling_identity(plain.protocol.assistant) == {"temperature": 0.0, "max_tokens": 96, "top_p": 1.0}
+    assert R.sampling(plain, "assistant")[1].identity() == {"temperature": 0.0, "max_tokens": 96, "top_p": 1.0}
     assert sampling_identity(cfg.protocol.assistant)["thinking_budget"] == 48
     saved = OmegaConf.load(tmp_path / "run" / "generate.yaml")
     assert saved.parts.protocol.assistant.request_max_tokens == 48 + 96  # the rule is part of the identity
-    assert saved.resolved.sampling.assistant.origins == {"temperature": "protocol", "top_p": "protocol"} | {
-        "thinking_budget": "protocol"
+    assert saved.resolved.sampling.assistant.origins == {"temperature": "paper", "top_p": "paper"} | {
+        "thinking_budget": "config"
     }
     with pytest.raises(PersonalensError, match="thinking_budget=8: model SmolLM2"):
         simulate_command.generate(

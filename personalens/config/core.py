@@ -41,8 +41,8 @@ _ADDED_AT = {
     "rope_scaling": None,
     "kv_cache_dtype": "auto",
 }
-# a model's own sampling: a role's fingerprint holds the sampling it runs with (config/sampling.py), which
-# an explicit override may take from the protocol instead
+# a model's own sampling: a role's fingerprint holds the sampling it runs with (config/sampling.py), where a
+# value the config writes may stand instead of the model's
 _RECORDED_WITH_THE_ROLE = {"sampling"}
 
 

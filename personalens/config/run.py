@@ -88,30 +88,20 @@ def history_reasoning(cfg: DictConfig, role: str) -> str:
 
 
 def sampling(cfg: DictConfig, role: str):
-    """A role's sampling (config/sampling.py: the protocol's, its model card's over it, an explicit override
-    over both) and the request made from it; a thinking_budget is refused where the role's model has no
-    reasoning_parser (vLLM counts thinking between that parser's markers, and refuses the budget without
-    one). What the choice calls for (greedy decoding against the card, no thinking budget) is said once on
-    stderr."""
-    from personalens.config.sampling import notes, request_section, role_sampling
-    from personalens.engines.base import sampling_from
+    """A role's request sampling and its resolved sampling (config/roles.py); what the choice calls for
+    (greedy decoding against the card, no thinking budget, a card's values under fidelity=official) is said
+    on stderr once per process, however often a command resolves the role."""
+    from personalens.config.roles import role as resolve_role
 
-    chosen = role_sampling(cfg, role)
-    parser = cfg[role].get("reasoning_parser")
-    try:
-        sampling_from(chosen.section)  # checked as configured, before the budget widens it
-        request = sampling_from(request_section(chosen, parser))
-    except PersonalensError as err:
-        raise PersonalensError(f"protocol.{role}.{err}") from None
-    budget = chosen.section.get("thinking_budget")
-    if budget is not None and not parser:
-        raise PersonalensError(
-            f"protocol.{role}.thinking_budget={budget}: model {cfg[role].name} has no reasoning_parser, "
-            "which vLLM's thinking budget needs to know where its thinking starts and ends; set one or leave it null"
-        )
-    for line in notes(role, str(cfg[role].name), chosen, parser):
-        print(line, file=console.err())
-    return request, chosen
+    resolved = resolve_role(cfg, role)
+    for line in resolved.notes:
+        if line not in _SAID:
+            _SAID.add(line)
+            print(line, file=console.err())
+    return resolved.request, resolved.sampling
+
+
+_SAID: set[str] = set()  # the sampling notes this process said
 
 
 def chat_template(cfg: DictConfig, role: str) -> tuple[str | None, dict]:

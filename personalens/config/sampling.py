@@ -1,11 +1,12 @@
-"""A role's sampling as it runs: the protocol's entry, the model card's values of the role's model over it
-(a model config's `sampling:` block), and an explicit `protocol.<role>.KEY=...` override over both; where
-each value came from; and the request budget of a reasoning role, its thinking budget beside the
-protocol's answer budget (docs/models.md)."""
+"""A role's sampling as it runs, by one rule (docs/models.md#sampling-one-rule): a value the config writes
+(a protocol or experiment file, a panel entry, the command line) is the role's; a protocol key left null
+(or left out) takes the model's own (its model config's `sampling:` block, its card's), else the paper's.
+The caps (max_tokens) are always the protocol's. Each value keeps where it came from; a reasoning role's
+request carries its thinking budget beside the protocol's answer budget."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,10 +14,22 @@ from personalens.config.core import plain, sampling_identity
 from personalens.errors import PersonalensError
 
 # where a role's sampling value came from
-PROTOCOL, MODEL, OVERRIDE = "protocol", "model card", "override"
-# the values a model card may set over the protocol's (engines/models/sampling.py VALUES); max_tokens is
-# always the protocol's
+CONFIG, MODEL, PAPER = "config", "model card", "paper"
+# the values a model card may set where the protocol leaves them null (engines/models/sampling.py VALUES);
+# max_tokens is always the protocol's
 KEYS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty", "thinking_budget")
+# the paper's sampling per role (its §4 setup: the user agent at temperature 0.5, the assistant and the judge
+# at 0, "other inference parameters" each model's defaults: top_p 1.0, vLLM's and the release's Claude calls',
+# which send none); the released code sends the same temperatures (src/generate_dialogue.py,
+# src/evaluate_dialogue.py)
+PAPERS = {
+    "user_agent": {"temperature": 0.5, "top_p": 1.0},
+    "assistant": {"temperature": 0.0, "top_p": 1.0},
+    "judge": {"temperature": 0.0, "top_p": 1.0},
+}
+# the origins as fingerprints have named them since model cards carried sampling, so runs whose values are
+# unchanged keep their fingerprint: a value the config sets was an explicit override, the paper's the protocol's
+_FINGERPRINTED = {CONFIG: "override", MODEL: MODEL, PAPER: "protocol"}
 # reasoning parsers whose thinking vLLM cannot end by force (their parser names no start and end markers, so
 # vLLM's ReasoningConfig stays off and refuses thinking_token_budget): the budget widens the request alone
 UNFORCED_BUDGET = ("openai_gptoss",)
@@ -25,7 +38,7 @@ UNFORCED_BUDGET = ("openai_gptoss",)
 @dataclass(frozen=True)
 class RoleSampling:
     section: dict[str, Any]  # the protocol entry as the role runs with it; max_tokens the answer's
-    origins: dict[str, str]  # per value set: PROTOCOL, MODEL or OVERRIDE
+    origins: dict[str, str]  # per value set: CONFIG, MODEL or PAPER
     source: str | None = None  # the model card the MODEL values follow
     greedy_warning: str | None = None  # the card's reason against greedy decoding
 
@@ -39,13 +52,14 @@ class RoleSampling:
         return int(self.section["max_tokens"]) + int(self.section.get("thinking_budget") or 0)
 
     def identity(self) -> Any:
-        """The role's sampling as a fingerprint holds it: as before model cards carried sampling where
-        every value is the protocol's (runs started then still resume); else the values, their origins and,
-        with a thinking budget, the request's budget (an earlier rule counted the answer inside it)."""
+        """The role's sampling as a fingerprint holds it: the values alone where none is the card's and no
+        thinking budget is set (as before model cards carried sampling, so such runs still resume); else the
+        values, their origins and, with a thinking budget, the request's budget."""
         if not self.from_model and not self.section.get("thinking_budget"):
             return sampling_identity(self.section)
         budget = {"request_max_tokens": self.request_max_tokens} if self.section.get("thinking_budget") else {}
-        return {**sampling_identity(self.section), "origins": dict(sorted(self.origins.items())), **budget}
+        origins = {k: _FINGERPRINTED[v] for k, v in sorted(self.origins.items())}
+        return {**sampling_identity(self.section), "origins": origins, **budget}
 
     def record(self) -> dict[str, Any]:
         """What the saved config and the report's setup say of it."""
@@ -53,41 +67,32 @@ class RoleSampling:
         return {**self.section, "origins": dict(sorted(self.origins.items())), **card}
 
 
-def overridden(role: str, overrides: Sequence[str]) -> set[str]:
-    """The keys of `protocol.<role>` that command-line overrides set (`protocol.assistant.temperature=0`;
-    a whole `protocol.assistant={...}` sets every key)."""
-    out: set[str] = set()
-    for item in overrides:
-        key = item.split("=", 1)[0].lstrip("+~")
-        if key == f"protocol.{role}":
-            out.update(KEYS)
-        elif key.startswith(f"protocol.{role}."):
-            out.add(key.split(".", 2)[2])
-    return out
-
-
-def resolve(protocol: Mapping[str, Any], model: Mapping[str, Any], explicit: set[str]) -> RoleSampling:
-    """`protocol` (the role's entry) with `model` (a model's `sampling:` block) over it and the
-    `explicit` keys kept as the protocol has them."""
-    values = {k: v for k, v in plain(model).items() if k in KEYS and v is not None} if model else {}
-    section = dict(plain(protocol))
-    origins = {k: OVERRIDE if k in explicit else PROTOCOL for k, v in section.items() if k in KEYS and v is not None}
-    for key, value in values.items():
-        if key not in explicit:
-            section[key], origins[key] = value, MODEL
+def resolve(role: str, protocol: Mapping[str, Any] | None, model: Mapping[str, Any] | None) -> RoleSampling:
+    """The role's protocol entry (`protocol.<role>`), its null or absent keys filled from `model` (a model
+    config's `sampling:` block), else from the paper's values. A null max_tokens is refused: the answer's cap
+    is the protocol's, never a model's."""
+    section = dict(plain(protocol) or {})
+    if section.get("max_tokens") is None:
+        raise PersonalensError(
+            f"protocol.{role}.max_tokens: {section.get('max_tokens')!r}: the answer's cap is the protocol's "
+            "(a number of tokens; the paper's is 800); no model config sets it"
+        )
+    card = {k: v for k, v in (plain(model) or {}).items() if k in KEYS and v is not None}
+    paper = PAPERS.get(role, {})
+    origins = {}
+    for key in KEYS:
+        if section.get(key) is not None:
+            origins[key] = CONFIG
+        elif key in card:
+            section[key], origins[key] = card[key], MODEL
+        elif key in paper:
+            section[key], origins[key] = paper[key], PAPER
     notes = model or {}
     return RoleSampling(section, origins, notes.get("source"), notes.get("greedy_warning"))
 
 
-def hydra_overrides() -> list[str]:
-    """The running Hydra app's command-line overrides (none outside one)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
 def role_sampling(cfg: Any, role: str) -> RoleSampling:
-    """The role's sampling from the config and this command's overrides."""
+    """The role's sampling from the config: its protocol entry and its model config's `sampling:`."""
     model = cfg[role].get("sampling")
     try:
         from personalens.engines.models.sampling import model_sampling
@@ -95,7 +100,7 @@ def role_sampling(cfg: Any, role: str) -> RoleSampling:
         model_sampling(plain(model), f"{role}")
     except PersonalensError as err:
         raise PersonalensError(f"model@{err}") from None
-    return resolve(cfg.protocol[role], plain(model) or {}, overridden(role, hydra_overrides()))
+    return resolve(role, cfg.protocol.get(role), plain(model) or {})
 
 
 def request_section(chosen: RoleSampling, parser: str | None) -> dict[str, Any]:
@@ -107,12 +112,13 @@ def request_section(chosen: RoleSampling, parser: str | None) -> dict[str, Any]:
     return section
 
 
-def notes(role: str, model: str, chosen: RoleSampling, parser: str | None) -> list[str]:
+def notes(role: str, model: str, chosen: RoleSampling, parser: str | None, fidelity: str = "") -> list[str]:
     """What a command says once about a role's sampling: greedy decoding against the model card's advice
-    (quoted), a reasoning role without a thinking budget."""
+    (quoted), a reasoning role without a thinking budget, and under fidelity=official a user agent or judge
+    that runs with its card's values instead of the released code's."""
     out = []
     if float(chosen.section["temperature"]) == 0 and chosen.greedy_warning:
-        how = "as overridden" if chosen.origins.get("temperature") == OVERRIDE else "from the protocol"
+        how = "as the config sets it" if chosen.origins.get("temperature") == CONFIG else "the paper's"
         out.append(
             f"{role}: {model} decodes greedily (temperature 0, {how}); its card ({chosen.source}) says: "
             f'"{chosen.greedy_warning}"'
@@ -122,5 +128,12 @@ def notes(role: str, model: str, chosen: RoleSampling, parser: str | None) -> li
             f"{role}: {model} is a reasoning model without a thinking budget: its thinking counts against "
             f"max_tokens={chosen.section['max_tokens']}, and a reply that thinks that long ends its dialogue "
             f"`thinking`; set {role}.sampling.thinking_budget (docs/models.md)"
+        )
+    if fidelity == "official" and role in ("user_agent", "judge") and chosen.from_model:
+        release = ", ".join(f"{k} {v}" for k, v in PAPERS[role].items())
+        out.append(
+            f"{role}: {model} takes sampling from its card ({chosen.source}) where the config leaves it null, not "
+            f"the released code's ({release}), under fidelity=official: rows are not the release's protocol; "
+            f"`personalens roles` shows each value, protocol.{role}.KEY=... sets it (docs/models.md)"
         )
     return out

@@ -17,12 +17,16 @@ from personalens.plan.options import JOBS, PlanOptions
 
 
 def plan(cfg: DictConfig) -> int:
+    from personalens.config.roles import roles as resolve_roles
     from personalens.engines.factory import ROLES, model_configs
     from personalens.engines.placement.gpus import simulated, visible_gpu_spec
     from personalens.plan.estimate import estimate
     from personalens.plan.text import lines
 
     options = PlanOptions.from_config(cfg)
+    roles = resolve_roles(cfg)  # refused here, before anything is counted, where a role's sampling cannot run
+    for line in roles.notes:
+        print(line, file=console.err())
     scenarios = R.selection(cfg)
     if not scenarios:
         raise PersonalensError("the selection holds no scenario (data.users, data.kinds)")
@@ -33,6 +37,7 @@ def plan(cfg: DictConfig) -> int:
     estimated, workload, measured = estimate(cfg, options, scenarios, models)
     result = {
         "command": "personalens plan",
+        "roles": roles.as_dict(),
         "selection": chosen,
         "placement": placement(cfg, models, options, gpus, workload, chosen["largest_shard"], measured),
         "reproducible": reproducibility(cfg, gpus, given=bool(options.gpus)),

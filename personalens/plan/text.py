@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from personalens.config.roles import lines as roles_lines
 from personalens.plan.schedule import duration
 
 _ROLE_NAMES = {"user": "user agent", "user_first": "user agent's first", "assistant": "assistant", "judge": "judge"}
@@ -255,6 +256,7 @@ def _time(t: Mapping) -> list[str]:
 
 def lines(plan: Mapping) -> list[str]:
     out = [
+        *roles_lines(plan["roles"]),
         *_selection(plan["selection"]),
         *_placement(plan["placement"]),
         *_reproducible(plan["reproducible"]),

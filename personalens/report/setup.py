@@ -23,8 +23,8 @@ class RunSetup:
     user_agent: str | None  # model names; None when the run's config does not say
     judge: str | None
     reproducible: tuple[str, ...] = ()  # the steps ("generate", "judge") saved with `reproducible: true`
-    # per role, its sampling as it ran with each value's origin (model card, protocol, override); runs
-    # saved before origins were recorded: none
+    # per role, its sampling as it ran with each value's origin (config, model card, paper; protocol and
+    # override in runs saved before config/sampling.py's rule); none in runs saved before origins were recorded
     sampling: tuple[tuple[str, str], ...] = ()
 
     @property

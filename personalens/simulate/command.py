@@ -55,22 +55,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         chat_turns = assistant_chat_turns(templates, setting, family)
         check_history(keep, str(cfg.assistant.name), chat_turns, *R.chat_template(cfg, "assistant"))
     out_dir = Path(cfg.run.out_dir)
-    parts = {
-        "assistant": C.model_identity(cfg.assistant),
-        "user_agent": C.model_identity(cfg.user_agent),
-        # context_room at its default (null) is left out, so runs started before it still resume
-        "protocol": {
-            k: chosen[k].identity() if k in chosen else C.sampling_identity(v)
-            for k, v in cfg.protocol.items()
-            if k != "judge" and not (k == "context_room" and v is None)
-        },
-        "templates": templates_digest,
-        "seed": int(cfg.seed),
-        "data_root": str(Path(cfg.data.root).resolve()),
-        "fidelity": fidelity.identity(),
-        **C.run_options(cfg),
-    }
-    digest = C.fingerprint(parts)
+    digest, parts = identity(cfg, chosen, templates_digest)
     date = start_date(out_dir)  # before any model loads or server starts: they render with it
     # checks the models, their layout and chat templates before the config is saved
     load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
@@ -128,6 +113,27 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
             lease.confirm()
             append_summary(out_dir, "generate", cfg.shard.index, cfg.shard.count, summary)
     return 0
+
+
+def identity(cfg: DictConfig, chosen: dict, templates_digest: str) -> tuple[str, dict]:
+    """The run's fingerprint and the parts it hashes: what its dialogues depend on (`chosen`: the dialogue
+    roles' resolved sampling, config/sampling.py)."""
+    parts = {
+        "assistant": C.model_identity(cfg.assistant),
+        "user_agent": C.model_identity(cfg.user_agent),
+        # context_room at its default (null) is left out, so runs started before it still resume
+        "protocol": {
+            k: chosen[k].identity() if k in chosen else C.sampling_identity(v)
+            for k, v in cfg.protocol.items()
+            if k != "judge" and not (k == "context_room" and v is None)
+        },
+        "templates": templates_digest,
+        "seed": int(cfg.seed),
+        "data_root": str(Path(cfg.data.root).resolve()),
+        "fidelity": R.fidelity(cfg).identity(),
+        **C.run_options(cfg),
+    }
+    return C.fingerprint(parts), parts
 
 
 def in_flight(value: object) -> int:
