@@ -37,6 +37,7 @@ EVERY_SETTING = ModelConfig(
     gpu_memory_utilization=0.5,
     kv_cache_memory_bytes=123,
     kv_cache_dtype="fp8",
+    quantization="fp8",
     kv_offload_gib=4.0,
     max_model_len=4096,
     enable_prefix_caching=False,

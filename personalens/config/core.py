@@ -40,6 +40,7 @@ _ADDED_AT = {
     "history_reasoning": "family",
     "rope_scaling": None,
     "kv_cache_dtype": "auto",
+    "quantization": None,  # fp8 weights change what is generated: in the identity whenever set
 }
 # a model's own sampling: a role's fingerprint holds the sampling it runs with (config/sampling.py), which
 # an explicit override may take from the protocol instead

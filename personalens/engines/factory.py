@@ -28,6 +28,7 @@ from personalens.engines.serving.managed import start_servers
 from personalens.engines.stop import Stop
 from personalens.engines.vllm import invariance
 from personalens.engines.vllm.kv import kv_refusal
+from personalens.engines.vllm.quantization import fp8_note, quantization_refusal
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
@@ -165,7 +166,8 @@ def _reproducible_mode(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None)
 
 
 def _check_kv(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None, reproducible: bool) -> None:
-    """Refuses, before anything loads, a model's KV options that its platform cannot run (vllm/kv.py)."""
+    """Refuses, before anything loads, a model's KV options and weight quantization that its platform cannot
+    run (vllm/kv.py, vllm/quantization.py)."""
     cpu_build = vllm_is_cpu_build()
     for config in dict.fromkeys(c for c in configs.values() if c.engine == "vllm"):
         if config.kv_cache_dtype != "auto" or config.kv_offload_gib is not None:
@@ -173,6 +175,12 @@ def _check_kv(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None, reproduc
             why = kv_refusal(config, gpus=gpus, cpu_build=cpu_build, cpu_flags=flags, reproducible=reproducible)
             if why:
                 raise PersonalensError(why)
+        if config.quantization is not None:
+            why = quantization_refusal(config, gpus=gpus, cpu_build=cpu_build, reproducible=reproducible)
+            if why:
+                raise PersonalensError(why)
+            if note := fp8_note(config, gpus):
+                log.warning(note)
 
 
 def build_engines(

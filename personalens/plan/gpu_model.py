@@ -35,7 +35,7 @@ class GpuModel:
     kv_tokens: int = 400_000  # assumed: 0.9 x 80 GB - 16 GB weights - activations, / 128 KiB per token
     max_num_seqs: int = 256  # conf/model/llama31_8b.yaml
     max_batched_tokens: int = 8192  # assumed: vLLM's chunked-prefill token budget per step
-    bytes_per_param: int = 2  # the weights' dtype, read once a step
+    bytes_per_param: float = 2  # the weights' bytes per parameter (their dtype's, or quantized), read once a step
     name: str = ""  # the model it stands for, in Result.busy
     host_tokens: int = 0  # KV tokens its host memory keeps for evicted sequences (kv_offload_gib)
     host_bandwidth: float = HOST_BANDWIDTH  # bytes/s of reloading them, all its GPUs' links together

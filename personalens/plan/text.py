@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from personalens.engines.placement.gpus import GIB
 from personalens.plan.schedule import duration
 
 _ROLE_NAMES = {"user": "user agent", "user_first": "user agent's first", "assistant": "assistant", "judge": "judge"}
@@ -100,6 +101,16 @@ def _throughput(t: Mapping | None) -> list[str]:
         best = " [modelled best]" if row.get("best") else ""
         out.append(
             f"      {row['name']}{chosen}{best}: " + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})")
+        )
+    if "decode_step" in t:
+        out.append(
+            "    per decode step, each engine reads per GPU: "
+            + "; ".join(
+                f"{key} {d['weights_per_gpu'] / GIB:.1f} GiB of weights"
+                + (f" ({d['quantization']})" if d["quantization"] else "")
+                + f", then its KV; {'FP8' if d['fp8_compute'] else '16-bit'} arithmetic at {d['tflops']:,.0f} TFLOPS peak"
+                for key, d in t["decode_step"].items()
+            )
         )
     if "in_flight" in t:
         out.append(

@@ -37,6 +37,10 @@ DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's n
 # the KV cache's dtypes personalens sizes (vLLM's kv_cache_dtype names): auto is the model's dtype; the fp8
 # ones (fp8 is fp8_e4m3) take one byte per value (engines/vllm/kv.py says where vLLM runs them)
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+# the weight quantizations personalens sizes and passes to vLLM (its `quantization` names): fp8 quantizes a
+# 16-bit checkpoint when it loads (or names an fp8 checkpoint's method), the others name a quantized
+# checkpoint's method (its config.json's quantization_config); engines/vllm/quantization.py says where each runs
+QUANTIZATIONS = ("fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors")
 _MISSING = "???"  # Hydra's mandatory-value marker
 
 
@@ -85,6 +89,9 @@ class ModelConfig:
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: int | None = None  # when set, vLLM ignores gpu_memory_utilization
     kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES: fp8 halves a 16-bit model's KV bytes per token
+    # QUANTIZATIONS: fp8 stores a 16-bit checkpoint's linear layers in one byte (half the bytes a decode step
+    # reads); None: the checkpoint's own (a quantized checkpoint's quantization_config, else none)
+    quantization: str | None = None
     # GiB of host memory (all tensor-parallel ranks together) vLLM keeps evicted KV blocks in, its native
     # offloading (kv_offloading_size): a returning history is reloaded from there instead of prefilled
     # again; None: off. GPUs only (engines/vllm/kv.py)
@@ -214,6 +221,10 @@ class ModelConfig:
         if config.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ModelConfigError(
                 f"{where}.kv_cache_dtype: expected one of {KV_CACHE_DTYPES}, got {config.kv_cache_dtype!r}"
+            )
+        if config.quantization is not None and config.quantization not in QUANTIZATIONS:
+            raise ModelConfigError(
+                f"{where}.quantization: expected null or one of {QUANTIZATIONS}, got {config.quantization!r}"
             )
         if config.kv_offload_gib is not None and not config.kv_offload_gib > 0:
             raise ModelConfigError(

@@ -11,6 +11,7 @@ window of tokens comes from `layer_types` where the config lists them, else from
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ class Architecture:
     # layers, and the weights sharing one scale and zero point (None: one per output channel)
     quant_bits: int | None = None
     quant_group: int | None = None
+    quant_float: bool = False  # a compressed-tensors scheme whose weights are floats (8 bits: fp8)
 
     @classmethod
     def from_config(cls, config: Mapping, where: str = "config.json") -> Architecture:
@@ -73,6 +75,7 @@ class Architecture:
         defaults = _FAMILY_DEFAULTS.get(str(text.get("model_type") or config.get("model_type")), {})
         quantization = config.get("quantization_config") or text.get("quantization_config")
         bits, group = _weight_bits(quantization)
+        floats = _scheme_weights(quantization).get("type") == "float"
 
         def get(key: str, default: Any = None) -> Any:
             value = text.get(key, defaults.get(key, default))
@@ -113,11 +116,17 @@ class Architecture:
             quantization=_quant_method(quantization),
             quant_bits=bits,
             quant_group=group,
+            quant_float=floats,
         )
 
     @property
     def quantized(self) -> bool:
         return self.quantization is not None
+
+    @property
+    def fp8_weights(self) -> bool:
+        """Weights stored in fp8: an fp8 checkpoint, or a compressed-tensors one of 8-bit float weights."""
+        return self.quantization == "fp8" or (self.quant_float and self.quant_bits == 8)
 
     def parameters(self) -> int:
         """Parameter count of the language model, Llama-style (gated MLP, optional MoE), for weights not
@@ -153,6 +162,13 @@ class Architecture:
             groups = linear // self.quant_group if self.quant_group else linear // self.hidden
             return int(linear * self.quant_bits / 8 + groups * (2 + self.quant_bits / 8)) + embeddings * dtype_bytes
         return None
+
+    def online_fp8_share(self, dtype_bytes: int) -> float:
+        """Of a 16-bit checkpoint's weights, the share vLLM keeps when it quantizes them to fp8 as it
+        loads them (`quantization: fp8`): every linear layer in one byte, the embeddings and an untied
+        output layer as they are."""
+        fp8 = dataclasses.replace(self, quantization="fp8").quantized_bytes(dtype_bytes)
+        return fp8 / (self.parameters() * dtype_bytes)
 
     def kv_heads_per_gpu(self, tp: int) -> int:
         # vLLM replicates KV heads when tensor parallelism exceeds their number
@@ -226,12 +242,18 @@ def _weight_bits(config: object) -> tuple[int | None, int | None]:
     if method in ("awq", "gptq") and config.get("bits"):
         group = int(config.get("group_size") or -1)
         return int(config["bits"]), group if group > 0 else None
-    groups = config.get("config_groups") if method == "compressed-tensors" else None
-    weights = next(iter(groups.values()), {}).get("weights") if isinstance(groups, Mapping) and groups else None
-    if isinstance(weights, Mapping) and weights.get("num_bits"):
+    weights = _scheme_weights(config) if method == "compressed-tensors" else {}
+    if weights.get("num_bits"):
         group = weights.get("group_size") if weights.get("strategy") == "group" else None
         return int(weights["num_bits"]), int(group) if group else None
     return None, None
+
+
+def _scheme_weights(config: object) -> Mapping:
+    """The `weights` of a compressed-tensors quantization_config's first config group ({} where none)."""
+    groups = config.get("config_groups") if isinstance(config, Mapping) else None
+    weights = next(iter(groups.values()), {}).get("weights") if isinstance(groups, Mapping) and groups else None
+    return weights if isinstance(weights, Mapping) else {}
 
 
 def _quant_method(config: object) -> str | None:

@@ -37,6 +37,8 @@ def engine_args(config: ModelConfig, model: str, dtype: str) -> dict[str, Any]:
     }
     if config.kv_cache_dtype != "auto":  # only when set: a run without it passes what it did before
         args["kv_cache_dtype"] = config.kv_cache_dtype
+    if config.quantization is not None:
+        args["quantization"] = config.quantization
     if config.kv_offload_gib is not None:
         args |= {"kv_offloading_size": config.kv_offload_gib, "kv_offloading_backend": "native"}
     if config.reasoning_parser:
