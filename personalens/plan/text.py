@@ -103,15 +103,7 @@ def _throughput(t: Mapping | None) -> list[str]:
             f"      {row['name']}{chosen}{best}: " + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})")
         )
     if "decode_step" in t:
-        out.append(
-            "    per decode step, each engine reads per GPU: "
-            + "; ".join(
-                f"{key} {d['weights_per_gpu'] / GIB:.1f} GiB of weights"
-                + (f" ({d['quantization']})" if d["quantization"] else "")
-                + f", then its KV; {'FP8' if d['fp8_compute'] else '16-bit'} arithmetic at {d['tflops']:,.0f} TFLOPS peak"
-                for key, d in t["decode_step"].items()
-            )
-        )
+        out.append("    per decode step, each engine reads per GPU: " + "; ".join(map(_step, t["decode_step"].items())))
     if "in_flight" in t:
         out.append(
             f"    dialogues in flight whose histories the dialogue models' KV caches keep: {t['in_flight']:,} "
@@ -128,6 +120,16 @@ def _throughput(t: Mapping | None) -> list[str]:
             )
         )
     return out
+
+
+def _step(item: tuple[str, Mapping]) -> str:
+    key, d = item
+    quantized = f" ({d['quantization']})" if d["quantization"] else ""
+    arithmetic = "FP8" if d["fp8_compute"] else "16-bit"
+    return (
+        f"{key} {d['weights_per_gpu'] / GIB:.1f} GiB of weights{quantized}, then its KV; "
+        f"{arithmetic} arithmetic at {d['tflops']:,.0f} TFLOPS peak"
+    )
 
 
 def _modelled(row: Mapping) -> str:

@@ -31,7 +31,7 @@ class GpuFigures:
     fp8_flops: float | None = None  # dense FP8 FLOP/s; None: no FP8 tensor cores (fp8 weights run weight-only)
 
 
-# assumed (NVIDIA's datasheets, SXM boards, dense figures: half the "with sparsity" ones): H100 3.35 TB/s,
+# assumed: NVIDIA's datasheets (SXM boards, dense figures: half the "with sparsity" ones): H100 3.35 TB/s,
 # 989 TFLOPS bf16, 1,979 TFLOPS FP8; H200 4.8 TB/s and the H100's rates; A100 80GB 2,039 GB/s and 312
 # TFLOPS bf16, no FP8
 GPUS = {

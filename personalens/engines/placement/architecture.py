@@ -19,11 +19,12 @@ from typing import Any
 
 from personalens.errors import PersonalensError
 
-# bytes per value of the dtypes a model config may name (vLLM's `dtype`, config.json's `torch_dtype`)
+# defined: bytes per value of the dtypes a model config may name (vLLM's `dtype`, config.json's `torch_dtype`)
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
-# transformers' defaults for fields the published configs of these families leave out
-# (Gemma2Config, Gemma3TextConfig; the sliding-window pattern is what their layer_types default to)
+# assumed: transformers' defaults (read in its source) for fields the published configs of these
+# families leave out (Gemma2Config, Gemma3TextConfig; the sliding-window pattern is what their
+# layer_types default to)
 _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma2": {"sliding_window_pattern": 2, "tie_word_embeddings": True},
     "gemma3_text": {
@@ -36,9 +37,10 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama4_text": {"no_rope_layer_interval": 4},
 }
 
-# bytes per sequence and vocabulary entry of vLLM's sampler (its profile run samples with top-k and
-# top-p): the logits, in float32, sorted (float32 values and int64 indices), their probabilities and
-# cumulative sums, a mask
+# assumed: bytes per sequence and vocabulary entry of vLLM's sampler, read in its code (its profile run
+# samples with top-k and top-p): the logits, in float32, sorted (float32 values and int64 indices), their
+# probabilities and cumulative sums, a mask; the activation bound it is part of was checked on an H200
+# (docs/cluster.md)
 _SAMPLER_BYTES = 32
 
 

@@ -28,8 +28,9 @@ from personalens.engines.placement.architecture import DTYPE_BYTES, Architecture
 from personalens.engines.placement.gpus import GIB
 from personalens.errors import PersonalensError
 
-# vLLM's max_num_batched_tokens when none is set: its largest default for GPUs under 160 GB (the
-# offline LLM class on an H100/H200; A100s and servers default lower), so a bound for all of them
+# assumed: vLLM's max_num_batched_tokens when none is set (read in its source): its largest default for
+# GPUs under 160 GB (the offline LLM class on an H100/H200; A100s and servers default lower), so a bound
+# for all of them
 DEFAULT_BATCHED_TOKENS = 16_384
 
 
@@ -92,9 +93,11 @@ class ModelNeed:
     # holds one such sequence, so the budget is never below that; None: not known
     max_model_len: int | None = None
     batched_tokens: int = DEFAULT_BATCHED_TOKENS  # vLLM's max_num_batched_tokens (its profile run)
-    max_num_seqs: int = 256
+    max_num_seqs: int = 256  # assumed: vLLM's default, for a model described in a test
     replicas: int | None = None  # engines of this model in all; None: auto (copies on free GPUs, by work)
-    utilization: float = 0.9  # its gpu_memory_utilization: the most it holds of each of its GPUs
+    utilization: float = (
+        0.9  # assumed: vLLM's default; its gpu_memory_utilization: the most it holds of each of its GPUs
+    )
     config: ModelConfig | None = None  # what it was read from; None for a model described in a test
     kv_value_bytes: int | None = None  # bytes of one K or V value (1: an fp8 KV cache); None: dtype_bytes
     # the weights' quantization as vLLM runs it: the config's (fp8 on loading) or the checkpoint's method
@@ -141,7 +144,8 @@ class Rules:
     """The assumptions a plan rests on, printed with it."""
 
     gpu_bytes: int  # memory of one GPU
-    # per GPU and engine besides activations: the CUDA context, CUDA graphs, communication buffers
+    # assumed: not measured apart; per GPU and engine besides activations, the CUDA context, CUDA
+    # graphs, communication buffers
     overhead_bytes: int = 2 * GIB
 
 
