@@ -41,6 +41,7 @@ _ADDED_AT = {
     "rope_scaling": None,
     "kv_cache_dtype": "auto",
     "quantization": None,  # fp8 weights change what is generated: in the identity whenever set
+    "speculative": None,  # so may verified drafts (engines/models/speculative.py)
 }
 # a model's own sampling: a role's fingerprint holds the sampling it runs with (config/sampling.py), which
 # an explicit override may take from the protocol instead

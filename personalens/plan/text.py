@@ -195,7 +195,25 @@ def _tokens(t: Mapping) -> list[str]:
     out += [f"  OVER its context: {line}" for line in t.get("overflows", [])]
     if "calibrated" in t:
         out += _estimate("calibrated", t["calibrated"])
-    return out
+    return out + _judge_replies(t.get("judge_replies"))
+
+
+def _judge_replies(j: Mapping | None) -> list[str]:
+    """What the judge's reply tokens rest on: a cap bound (and the pilot that would measure them), or a run."""
+    if not j:
+        return []
+    if j["basis"] == "calibrated":
+        thinking = f", thinking {j['thinking']:.1f} of them" if j.get("thinking") else ""
+        return [
+            f"  the judge's replies: {j['tokens']:,.1f} tokens per judgment{thinking}, as {j['run_dir']}'s judge "
+            f"wrote them (its max_tokens {j['max_tokens']:,})"
+        ]
+    return [
+        f"  the judge's replies: CAP BOUND: each counted at its max_tokens, {j['max_tokens']:,} tokens (its thinking "
+        "budget included), far above what a judge writes: its generated tokens and hours here are upper bounds, "
+        "not estimates; a pilot of a few users measures them:",
+        *(f"    {command}" for command in j["pilot"]),
+    ]
 
 
 def _thinking(c: Mapping, role: str) -> str:

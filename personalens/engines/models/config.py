@@ -18,6 +18,7 @@ from personalens.engines.models.hub import (
     is_valid_id,
 )
 from personalens.engines.models.sampling import ModelSampling, model_sampling
+from personalens.engines.models.speculative import speculative_settings
 from personalens.errors import PersonalensError
 
 ENGINE_KINDS = ("vllm", "server")
@@ -138,6 +139,8 @@ class ModelConfig:
     # original_max_position_embeddings: 32768}), sorted (name, value) pairs; given to vLLM as hf_overrides
     # (engines/vllm/args.py) in process and to managed servers; () keeps the model's own
     rope_scaling: tuple[tuple[str, Any], ...] = ()
+    # vLLM's speculative_config (engines/models/speculative.py), sorted (name, value) pairs; () for none
+    speculative: tuple[tuple[str, Any], ...] = ()
     placement: str = "auto"
     # GPUs of a managed server, as indices into this job's visible GPUs; None: the planner picks
     gpus: tuple[int, ...] | None = None
@@ -159,6 +162,7 @@ class ModelConfig:
         rope = _template_kwargs(values.pop("rope_scaling", None), where, "rope_scaling")
         try:
             sampling = model_sampling(values.pop("sampling", None), where)
+            speculative = speculative_settings(values.pop("speculative", None), where)
         except PersonalensError as err:
             raise ModelConfigError(str(err)) from None
         config = cls(
@@ -168,6 +172,7 @@ class ModelConfig:
             chat_template_kwargs=kwargs,
             sampling=sampling,
             rope_scaling=rope,
+            speculative=speculative,
         )
         if config.engine == "server" and config.server is None:
             raise ModelConfigError(f"{where}.server.base_url: required when engine is server")
@@ -342,7 +347,17 @@ def _checked(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
     known = {
         f.name: f
         for f in fields(cls)
-        if f.name not in ("server", "gpus", "snapshots", "api_key", "chat_template_kwargs", "sampling", "rope_scaling")
+        if f.name
+        not in (
+            "server",
+            "gpus",
+            "snapshots",
+            "api_key",
+            "chat_template_kwargs",
+            "sampling",
+            "rope_scaling",
+            "speculative",
+        )
     }
     unknown = sorted(set(values) - set(known))
     if unknown:
