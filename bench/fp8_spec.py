@@ -70,8 +70,10 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     result: dict = {}
     for k, (name, extra) in enumerate(variants().items()):
         cfg = gpu_row.compose_config(args, model, work / f"variant-{k}", *extra)
-        plan = gpu_row.predicted(cfg, work / f"variant-{k}.plan.json", args.gpu_type, args.plan_gib)
-        if "ngram" in name:
+        saved = work / f"variant-{k}.plan.json"
+        plan = gpu_row.predicted(cfg, saved, args.gpu_type, args.plan_gib)
+        steps = json.loads(saved.read_text())["placement"]["jobs"]["generate"]["throughput"]["decode_step"]
+        if any(step["speculative"] for step in steps.values()):
             plan["not_modelled"] = "speculative decoding not modelled (no measured acceptance rate)"
         row: dict = {"overrides": extra, "plan": plan}
         if not args.dry_run:

@@ -46,11 +46,9 @@ def test_the_dry_run_composes_each_variant_and_predicts_fp8_weights_faster(tmp_p
     assert "not_modelled" in result["bf16 + ngram"]["plan"] and "not_modelled" not in fp8
     assert result["bf16 + ngram"]["plan"]["tokens_per_s"] == bf16["tokens_per_s"]  # drafts never assumed
     assert all("tokens_per_s" not in row for row in result.values())  # nothing loaded, nothing measured
-    saved = json.loads((tmp_path / "variant-1.plan.json").read_text())
-    assert (
-        "(fp8)" in json.dumps(saved["placement"]["jobs"]["generate"]["throughput"]["decode_step"])
-        or saved["placement"]["jobs"]["generate"]["throughput"]["decode_step"]
-    )
+    steps = json.loads((tmp_path / "variant-3.plan.json").read_text())["placement"]["jobs"]["generate"]
+    [step] = steps["throughput"]["decode_step"].values()
+    assert (step["quantization"], step["speculative"], step["fp8_compute"]) == ("fp8", "ngram", True)
 
 
 def test_the_variants_name_every_role_alike():

@@ -126,9 +126,14 @@ def _step(item: tuple[str, Mapping]) -> str:
     key, d = item
     quantized = f" ({d['quantization']})" if d["quantization"] else ""
     arithmetic = "FP8" if d["fp8_compute"] else "16-bit"
+    drafted = (
+        f" (speculative {d['speculative']} not modelled: no measured acceptance rate; as without it)"
+        if d.get("speculative")
+        else ""
+    )
     return (
         f"{key} {d['weights_per_gpu'] / GIB:.1f} GiB of weights{quantized}, then its KV; "
-        f"{arithmetic} arithmetic at {d['tflops']:,.0f} TFLOPS peak"
+        f"{arithmetic} arithmetic at {d['tflops']:,.0f} TFLOPS peak{drafted}"
     )
 
 

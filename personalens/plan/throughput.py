@@ -82,6 +82,8 @@ def decode_step(need: ModelNeed, gpu: GpuFigures) -> dict:
         "quantization": need.quantization,
         "tflops": compute_rate(need, gpu) / 1e12,
         "fp8_compute": compute_rate(need, gpu) != gpu.flops,
+        # drafted tokens are modelled only from a measured acceptance rate, which no run has given
+        "speculative": dict(need.config.speculative).get("method") if need.config and need.config.speculative else None,
     }
 
 
