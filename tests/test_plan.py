@@ -126,6 +126,9 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
     assert [(row["name"], row["chosen"], row["fits"]) for row in modelled["layouts"]][-1] == ("own GPUs", False, False)
     assert modelled["layouts"][0]["chosen"] and modelled["layouts"][0]["name"].startswith("in process")
     assert modelled["layouts"][0]["tokens_per_s"] > 0 and "copies" not in modelled["layouts"][0]
+    # no layout beats the node's limit
+    assert 0 < modelled["node_limit"]["seconds"] < modelled["layouts"][0]["seconds"]
+    assert "the node's limit, no layout faster" in proc.stdout
     dialogues = sum(plan["selection"]["dialogues"].values())
     assert plan["selection"]["users"] == 6 and dialogues == 34
     # at the cap (3 rounds, official rules: 8 turns), every reply at its max_tokens

@@ -102,6 +102,8 @@ def _throughput(t: Mapping | None) -> list[str]:
         out.append(
             f"      {row['name']}{chosen}{best}: " + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})")
         )
+    if "node_limit" in t:
+        out.append(_limit(t["node_limit"]))
     if "decode_step" in t:
         out.append("    per decode step, each engine reads per GPU: " + "; ".join(map(_step, t["decode_step"].items())))
     if "in_flight" in t:
@@ -120,6 +122,19 @@ def _throughput(t: Mapping | None) -> list[str]:
             )
         )
     return out
+
+
+def _limit(n: Mapping) -> str:
+    models = "; ".join(
+        f"{key} {m['bytes_read'] / 1e12:,.1f} TB read ({m['memory_s']:,.0f} s), {m['flops'] / 1e18:,.2f} EFLOP "
+        f"({m['compute_s']:,.0f} s)"
+        for key, m in n["models"].items()
+    )
+    return (
+        f"    the node's limit, no layout faster (plan/limit.py: weights read once a step of max_num_seqs, each "
+        f"token's KV so far, 2 x parameters FLOPs per token, at {n['gpus']} GPUs' peak figures, the models "
+        f"in turn): {n['seconds']:,.0f} s, the largest shard {duration(n['largest_shard_s'])}; {models}"
+    )
 
 
 def _step(item: tuple[str, Mapping]) -> str:
