@@ -37,6 +37,7 @@ EVERY_SETTING = ModelConfig(
     gpu_memory_utilization=0.5,
     kv_cache_memory_bytes=123,
     kv_cache_dtype="fp8",
+    quantization="fp8",
     kv_offload_gib=4.0,
     max_model_len=4096,
     enable_prefix_caching=False,
@@ -49,6 +50,7 @@ EVERY_SETTING = ModelConfig(
     cpu_reserved_cores=0,
     load_format="dummy",
     rope_scaling=(("factor", 4.0), ("original_max_position_embeddings", 1024), ("rope_type", "yarn")),
+    speculative=(("method", "ngram"), ("num_speculative_tokens", 3), ("prompt_lookup_max", 4)),
 )
 
 SCORE_GRAMMAR = 'root ::= "Score: " [1-5] "\\n" [a-zA-Z ,.]*'

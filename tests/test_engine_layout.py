@@ -305,7 +305,7 @@ def test_a_managed_server_gets_every_model_setting_on_vllms_command_line(tmp_pat
     assert pairs["--block-size"] == "32" and pairs["--structured-outputs-config.backend"] == "xgrammar"
     assert pairs["--load-format"] == "dummy" and pairs["--max-num-batched-tokens"] == "8192"
     assert pairs["--kv-cache-dtype"] == "fp8" and pairs["--kv-offloading-size"] == "4.0"
-    assert pairs["--kv-offloading-backend"] == "native"
+    assert pairs["--kv-offloading-backend"] == "native" and pairs["--quantization"] == "fp8"
     for flag in (
         "--no-enable-prefix-caching",
         "--enforce-eager",

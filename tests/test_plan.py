@@ -126,6 +126,9 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
     assert [(row["name"], row["chosen"], row["fits"]) for row in modelled["layouts"]][-1] == ("own GPUs", False, False)
     assert modelled["layouts"][0]["chosen"] and modelled["layouts"][0]["name"].startswith("in process")
     assert modelled["layouts"][0]["tokens_per_s"] > 0 and "copies" not in modelled["layouts"][0]
+    # no layout beats the node's limit
+    assert 0 < modelled["node_limit"]["seconds"] < modelled["layouts"][0]["seconds"]
+    assert "the node's limit, no layout faster" in proc.stdout
     dialogues = sum(plan["selection"]["dialogues"].values())
     assert plan["selection"]["users"] == 6 and dialogues == 34
     # at the cap (3 rounds, official rules: 8 turns), every reply at its max_tokens
@@ -133,6 +136,17 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
     assert plan["tokens"]["at_cap"]["all"]["judgments"] == 34 * 6
     assert plan["time"]["time_limit"]["shards"] >= 2 and "slurm/submit.sh" in proc.stdout
     assert "assumptions:" in proc.stdout
+    # without a calibration the judge's replies are at their cap, said so, with the pilot that measures them
+    judge_replies = plan["tokens"]["judge_replies"]
+    assert (judge_replies["basis"], judge_replies["tokens"]) == (
+        "cap",
+        plan["tokens"]["at_cap"]["per_dialogue"]["SD"]["judge_generated"] / 6,
+    )
+    run, calibrated = judge_replies["pilot"]
+    assert run.startswith("personalens run ") and "plan." not in run and "protocol=quick" in run
+    assert run.endswith("data.users=0-4 run.name=pilot") and all(m in run for m in paper_models)
+    assert calibrated.endswith("plan.calibrate=runs/pilot") and "plan.gpus=4" in calibrated
+    assert "the judge's replies: CAP BOUND" in proc.stdout and f"    {run}" in proc.stdout
 
 
 def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_models):
@@ -324,3 +338,53 @@ def test_a_calibration_runs_thinking_is_in_its_reply_tokens_and_not_in_what_a_tu
     assert (measured.judgments, measured.judge_thinking) == (3, 60)
     assert _thinking({"thinking_tokens": measured.thinking()}, "assistant") == " (thinking 200.0)"
     assert _thinking({"thinking_tokens": measured.thinking()}, "user") == ""
+
+
+def test_the_judges_replies_are_a_cap_bound_until_a_calibration_runs_judge_measured_them():
+    from personalens.plan.pilot import judge_replies, pilot_commands
+    from personalens.plan.text import _tokens
+
+    overrides = [
+        "model@judge=llama31_70b",
+        "data.users=all",
+        "run.name=big",
+        "plan.gpus=8",
+        "plan.calibrate=old",
+        "x='a b'",
+    ]
+    run, plan = pilot_commands(overrides)
+    assert run == "personalens run model@judge=llama31_70b 'x='\"'\"'a b'\"'\"'' data.users=0-4 run.name=pilot"
+    assert (
+        plan.startswith("personalens plan model@judge=llama31_70b") and "plan.gpus=8 plan.calibrate=runs/pilot" in plan
+    )
+    assert "old" not in plan and "big" not in run
+    calibration = {
+        "run_dir": "runs/pilot",
+        "judge": {"items": 30},
+        "judge_reply_tokens": 412.5,
+        "judge_thinking_tokens": 120.0,
+    }
+    measured = judge_replies(4000, calibration, overrides)
+    assert (measured["basis"], measured["tokens"], measured["thinking"]) == ("calibrated", 412.5, 120.0)
+    # a calibration run without a judge summary leaves the cap
+    assert judge_replies(4000, calibration | {"judge": None}, overrides)["basis"] == "cap"
+    tokens = {
+        "counted_with": {},
+        "first_prompts": {"max_model_len": None, "max": 1, "user_agent_total": 1, "mean": 1},
+        "fixed_parts": {},
+        "at_cap": {
+            "all": {k: 0 for k in ("turns", "prompt", "generated", "judgments", "judge_prompt", "judge_generated")},
+            "per_dialogue": {},
+        },
+        "longest_prompts_at_cap": {},
+    }
+    said = _tokens(tokens | {"judge_replies": measured})
+    assert (
+        said[-1]
+        == "  the judge's replies: 412.5 tokens per judgment, thinking 120.0 of them, as runs/pilot's judge wrote them (its max_tokens 4,000)"
+    )
+    capped = _tokens(tokens | {"judge_replies": judge_replies(4000, None, overrides)})
+    assert "CAP BOUND: each counted at its max_tokens, 4,000 tokens" in capped[-3] and capped[-2:] == [
+        f"    {run}",
+        f"    {plan}",
+    ]

@@ -40,6 +40,8 @@ _ADDED_AT = {
     "history_reasoning": "family",
     "rope_scaling": None,
     "kv_cache_dtype": "auto",
+    "quantization": None,  # fp8 weights change what is generated: in the identity whenever set
+    "speculative": None,  # so may verified drafts (engines/models/speculative.py)
 }
 # a model's own sampling: a role's fingerprint holds the sampling it runs with (config/sampling.py), where a
 # value the config writes may stand instead of the model's

@@ -19,6 +19,7 @@ from typing import Any
 from personalens.engines.base import Engine
 from personalens.engines.dtype import read_cpu_flags, vllm_is_cpu_build
 from personalens.engines.models.config import ModelConfig, ModelConfigError
+from personalens.engines.models.speculative import reproducible_refusal
 from personalens.engines.placement.gpus import GpuSpec, visible_gpu_spec
 from personalens.engines.placement.inflight import Cache, caches
 from personalens.engines.placement.layout import plan_layout
@@ -28,6 +29,7 @@ from personalens.engines.serving.managed import start_servers
 from personalens.engines.stop import Stop
 from personalens.engines.vllm import invariance
 from personalens.engines.vllm.kv import kv_refusal
+from personalens.engines.vllm.quantization import fp8_note, quantization_refusal
 from personalens.errors import PersonalensError
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ class EngineLoader:
                 role: dataclasses.replace(c, enable_prefix_caching=False) if c.engine == "vllm" else c
                 for role, c in self.configs.items()
             }
-        _check_kv(self.configs, spec, reproducible)
+        _check_options(self.configs, spec, reproducible)
         self.layout = plan_layout(self.configs, spec, in_process, work)
         log.info("\n".join(self.layout.lines()))
         self.batch_invariance = None  # what runs reproducibly, kept in the saved config
@@ -164,8 +166,9 @@ def _reproducible_mode(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None)
     return invariance.mode(gpus, cpu_build)
 
 
-def _check_kv(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None, reproducible: bool) -> None:
-    """Refuses, before anything loads, a model's KV options that its platform cannot run (vllm/kv.py)."""
+def _check_options(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None, reproducible: bool) -> None:
+    """Refuses, before anything loads, a model's KV options and weight quantization that its platform cannot
+    run (vllm/kv.py, vllm/quantization.py), and speculative decoding under `reproducible` (models/speculative.py)."""
     cpu_build = vllm_is_cpu_build()
     for config in dict.fromkeys(c for c in configs.values() if c.engine == "vllm"):
         if config.kv_cache_dtype != "auto" or config.kv_offload_gib is not None:
@@ -173,6 +176,14 @@ def _check_kv(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None, reproduc
             why = kv_refusal(config, gpus=gpus, cpu_build=cpu_build, cpu_flags=flags, reproducible=reproducible)
             if why:
                 raise PersonalensError(why)
+        if config.quantization is not None:
+            why = quantization_refusal(config, gpus=gpus, cpu_build=cpu_build, reproducible=reproducible)
+            if why:
+                raise PersonalensError(why)
+            if note := fp8_note(config, gpus):
+                log.warning(note)
+        if reproducible and (why := reproducible_refusal(config.name, config.speculative)):
+            raise PersonalensError(why)
 
 
 def build_engines(

@@ -46,7 +46,7 @@ class Turns:
     spread: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
 
-SPREAD = 16  # quantiles of a role's reply lengths that a calibrated Turns keeps
+SPREAD = 16  # defined: quantiles of a role's reply lengths that a calibrated Turns keeps
 
 
 def spread(replies: Sequence[float]) -> tuple[float, ...]:

@@ -152,6 +152,7 @@ def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:
 def throughput(job: str, layout, models: dict, workload, largest: dict, options: PlanOptions, cfg: DictConfig) -> dict:
     """The job's layouts modelled on a sample of the largest shard's dialogues (plan/throughput.py)."""
     from personalens.engines.placement.cohorts import setting as cohorts
+    from personalens.plan.limit import node_limit
     from personalens.plan.throughput import GPUS, TURN_ROLES, compare, dialogues, sampled
 
     served = [role for role in JOBS[job] if models[role].engine == "server"]
@@ -167,9 +168,11 @@ def throughput(job: str, layout, models: dict, workload, largest: dict, options:
     lockstep = cfg.get("lockstep", {})
     compared = compare(layout, gpu, work, lockstep.get("in_flight", "auto"), cohorts(lockstep.get("cohorts", "auto")))
     of = sum(largest.values())
-    for row in compared["layouts"]:
+    limit = node_limit(layout.needs, work, gpu, layout.gpus.count)
+    for row in [*compared["layouts"], limit]:
         if "seconds" in row:  # the sample's time scaled to the largest shard's dialogues
             row["largest_shard_s"] = row["seconds"] * of / len(shapes)
+    compared["node_limit"] = limit
     return {"gpu": gpu.name, "dialogues": len(shapes), "of": of, "basis": workload.source, **compared}
 
 

@@ -288,7 +288,9 @@ def simulate(
     return result
 
 
-JUMP = 16  # the most decode steps a cohort engine model takes at once: a call arriving meanwhile waits that long
+JUMP = (
+    16  # defined: the most decode steps a cohort engine model takes at once: a call arriving meanwhile waits that long
+)
 
 
 class _Cohorts:

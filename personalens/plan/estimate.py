@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from personalens.config import run as R
+from personalens.config.sampling import hydra_overrides
 from personalens.plan.budget import (
     ZERO,
     Fixed,
@@ -24,6 +25,7 @@ from personalens.plan.budget import (
 )
 from personalens.plan.calibration import Calibration, read_calibration
 from personalens.plan.options import PlanOptions
+from personalens.plan.pilot import judge_replies
 from personalens.plan.prompt_tokens import count_prompts, fixed_by_kind, judged, load_tokenizers, sample
 from personalens.plan.schedule import Rates, array_size, duration, parse_time_limit, shard_loads
 
@@ -130,6 +132,7 @@ def estimate(
         calibration["thinking_ended"] = measured.context_ended(dialogues, "thinking")
         tokens["calibrated"] = _totals(per_kind, dialogues)
         workload = dataclasses.replace(workload, turns=turns, judge_reply=judge_reply, source="calibrated")
+    tokens["judge_replies"] = judge_replies(judging.max_tokens, calibration, hydra_overrides())
     estimated = {
         "tokens": tokens,
         "calibration": calibration,

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# assumed: the share of a GPU's peak HBM bandwidth decoding reaches, and of its dense bf16 FLOPS
-# prefill-heavy steps reach
+# assumed: the share of a GPU's peak HBM bandwidth decoding reaches, and of its dense FLOPS prefill-heavy
+# steps reach (held, with the rest of the model, against the GPU rows of docs/performance.md by
+# tests/test_planner_measured.py and tests/test_planner_levers.py)
 BANDWIDTH_EFFICIENCY = 0.75
-FLOPS_EFFICIENCY = 0.5
-# measured, not assumed: the KV bytes a second that vLLM's native offloading brings back from host
-# memory, its stores to host and its scheduling included, as one H200 with vLLM 0.26.0 ran it (a 4 GiB
-# KV cache with 48 GiB of host memory ran at 0.97x the same cache without: docs/performance.md,
-# tests/test_planner_levers.py, which this figure was fitted to); about a tenth of the 64 GB/s a
+FLOPS_EFFICIENCY = 0.5  # assumed: see BANDWIDTH_EFFICIENCY
+# fitted, not measured: the KV bytes a second that vLLM's native offloading brings back from host memory,
+# its stores to host and its scheduling included. It is the rate at which the model's offloading gain
+# equals the one run that measured it: one H200, vLLM 0.26.0, a 4 GiB KV cache with 48 GiB of host
+# memory at 0.97x the same cache without (bench/results/h200-levers-2026-11-28.log, recorded in
+# 2017cc0; fitted in 78a8d7d; docs/performance.md). No other offloading run exists to test it against:
+# tests/test_planner_levers.py refits it from that run and says so. About a tenth of the 64 GB/s a
 # direction of the H200's PCIe 5.0 x16 link
 HOST_BANDWIDTH = 6.6e9
 
@@ -25,17 +28,18 @@ class GpuModel:
     3.35 TB/s HBM3, 989 TFLOPS dense bf16, 80 GB). Efficiencies, overhead and the engine's limits are
     assumptions."""
 
-    params: float = 8.03e9
-    layers: int = 32
-    hidden: int = 4096
-    kv_bytes_per_token: int = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 heads of 128, 2 bytes
-    bandwidth: float = 3.35e12 * BANDWIDTH_EFFICIENCY
-    flops: float = 989e12 * FLOPS_EFFICIENCY
+    params: float = 8.03e9  # assumed: Llama-3.1-8B's published config
+    layers: int = 32  # assumed: the same
+    hidden: int = 4096  # assumed: the same
+    kv_bytes_per_token: int = 2 * 32 * 8 * 128 * 2  # assumed: the same; K and V, 32 layers, 8 heads of 128, 2 bytes
+    bandwidth: float = 3.35e12 * BANDWIDTH_EFFICIENCY  # assumed: the H100 SXM datasheet's HBM3
+    flops: float = 989e12 * FLOPS_EFFICIENCY  # assumed: the H100 SXM datasheet's dense bf16
     overhead: float = 0.5e-3  # assumed: per engine step (scheduling, launches; CUDA graphs on)
     kv_tokens: int = 400_000  # assumed: 0.9 x 80 GB - 16 GB weights - activations, / 128 KiB per token
-    max_num_seqs: int = 256  # conf/model/llama31_8b.yaml
+    max_num_seqs: int = 256  # assumed: conf/model/llama31_8b.yaml's
     max_batched_tokens: int = 8192  # assumed: vLLM's chunked-prefill token budget per step
-    bytes_per_param: int = 2  # the weights' dtype, read once a step
+    # assumed: bf16; the weights' bytes per parameter (their dtype's, or quantized), read once a step
+    bytes_per_param: float = 2
     name: str = ""  # the model it stands for, in Result.busy
     host_tokens: int = 0  # KV tokens its host memory keeps for evicted sequences (kv_offload_gib)
     host_bandwidth: float = HOST_BANDWIDTH  # bytes/s of reloading them, all its GPUs' links together

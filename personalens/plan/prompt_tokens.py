@@ -20,7 +20,7 @@ from personalens.prompts.templates import Templates
 
 # one empty exchange: the prompts' own text, and the markup of one turn of each speaker
 _EXCHANGE = (Turn("user", ""), Turn("assistant", ""))
-# a dialogue's first exchanges, with text: what of a prompt the next one repeats
+# defined: a dialogue's first exchanges, with text: what of a prompt the next one repeats
 _SAID = (Turn("user", "Hello."), Turn("assistant", "Hello, how can I help?")) * 2
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from personalens.config.roles import lines as roles_lines
+from personalens.engines.placement.gpus import GIB
 from personalens.plan.schedule import duration
 
 _ROLE_NAMES = {"user": "user agent", "user_first": "user agent's first", "assistant": "assistant", "judge": "judge"}
@@ -102,6 +103,10 @@ def _throughput(t: Mapping | None) -> list[str]:
         out.append(
             f"      {row['name']}{chosen}{best}: " + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})")
         )
+    if "node_limit" in t:
+        out.append(_limit(t["node_limit"]))
+    if "decode_step" in t:
+        out.append("    per decode step, each engine reads per GPU: " + "; ".join(map(_step, t["decode_step"].items())))
     if "in_flight" in t:
         out.append(
             f"    dialogues in flight whose histories the dialogue models' KV caches keep: {t['in_flight']:,} "
@@ -118,6 +123,34 @@ def _throughput(t: Mapping | None) -> list[str]:
             )
         )
     return out
+
+
+def _limit(n: Mapping) -> str:
+    models = "; ".join(
+        f"{key} {m['bytes_read'] / 1e12:,.1f} TB read ({m['memory_s']:,.0f} s), {m['flops'] / 1e18:,.2f} EFLOP "
+        f"({m['compute_s']:,.0f} s)"
+        for key, m in n["models"].items()
+    )
+    return (
+        f"    the node's limit, no layout faster (plan/limit.py: weights read once a step of max_num_seqs, each "
+        f"token's KV so far, 2 x parameters FLOPs per token, at {n['gpus']} GPUs' peak figures, the models "
+        f"in turn): {n['seconds']:,.0f} s, the largest shard {duration(n['largest_shard_s'])}; {models}"
+    )
+
+
+def _step(item: tuple[str, Mapping]) -> str:
+    key, d = item
+    quantized = f" ({d['quantization']})" if d["quantization"] else ""
+    arithmetic = "FP8" if d["fp8_compute"] else "16-bit"
+    drafted = (
+        f" (speculative {d['speculative']} not modelled: no measured acceptance rate; as without it)"
+        if d.get("speculative")
+        else ""
+    )
+    return (
+        f"{key} {d['weights_per_gpu'] / GIB:.1f} GiB of weights{quantized}, then its KV; "
+        f"{arithmetic} arithmetic at {d['tflops']:,.0f} TFLOPS peak{drafted}"
+    )
 
 
 def _modelled(row: Mapping) -> str:
@@ -183,7 +216,25 @@ def _tokens(t: Mapping) -> list[str]:
     out += [f"  OVER its context: {line}" for line in t.get("overflows", [])]
     if "calibrated" in t:
         out += _estimate("calibrated", t["calibrated"])
-    return out
+    return out + _judge_replies(t.get("judge_replies"))
+
+
+def _judge_replies(j: Mapping | None) -> list[str]:
+    """What the judge's reply tokens rest on: a cap bound (and the pilot that would measure them), or a run."""
+    if not j:
+        return []
+    if j["basis"] == "calibrated":
+        thinking = f", thinking {j['thinking']:.1f} of them" if j.get("thinking") else ""
+        return [
+            f"  the judge's replies: {j['tokens']:,.1f} tokens per judgment{thinking}, as {j['run_dir']}'s judge "
+            f"wrote them (its max_tokens {j['max_tokens']:,})"
+        ]
+    return [
+        f"  the judge's replies: CAP BOUND: each counted at its max_tokens, {j['max_tokens']:,} tokens (its thinking "
+        "budget included), far above what a judge writes: its generated tokens and hours here are upper bounds, "
+        "not estimates; a pilot of a few users measures them:",
+        *(f"    {command}" for command in j["pilot"]),
+    ]
 
 
 def _thinking(c: Mapping, role: str) -> str:

@@ -28,15 +28,30 @@ class GpuFigures:
     name: str
     bandwidth: float  # bytes/s of HBM
     flops: float  # dense bf16 FLOP/s
+    fp8_flops: float | None = None  # dense FP8 FLOP/s; None: no FP8 tensor cores (fp8 weights run weight-only)
 
 
-# NVIDIA's datasheets (SXM boards): H100 3.35 TB/s and 989 TFLOPS, H200 4.8 TB/s and 989 TFLOPS,
-# A100 80GB 2,039 GB/s and 312 TFLOPS
+# assumed: NVIDIA's datasheets (SXM boards, dense figures: half the "with sparsity" ones): H100 3.35 TB/s,
+# 989 TFLOPS bf16, 1,979 TFLOPS FP8; H200 4.8 TB/s and the H100's rates; A100 80GB 2,039 GB/s and 312
+# TFLOPS bf16, no FP8
 GPUS = {
-    "h100": GpuFigures("H100 SXM", 3.35e12, 989e12),
-    "h200": GpuFigures("H200 SXM", 4.8e12, 989e12),
+    "h100": GpuFigures("H100 SXM", 3.35e12, 989e12, 1979e12),
+    "h200": GpuFigures("H200 SXM", 4.8e12, 989e12, 1979e12),
     "a100": GpuFigures("A100 SXM 80GB", 2.039e12, 312e12),
 }
+
+
+def weight_bytes_per_param(need: ModelNeed) -> float:
+    """Bytes a decode step reads per parameter: the dtype's, or a quantized model's stored weights over
+    its parameters (fp8: about one)."""
+    return need.weights / need.arch.parameters() if need.quantization else float(need.dtype_bytes)
+
+
+def compute_rate(need: ModelNeed, gpu: GpuFigures) -> float:
+    """Peak FLOP/s of one GPU for this model: FP8 where its weights are fp8 and the GPU has FP8 tensor
+    cores (W8A8), else 16-bit (weight-only methods dequantize to 16 bits)."""
+    fp8 = need.quantization == "fp8" or need.arch.fp8_weights
+    return gpu.fp8_flops if fp8 and gpu.fp8_flops else gpu.flops
 
 
 def engine_of(need: ModelNeed, placed: Placement, gpu: GpuFigures) -> GpuModel:
@@ -48,15 +63,28 @@ def engine_of(need: ModelNeed, placed: Placement, gpu: GpuFigures) -> GpuModel:
         hidden=need.arch.hidden,
         kv_bytes_per_token=placed.kv_per_token_per_gpu * need.tp,
         bandwidth=gpu.bandwidth * BANDWIDTH_EFFICIENCY * need.tp,
-        flops=gpu.flops * FLOPS_EFFICIENCY * need.tp,
+        flops=compute_rate(need, gpu) * FLOPS_EFFICIENCY * need.tp,
         kv_tokens=placed.kv_tokens,
         max_num_seqs=need.max_num_seqs,
         max_batched_tokens=need.batched_tokens,
-        bytes_per_param=need.dtype_bytes,
+        bytes_per_param=weight_bytes_per_param(need),
         name=need.key,
         host_tokens=placed.host_kv_tokens,
         host_bandwidth=HOST_BANDWIDTH * need.tp,
     )
+
+
+def decode_step(need: ModelNeed, gpu: GpuFigures) -> dict:
+    """What one decode step of the model reads and computes with, per GPU of its engine: its weights
+    (at their stored or quantized bytes), their quantization, and the arithmetic's peak rate."""
+    return {
+        "weights_per_gpu": need.weights / need.tp,
+        "quantization": need.quantization,
+        "tflops": compute_rate(need, gpu) / 1e12,
+        "fp8_compute": compute_rate(need, gpu) != gpu.flops,
+        # drafted tokens are modelled only from a measured acceptance rate, which no run has given
+        "speculative": dict(need.config.speculative).get("method") if need.config and need.config.speculative else None,
+    }
 
 
 def sampled(load: Mapping[str, int], workload: Workload, limit: int) -> list[tuple[str, int]]:
@@ -290,6 +318,7 @@ def compare(
         max(timed, key=lambda r: r["tokens_per_s"])["best"] = True
     return {
         "layouts": rows,
+        "decode_step": {key: decode_step(need, gpu) for key, need in by_key.items()},
         "lockstep_in_flight": in_flight_setting,
         "run_in_flight": window,
         **({"in_flight": limit} if limit is not None else {}),

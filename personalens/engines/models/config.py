@@ -18,6 +18,7 @@ from personalens.engines.models.hub import (
     is_valid_id,
 )
 from personalens.engines.models.sampling import ModelSampling, model_sampling
+from personalens.engines.models.speculative import speculative_settings
 from personalens.errors import PersonalensError
 
 ENGINE_KINDS = ("vllm", "server")
@@ -37,6 +38,10 @@ DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's n
 # the KV cache's dtypes personalens sizes (vLLM's kv_cache_dtype names): auto is the model's dtype; the fp8
 # ones (fp8 is fp8_e4m3) take one byte per value (engines/vllm/kv.py says where vLLM runs them)
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+# the weight quantizations personalens sizes and passes to vLLM (its `quantization` names): fp8 quantizes a
+# 16-bit checkpoint when it loads (or names an fp8 checkpoint's method), the others name a quantized
+# checkpoint's method (its config.json's quantization_config); engines/vllm/quantization.py says where each runs
+QUANTIZATIONS = ("fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors")
 _MISSING = "???"  # Hydra's mandatory-value marker
 
 
@@ -85,6 +90,9 @@ class ModelConfig:
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: int | None = None  # when set, vLLM ignores gpu_memory_utilization
     kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES: fp8 halves a 16-bit model's KV bytes per token
+    # QUANTIZATIONS: fp8 stores a 16-bit checkpoint's linear layers in one byte (half the bytes a decode step
+    # reads); None: the checkpoint's own (a quantized checkpoint's quantization_config, else none)
+    quantization: str | None = None
     # GiB of host memory (all tensor-parallel ranks together) vLLM keeps evicted KV blocks in, its native
     # offloading (kv_offloading_size): a returning history is reloaded from there instead of prefilled
     # again; None: off. GPUs only (engines/vllm/kv.py)
@@ -131,6 +139,8 @@ class ModelConfig:
     # original_max_position_embeddings: 32768}), sorted (name, value) pairs; given to vLLM as hf_overrides
     # (engines/vllm/args.py) in process and to managed servers; () keeps the model's own
     rope_scaling: tuple[tuple[str, Any], ...] = ()
+    # vLLM's speculative_config (engines/models/speculative.py), sorted (name, value) pairs; () for none
+    speculative: tuple[tuple[str, Any], ...] = ()
     placement: str = "auto"
     # GPUs of a managed server, as indices into this job's visible GPUs; None: the planner picks
     gpus: tuple[int, ...] | None = None
@@ -152,6 +162,7 @@ class ModelConfig:
         rope = _template_kwargs(values.pop("rope_scaling", None), where, "rope_scaling")
         try:
             sampling = model_sampling(values.pop("sampling", None), where)
+            speculative = speculative_settings(values.pop("speculative", None), where)
         except PersonalensError as err:
             raise ModelConfigError(str(err)) from None
         config = cls(
@@ -161,6 +172,7 @@ class ModelConfig:
             chat_template_kwargs=kwargs,
             sampling=sampling,
             rope_scaling=rope,
+            speculative=speculative,
         )
         if config.engine == "server" and config.server is None:
             raise ModelConfigError(f"{where}.server.base_url: required when engine is server")
@@ -214,6 +226,10 @@ class ModelConfig:
         if config.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ModelConfigError(
                 f"{where}.kv_cache_dtype: expected one of {KV_CACHE_DTYPES}, got {config.kv_cache_dtype!r}"
+            )
+        if config.quantization is not None and config.quantization not in QUANTIZATIONS:
+            raise ModelConfigError(
+                f"{where}.quantization: expected null or one of {QUANTIZATIONS}, got {config.quantization!r}"
             )
         if config.kv_offload_gib is not None and not config.kv_offload_gib > 0:
             raise ModelConfigError(
@@ -331,7 +347,17 @@ def _checked(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
     known = {
         f.name: f
         for f in fields(cls)
-        if f.name not in ("server", "gpus", "snapshots", "api_key", "chat_template_kwargs", "sampling", "rope_scaling")
+        if f.name
+        not in (
+            "server",
+            "gpus",
+            "snapshots",
+            "api_key",
+            "chat_template_kwargs",
+            "sampling",
+            "rope_scaling",
+            "speculative",
+        )
     }
     unknown = sorted(set(values) - set(known))
     if unknown:

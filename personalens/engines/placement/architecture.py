@@ -11,6 +11,7 @@ window of tokens comes from `layer_types` where the config lists them, else from
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,11 +19,12 @@ from typing import Any
 
 from personalens.errors import PersonalensError
 
-# bytes per value of the dtypes a model config may name (vLLM's `dtype`, config.json's `torch_dtype`)
+# defined: bytes per value of the dtypes a model config may name (vLLM's `dtype`, config.json's `torch_dtype`)
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
-# transformers' defaults for fields the published configs of these families leave out
-# (Gemma2Config, Gemma3TextConfig; the sliding-window pattern is what their layer_types default to)
+# assumed: transformers' defaults (read in its source) for fields the published configs of these
+# families leave out (Gemma2Config, Gemma3TextConfig; the sliding-window pattern is what their
+# layer_types default to)
 _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma2": {"sliding_window_pattern": 2, "tie_word_embeddings": True},
     "gemma3_text": {
@@ -35,9 +37,10 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama4_text": {"no_rope_layer_interval": 4},
 }
 
-# bytes per sequence and vocabulary entry of vLLM's sampler (its profile run samples with top-k and
-# top-p): the logits, in float32, sorted (float32 values and int64 indices), their probabilities and
-# cumulative sums, a mask
+# assumed: bytes per sequence and vocabulary entry of vLLM's sampler, read in its code (its profile run
+# samples with top-k and top-p): the logits, in float32, sorted (float32 values and int64 indices), their
+# probabilities and cumulative sums, a mask; the activation bound it is part of was checked on an H200
+# (docs/cluster.md)
 _SAMPLER_BYTES = 32
 
 
@@ -65,6 +68,7 @@ class Architecture:
     # layers, and the weights sharing one scale and zero point (None: one per output channel)
     quant_bits: int | None = None
     quant_group: int | None = None
+    quant_float: bool = False  # a compressed-tensors scheme whose weights are floats (8 bits: fp8)
 
     @classmethod
     def from_config(cls, config: Mapping, where: str = "config.json") -> Architecture:
@@ -73,6 +77,7 @@ class Architecture:
         defaults = _FAMILY_DEFAULTS.get(str(text.get("model_type") or config.get("model_type")), {})
         quantization = config.get("quantization_config") or text.get("quantization_config")
         bits, group = _weight_bits(quantization)
+        floats = _scheme_weights(quantization).get("type") == "float"
 
         def get(key: str, default: Any = None) -> Any:
             value = text.get(key, defaults.get(key, default))
@@ -113,11 +118,17 @@ class Architecture:
             quantization=_quant_method(quantization),
             quant_bits=bits,
             quant_group=group,
+            quant_float=floats,
         )
 
     @property
     def quantized(self) -> bool:
         return self.quantization is not None
+
+    @property
+    def fp8_weights(self) -> bool:
+        """Weights stored in fp8: an fp8 checkpoint, or a compressed-tensors one of 8-bit float weights."""
+        return self.quantization == "fp8" or (self.quant_float and self.quant_bits == 8)
 
     def parameters(self) -> int:
         """Parameter count of the language model, Llama-style (gated MLP, optional MoE), for weights not
@@ -153,6 +164,13 @@ class Architecture:
             groups = linear // self.quant_group if self.quant_group else linear // self.hidden
             return int(linear * self.quant_bits / 8 + groups * (2 + self.quant_bits / 8)) + embeddings * dtype_bytes
         return None
+
+    def online_fp8_share(self, dtype_bytes: int) -> float:
+        """Of a 16-bit checkpoint's weights, the share vLLM keeps when it quantizes them to fp8 as it
+        loads them (`quantization: fp8`): every linear layer in one byte, the embeddings and an untied
+        output layer as they are."""
+        fp8 = dataclasses.replace(self, quantization="fp8").quantized_bytes(dtype_bytes)
+        return fp8 / (self.parameters() * dtype_bytes)
 
     def kv_heads_per_gpu(self, tp: int) -> int:
         # vLLM replicates KV heads when tensor parallelism exceeds their number
@@ -226,12 +244,18 @@ def _weight_bits(config: object) -> tuple[int | None, int | None]:
     if method in ("awq", "gptq") and config.get("bits"):
         group = int(config.get("group_size") or -1)
         return int(config["bits"]), group if group > 0 else None
-    groups = config.get("config_groups") if method == "compressed-tensors" else None
-    weights = next(iter(groups.values()), {}).get("weights") if isinstance(groups, Mapping) and groups else None
-    if isinstance(weights, Mapping) and weights.get("num_bits"):
+    weights = _scheme_weights(config) if method == "compressed-tensors" else {}
+    if weights.get("num_bits"):
         group = weights.get("group_size") if weights.get("strategy") == "group" else None
         return int(weights["num_bits"]), int(group) if group else None
     return None, None
+
+
+def _scheme_weights(config: object) -> Mapping:
+    """The `weights` of a compressed-tensors quantization_config's first config group ({} where none)."""
+    groups = config.get("config_groups") if isinstance(config, Mapping) else None
+    weights = next(iter(groups.values()), {}).get("weights") if isinstance(groups, Mapping) and groups else None
+    return weights if isinstance(weights, Mapping) else {}
 
 
 def _quant_method(config: object) -> str | None:

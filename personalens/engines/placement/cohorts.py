@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from personalens.errors import PersonalensError
 
-JOINED_COHORT = 16  # dialogues per cohort where both dialogue engines join calls
+JOINED_COHORT = 16  # defined: dialogues per cohort where both dialogue engines join calls
 
 
 def setting(value: object, *, one: bool = False) -> int:

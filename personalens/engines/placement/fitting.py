@@ -14,7 +14,7 @@ from personalens.engines.placement.placed import OWN, SHARED, Layout, Placement
 from personalens.engines.placement.sizing import ModelNeed, Rules, budgets
 from personalens.errors import PersonalensError
 
-# max_model_len is searched in steps of this many tokens (vLLM's KV blocks are 16)
+# defined: max_model_len is searched in steps of this many tokens (vLLM's KV blocks are 16)
 MAX_MODEL_LEN_STEP = 256
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from personalens.engines.dtype import vllm_is_cpu_build
 
-GIB = 1024**3
+GIB = 1024**3  # defined: a gibibyte
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from personalens.engines.placement.placed import Placement
 
 DIALOGUE_ROLES = ("user_agent", "assistant")  # the roles every turn of a dialogue waits on
-MIN_BATCH_SHARE = 0.25  # of max_num_seqs: a window below it on any engine holds nothing back
+MIN_BATCH_SHARE = 0.25  # defined: of max_num_seqs: a window below it on any engine holds nothing back
 
 
 @dataclass(frozen=True)

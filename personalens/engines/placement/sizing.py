@@ -28,16 +28,27 @@ from personalens.engines.placement.architecture import DTYPE_BYTES, Architecture
 from personalens.engines.placement.gpus import GIB
 from personalens.errors import PersonalensError
 
-# vLLM's max_num_batched_tokens when none is set: its largest default for GPUs under 160 GB (the
-# offline LLM class on an H100/H200; A100s and servers default lower), so a bound for all of them
+# assumed: vLLM's max_num_batched_tokens when none is set (read in its source): its largest default for
+# GPUs under 160 GB (the offline LLM class on an H100/H200; A100s and servers default lower), so a bound
+# for all of them
 DEFAULT_BATCHED_TOKENS = 16_384
 
 
-def weights_bytes(model_dir: Path, arch: Architecture, dtype_bytes: int) -> tuple[int, str]:
+def weights_bytes(
+    model_dir: Path, arch: Architecture, dtype_bytes: int, quantization: str | None = None
+) -> tuple[int, str]:
     """The weights' size in memory when run in a `dtype_bytes` dtype, and where it came from: the
     safetensors index, else the files (both scaled from the checkpoint's own dtype: float32 on a
     bfloat16 checkpoint takes twice its files), else config.json's parameter count (a quantized one's
-    by its method where the config gives it). Quantized checkpoints are taken at their size on disk."""
+    by its method where the config gives it). Quantized checkpoints are taken at their size on disk;
+    an unquantized one that vLLM quantizes to fp8 as it loads it (`quantization` fp8) at its fp8 share."""
+    size, source = _stored_bytes(model_dir, arch, dtype_bytes)
+    if quantization != "fp8" or arch.quantized:
+        return size, source
+    return int(size * arch.online_fp8_share(dtype_bytes)), f"{source}, linear layers quantized to fp8 on loading"
+
+
+def _stored_bytes(model_dir: Path, arch: Architecture, dtype_bytes: int) -> tuple[int, str]:
     index = model_dir / "model.safetensors.index.json"
     files = sorted(model_dir.glob("*.safetensors"))
     total = json.loads(index.read_text()).get("metadata", {}).get("total_size") if index.is_file() else None
@@ -82,11 +93,15 @@ class ModelNeed:
     # holds one such sequence, so the budget is never below that; None: not known
     max_model_len: int | None = None
     batched_tokens: int = DEFAULT_BATCHED_TOKENS  # vLLM's max_num_batched_tokens (its profile run)
-    max_num_seqs: int = 256
+    max_num_seqs: int = 256  # assumed: vLLM's default, for a model described in a test
     replicas: int | None = None  # engines of this model in all; None: auto (copies on free GPUs, by work)
-    utilization: float = 0.9  # its gpu_memory_utilization: the most it holds of each of its GPUs
+    utilization: float = (
+        0.9  # assumed: vLLM's default; its gpu_memory_utilization: the most it holds of each of its GPUs
+    )
     config: ModelConfig | None = None  # what it was read from; None for a model described in a test
     kv_value_bytes: int | None = None  # bytes of one K or V value (1: an fp8 KV cache); None: dtype_bytes
+    # the weights' quantization as vLLM runs it: the config's (fp8 on loading) or the checkpoint's method
+    quantization: str | None = None
 
     @property
     def activation(self) -> int:
@@ -129,7 +144,8 @@ class Rules:
     """The assumptions a plan rests on, printed with it."""
 
     gpu_bytes: int  # memory of one GPU
-    # per GPU and engine besides activations: the CUDA context, CUDA graphs, communication buffers
+    # assumed: not measured apart; per GPU and engine besides activations, the CUDA context, CUDA
+    # graphs, communication buffers
     overhead_bytes: int = 2 * GIB
 
 
@@ -194,6 +210,7 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
         Architecture.from_config(json.loads(config_json.read_text()), where=str(config_json)), config.rope_scaling
     )
     size = run_dtype_bytes(config)
+    quantization = _quantization(config, arch, str(config_json))
     leading = tuple(range(config.tensor_parallel_size))
     placement = config.placement
     if config.gpus is not None and config.gpus != leading:
@@ -210,7 +227,7 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
         key=key,
         roles=roles,
         arch=arch,
-        weights=weights_bytes(directory, arch, size)[0],
+        weights=weights_bytes(directory, arch, size, quantization)[0],
         dtype_bytes=size,
         tp=config.tensor_parallel_size,
         placement=placement,
@@ -223,7 +240,25 @@ def model_need(config: ModelConfig, roles: tuple[str, ...], key: str) -> ModelNe
         utilization=config.gpu_memory_utilization,
         config=config,
         kv_value_bytes=1 if config.kv_cache_dtype.startswith("fp8") else None,
+        quantization=quantization,
     )
+
+
+# a checkpoint's quant_method and the `quantization` names vLLM takes for it (its Marlin kernels' names)
+_SAME_METHOD = {"awq": ("awq", "awq_marlin"), "gptq": ("gptq", "gptq_marlin")}
+
+
+def _quantization(config: ModelConfig, arch: Architecture, where: str) -> str | None:
+    """The weights' quantization as vLLM will run them: the checkpoint's method, which vLLM refuses to
+    replace by another, else the config's."""
+    if arch.quantization is None or config.quantization is None:
+        return arch.quantization or config.quantization
+    if config.quantization not in _SAME_METHOD.get(arch.quantization, (arch.quantization,)):
+        raise PersonalensError(
+            f"model {config.name}: quantization {config.quantization}, but {where} names a checkpoint quantized "
+            f"with {arch.quantization} (vLLM runs it as that); set quantization null"
+        )
+    return arch.quantization
 
 
 def scaled_context(arch: Architecture, rope_scaling: tuple[tuple[str, Any], ...]) -> Architecture:

@@ -37,12 +37,16 @@ def engine_args(config: ModelConfig, model: str, dtype: str) -> dict[str, Any]:
     }
     if config.kv_cache_dtype != "auto":  # only when set: a run without it passes what it did before
         args["kv_cache_dtype"] = config.kv_cache_dtype
+    if config.quantization is not None:
+        args["quantization"] = config.quantization
     if config.kv_offload_gib is not None:
         args |= {"kv_offloading_size": config.kv_offload_gib, "kv_offloading_backend": "native"}
     if config.reasoning_parser:
         # a grammar then applies once the thinking has ended (the judge's), and a server splits the
         # thinking into its `reasoning` field
         args["reasoning_parser"] = config.reasoning_parser
+    if config.speculative:
+        args["speculative_config"] = dict(config.speculative)
     if config.rope_scaling:
         args["hf_overrides"] = rope_overrides(dict(config.rope_scaling), model)
     return args
@@ -71,7 +75,8 @@ def rope_overrides(scaling: dict[str, Any], model: str) -> dict[str, Any]:
 
 def cli_flags(args: Mapping[str, Any]) -> list[str]:
     """Engine arguments as vLLM's command-line flags: `--name value`, a boolean as `--name` or
-    `--no-name`, a mapping as `--name.key value` (as JSON where it holds mappings: hf_overrides); None is
+    `--no-name`, a mapping of strings as `--name.key value`, any other as JSON (hf_overrides,
+    speculative_config: vLLM's parser reads its values back with their types); None is
     left out (vLLM's default)."""
     flags: list[str] = []
     for name, value in args.items():
@@ -80,7 +85,7 @@ def cli_flags(args: Mapping[str, Any]) -> list[str]:
             continue
         if isinstance(value, bool):
             flags.append(flag if value else f"--no-{flag[2:]}")
-        elif isinstance(value, Mapping) and any(isinstance(inner, Mapping) for inner in value.values()):
+        elif isinstance(value, Mapping) and not all(isinstance(inner, str) for inner in value.values()):
             flags += [flag, json.dumps(value)]
         elif isinstance(value, Mapping):
             flags += [a for key, inner in value.items() for a in (f"{flag}.{key}", str(inner))]
