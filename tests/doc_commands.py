@@ -155,13 +155,11 @@ def check(command: DocCommand) -> str | None:
             return f"{sub.name}: say which action: {' or '.join(sub.actions)}"
         actions, rest = named, rest[1:]
     for action in actions:
-        label = f"{sub.name} {action}".strip()
         try:
-            overrides = cli._hydra_args(rest, label, sub.positional)
+            overrides = sub.overrides(rest, action)
         except cli.UsageError as err:
             return str(err)
-        extra = [f"{sub.name}.action={action}"] if action else []
-        problem = _composed((*overrides, *extra))
+        problem = _composed(tuple(overrides))
         if problem:
             return problem
     return None
