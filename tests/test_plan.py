@@ -5,6 +5,7 @@ pairs on simulated nodes (placement printed, an impossible layout refused), load
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -142,8 +143,9 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
     the three GPUs left (replicas auto): modelled with and without them, and said to be chosen."""
     out = tmp_path / "plan.json"
     args = ["plan.gpus=8", "plan.gpu_memory_gib=80", "plan.jobs=[generate]", "plan.model_dialogues=16"]
-    proc = run_cli("plan", *paper_models, *args, f"plan.out={out}", timeout=120)
-    generate = json.loads(out.read_text())["placement"]["jobs"]["generate"]
+    proc = run_cli("plan", *paper_models, *args, "plan.time_limit=00:20:00", f"plan.out={out}", timeout=120)
+    plan = json.loads(out.read_text())
+    generate = plan["placement"]["jobs"]["generate"]
     assert [(m["model"], m["mode"], m["gpus"]) for m in generate["models"]] == [
         ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3]),
         ("Llama-3.1-8B-Instruct", "managed_server", [4]),
@@ -197,6 +199,20 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
         in proc.stdout
     ), proc.stdout
     assert "+ 3 copies in managed vLLM servers on GPU 5,6,7" in proc.stdout and "not available" not in proc.stdout
+    # no rate given nor measured: the time is the chosen layout's modelled rate, said as modelled, and
+    # the time limit's shard count follows from it (the judge job, not planned here, has none)
+    time_ = plan["time"]
+    assert (
+        time_["rates_tokens_per_s"]["generate"] == every["tokens_per_s"]
+        and time_["rates_tokens_per_s"]["judge"] is None
+    )
+    assert time_["rates_tokens_per_s"]["source"].startswith("modelled")
+    largest = time_["generate_s"]["largest_shard"]
+    assert largest == pytest.approx(plan["tokens"]["at_cap"]["all"]["generated"] / every["tokens_per_s"])
+    shards = time_["time_limit"]["shards"]
+    assert shards >= math.ceil(largest / 1200)  # no fewer shards can hold the modelled time
+    assert "rates modelled for each job's chosen layout (h100 figures)" in proc.stdout
+    assert f"under 00:20:00 per job: {shards} shards, `slurm/submit.sh {shards} ...`" in proc.stdout
 
 
 def test_plan_refuses_the_same_models_on_one_gpu_and_says_why(tmp_path, paper_models):
@@ -205,7 +221,8 @@ def test_plan_refuses_the_same_models_on_one_gpu_and_says_why(tmp_path, paper_mo
     assert proc.returncode == 2
     refused = json.loads(out.read_text())["placement"]["jobs"]["generate"]["refused"]
     assert "do not fit on 1 GPU" in refused and "Llama-3.1-70B-Instruct" in refused and "Ways out" in refused
-    assert "generate: REFUSED" in proc.stdout and "time: unknown: no throughput" in proc.stdout
+    assert "generate: REFUSED" in proc.stdout
+    assert "time: unknown: no throughput: a modelled rate needs each job's layout to fit" in proc.stdout
 
 
 def test_plan_on_the_quickstart_config_takes_seconds_and_imports_neither_vllm_nor_torch(tmp_path):

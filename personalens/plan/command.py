@@ -30,11 +30,17 @@ def plan(cfg: DictConfig) -> int:
     R.check_templates(cfg, models, scenarios[0])  # a template that refuses the run's prompts: refused here too
     gpus = simulated(options.gpus, options.gpu_memory_gib) if options.gpus else visible_gpu_spec()
     chosen = selection(cfg, scenarios)
-    estimated, workload, measured = estimate(cfg, options, scenarios, models)
+    placed: dict = {}
+
+    def modelled(workload, measured):
+        placed.update(placement(cfg, models, options, gpus, workload, chosen["largest_shard"], measured))
+        return modelled_rates(placed, options.gpu_type)
+
+    estimated, workload, measured = estimate(cfg, options, scenarios, models, modelled)
     result = {
         "command": "personalens plan",
         "selection": chosen,
-        "placement": placement(cfg, models, options, gpus, workload, chosen["largest_shard"], measured),
+        "placement": placed,
         "reproducible": reproducibility(cfg, gpus, given=bool(options.gpus)),
         **estimated,
     }
@@ -80,6 +86,24 @@ def progress(cfg: DictConfig, count: int) -> dict | None:
         if stored:
             partial[index] = {"dialogues": len(stored), "turns": sum(stored.values())}
     return {"dialogues": written, "partial_shards": partial} if written or partial else None
+
+
+def modelled_rates(placed: dict, gpu_type: str):
+    """The generate and judge jobs' rates from their chosen layouts' modelled throughput (a `run` job's
+    for both where it is the one planned); None where neither is modelled (no GPUs, served models)."""
+    from personalens.plan.schedule import Rates
+
+    def rate(job: str) -> float | None:
+        rows = ((placed.get("jobs") or {}).get(job) or {}).get("throughput", {}).get("layouts", [])
+        return next((row.get("tokens_per_s") for row in rows if row["chosen"] and row["fits"]), None)
+
+    generate, judge = rate("generate"), rate("judge")
+    if generate is None and judge is None:
+        generate = judge = rate("run")
+        if generate is None:
+            return None
+        return Rates(generate, judge, f"modelled for the run job's chosen layout ({gpu_type} figures)")
+    return Rates(generate, judge, f"modelled for each job's chosen layout ({gpu_type} figures)")
 
 
 def placement(
