@@ -341,3 +341,40 @@ def test_a_calibration_runs_thinking_is_in_its_reply_tokens_and_not_in_what_a_tu
     assert (measured.judgments, measured.judge_thinking) == (3, 60)
     assert _thinking({"thinking_tokens": measured.thinking()}, "assistant") == " (thinking 200.0)"
     assert _thinking({"thinking_tokens": measured.thinking()}, "user") == ""
+
+
+@pytest.mark.parametrize("gpu_type", ["h100", "a100"])
+def test_the_4x80gb_recipe_its_placement_time_and_the_fp8_refusal(tmp_path, paper_models, gpu_type):
+    """docs/cluster.md's recipe for 4 x 80 GB nodes under the paper protocol: the 70B over the four
+    GPUs with the 8B beside it on GPU 0, the judge job the 70B alone; the time modelled on the GPU
+    type's figures with the shards a time limit takes; an fp8 KV cache refused on A100 (8.0)."""
+    out = tmp_path / "plan.json"
+    node = ["plan.gpus=4", "plan.gpu_memory_gib=80", f"plan.gpu_type={gpu_type}", "plan.model_dialogues=16"]
+    fp8 = ["user_agent.kv_cache_dtype=fp8"] if gpu_type == "a100" else []
+    proc = run_cli(
+        "plan", *paper_models, *node, *fp8, "plan.time_limit=04:00:00", f"plan.out={out}", check=False, timeout=120
+    )
+    plan = json.loads(out.read_text())
+    jobs = plan["placement"]["jobs"]
+    judge = jobs["judge"]
+    assert [(m["model"], m["mode"], m["gpus"]) for m in judge["models"]] == [
+        ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3])
+    ]
+    judge_rate = plan["time"]["rates_tokens_per_s"]["judge"]
+    assert judge_rate == next(r["tokens_per_s"] for r in judge["throughput"]["layouts"] if r["chosen"])
+    if gpu_type == "a100":
+        assert proc.returncode == 2
+        assert "kv_cache_dtype fp8 refused" in jobs["generate"]["refused"] and "8.0" in jobs["generate"]["refused"]
+        assert "A100 SXM 80GB figures" in proc.stdout and plan["time"]["rates_tokens_per_s"]["generate"] is None
+        return
+    assert proc.returncode == 0, proc.stderr
+    generate = jobs["generate"]
+    assert [(m["model"], m["mode"], m["gpus"]) for m in generate["models"]] == [
+        ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3]),
+        ("Llama-3.1-8B-Instruct", "in_process", [0]),
+    ]
+    time_ = plan["time"]
+    assert time_["rates_tokens_per_s"]["source"].startswith("modelled")
+    whole = max(time_["generate_s"]["all"], time_["judge_s"]["all"])
+    assert time_["time_limit"]["shards"] >= math.ceil(whole / (4 * 3600))
+    assert "H100 SXM figures" in proc.stdout and "under 04:00:00 per job:" in proc.stdout

@@ -18,7 +18,7 @@ from personalens.plan.options import JOBS, PlanOptions
 
 def plan(cfg: DictConfig) -> int:
     from personalens.engines.factory import ROLES, model_configs
-    from personalens.engines.placement.gpus import simulated, visible_gpu_spec
+    from personalens.engines.placement.gpus import visible_gpu_spec
     from personalens.plan.estimate import estimate
     from personalens.plan.text import lines
 
@@ -28,7 +28,7 @@ def plan(cfg: DictConfig) -> int:
         raise PersonalensError("the selection holds no scenario (data.users, data.kinds)")
     models = model_configs({role: cfg[role] for role in ROLES})
     R.check_templates(cfg, models, scenarios[0])  # a template that refuses the run's prompts: refused here too
-    gpus = simulated(options.gpus, options.gpu_memory_gib) if options.gpus else visible_gpu_spec()
+    gpus = described(options) if options.gpus else visible_gpu_spec()
     chosen = selection(cfg, scenarios)
     placed: dict = {}
 
@@ -50,6 +50,17 @@ def plan(cfg: DictConfig) -> int:
     options.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"plan: wrote {options.out}", file=console.err())
     return 2 if any("refused" in job for job in result["placement"].get("jobs", {}).values()) else 0
+
+
+def described(options: PlanOptions):
+    """The GPUs plan.gpus and plan.gpu_memory_gib describe, of plan.gpu_type's compute capability."""
+    import dataclasses
+
+    from personalens.engines.placement.gpus import simulated
+    from personalens.plan.throughput import GPUS
+
+    gpus = simulated(options.gpus, options.gpu_memory_gib)
+    return dataclasses.replace(gpus, capabilities=(GPUS[options.gpu_type].capability,) * gpus.count)
 
 
 def selection(cfg: DictConfig, scenarios: list) -> dict:
@@ -86,6 +97,20 @@ def progress(cfg: DictConfig, count: int) -> dict | None:
         if stored:
             partial[index] = {"dialogues": len(stored), "turns": sum(stored.values())}
     return {"dialogues": written, "partial_shards": partial} if written or partial else None
+
+
+def kv_refusals(configs: dict, gpus, gpu_type: str) -> str | None:
+    """The KV options the job's GPUs cannot run (engines/vllm/kv.py), as the job would refuse them
+    when it starts; whether the installed vLLM takes them is the job's own check."""
+    from personalens.engines.vllm.kv import kv_refusal
+
+    found = [
+        why
+        for config in dict.fromkeys(configs.values())
+        if config.engine == "vllm"
+        and (why := kv_refusal(config, gpus=gpus, cpu_build=False, cpu_flags=(), takes=lambda _: True))
+    ]
+    return f"{'; '.join(found)} (plan.gpu_type={gpu_type})" if found else None
 
 
 def modelled_rates(placed: dict, gpu_type: str):
@@ -126,6 +151,10 @@ def placement(
         roles = JOBS[job]
         configs = {role: models[role] for role in roles}
         in_process = R.in_process_roles(cfg, roles)
+        refused = kv_refusals(configs, gpus, options.gpu_type)
+        if refused:
+            jobs[job] = {"refused": refused}
+            continue
         try:
             layout = plan_layout(configs, gpus, in_process, R.work(cfg, roles))
         except PersonalensError as err:

@@ -28,14 +28,15 @@ class GpuFigures:
     name: str
     bandwidth: float  # bytes/s of HBM
     flops: float  # dense bf16 FLOP/s
+    capability: str  # CUDA compute capability (what an fp8 KV cache needs is checked against it)
 
 
 # NVIDIA's datasheets (SXM boards): H100 3.35 TB/s and 989 TFLOPS, H200 4.8 TB/s and 989 TFLOPS,
-# A100 80GB 2,039 GB/s and 312 TFLOPS
+# A100 80GB 2,039 GB/s and 312 TFLOPS; compute capability 9.0 (Hopper) and 8.0 (Ampere)
 GPUS = {
-    "h100": GpuFigures("H100 SXM", 3.35e12, 989e12),
-    "h200": GpuFigures("H200 SXM", 4.8e12, 989e12),
-    "a100": GpuFigures("A100 SXM 80GB", 2.039e12, 312e12),
+    "h100": GpuFigures("H100 SXM", 3.35e12, 989e12, "9.0"),
+    "h200": GpuFigures("H200 SXM", 4.8e12, 989e12, "9.0"),
+    "a100": GpuFigures("A100 SXM 80GB", 2.039e12, 312e12, "8.0"),
 }
 
 
