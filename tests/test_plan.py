@@ -378,3 +378,43 @@ def test_the_4x80gb_recipe_its_placement_time_and_the_fp8_refusal(tmp_path, pape
     whole = max(time_["generate_s"]["all"], time_["judge_s"]["all"])
     assert time_["time_limit"]["shards"] >= math.ceil(whole / (4 * 3600))
     assert "H100 SXM figures" in proc.stdout and "under 04:00:00 per job:" in proc.stdout
+
+
+def test_the_70b_served_by_the_lab_and_what_its_server_needs(tmp_path, paper_models):
+    """The 70B user agent and judge on a server the lab runs (docs/cluster.md), the job's one GPU for
+    the 8B: it fits, and `plan` prints each served role's `vllm serve` line with the smallest context
+    that holds its longest prompt at the cap and its reply (the judge's: a 4,000-token reply)."""
+    out = tmp_path / "plan.json"
+    served = [
+        f"{role}.{key}"
+        for role in ("user_agent", "judge")
+        for key in ("engine=server", "server.base_url=http://gpu-node-7:8000/v1")
+    ]
+    proc = run_cli(
+        "plan", *paper_models, *served, "judge.server.api_key_env=LAB_KEY", "plan.gpus=1", "plan.gpu_memory_gib=80",
+        f"plan.out={out}", timeout=120,
+    )  # fmt: skip
+    plan = json.loads(out.read_text())
+    jobs = plan["placement"]["jobs"]
+    assert [(m["model"], m["mode"], m.get("gpus")) for m in jobs["generate"]["models"]] == [
+        ("Llama-3.1-70B-Instruct", "server", None),
+        ("Llama-3.1-8B-Instruct", "in_process", [0]),
+    ]
+    assert [(m["model"], m["mode"]) for m in jobs["judge"]["models"]] == [("Llama-3.1-70B-Instruct", "server")]
+    longest = plan["tokens"]["longest_prompts_at_cap"]
+    servers = plan["servers"]
+    assert set(servers) == {"user_agent", "judge"}
+    assert servers["judge"]["max_model_len"] == int(max(k["judge"] for k in longest.values()) + 4000)
+    assert servers["user_agent"]["max_model_len"] == int(max(k["dialogue"] for k in longest.values()) + 800)
+    judge = servers["judge"]["command"]
+    assert judge.startswith(f"vllm serve {paper_models[paper_models.index('model@judge=llama31_70b') + 1][11:]} ")
+    for flag in (
+        f"--max-model-len {servers['judge']['max_model_len']}",
+        "--structured-outputs-config.backend xgrammar",
+        "--enable-prompt-tokens-details",
+        "--served-model-name Llama-3.1-70B-Instruct",
+        "--api-key $LAB_KEY",
+    ):
+        assert flag in judge and flag in proc.stdout, flag
+    assert "--api-key" not in servers["user_agent"]["command"]
+    assert "only under compare.allow=[judge]" in proc.stdout and "family llama for the self-preference" in proc.stdout

@@ -44,12 +44,26 @@ def plan(cfg: DictConfig) -> int:
         "reproducible": reproducibility(cfg, gpus, given=bool(options.gpus)),
         **estimated,
     }
+    servers = external(cfg, models, estimated["tokens"])
+    if servers:
+        result["servers"] = servers
     for line in lines(result):
         print(line, file=console.out())
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"plan: wrote {options.out}", file=console.err())
     return 2 if any("refused" in job for job in result["placement"].get("jobs", {}).values()) else 0
+
+
+def external(cfg: DictConfig, models: dict, tokens: dict) -> dict:
+    """The `vllm serve` line and checklist of each role served by the lab (plan/served.py)."""
+    from personalens.config.core import plain
+    from personalens.plan.estimate import _reply_tokens
+    from personalens.plan.served import external_servers
+
+    longest = tokens.get("longest_prompts_at_cap")
+    raw = {role: plain(cfg[role]) for role in ("user_agent", "assistant", "judge")}
+    return external_servers(raw, models, longest, _reply_tokens(cfg)[0] if longest else None)
 
 
 def described(options: PlanOptions):
