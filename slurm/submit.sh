@@ -21,7 +21,8 @@
 #   MEM          memory per generate/judge task (default 64G)
 #   TIME         time limit per generate/judge task (default 24:00:00)
 #   REPORT_CPUS, REPORT_MEM, REPORT_TIME   the same for the merge+report job (default 4, 16G, 02:00:00)
-#   PARTITION    partition of every job (default: the cluster's default partition)
+#   PARTITION    partition of the generate and judge tasks (default: the cluster's default partition)
+#   REPORT_PARTITION  partition of the merge+report job, which needs no GPU (default: PARTITION)
 #   ACCOUNT      account of every job
 #   ARRAY        shards to run, in sbatch --array syntax (default: all, 0-(SHARDS-1)); e.g. 1,3
 #   LOG_DIR      where job logs go, named <job name>-<job id>_<array index>.log (default: slurm-logs)
@@ -47,12 +48,15 @@ log_dir=${LOG_DIR:-slurm-logs}
 mkdir -p "$log_dir"
 
 common=(--parsable "--export=ALL,SHARDS=$shards,PERSONALENS=$personalens")
-[[ -n ${PARTITION:-} ]] && common+=("--partition=$PARTITION")
 [[ -n ${ACCOUNT:-} ]] && common+=("--account=$ACCOUNT")
 # shellcheck disable=SC2206  # word splitting is the point
 [[ -n ${SBATCH_ARGS:-} ]] && common+=($SBATCH_ARGS)
 
 shard_jobs=("--array=${ARRAY:-0-$((shards - 1))}" "--output=$log_dir/%x-%A_%a.log")
+report_job=("--output=$log_dir/%x-%j.log")
+[[ -n ${PARTITION:-} ]] && shard_jobs+=("--partition=$PARTITION")
+report_partition=${REPORT_PARTITION:-${PARTITION:-}}
+[[ -n $report_partition ]] && report_job+=("--partition=$report_partition")
 if [[ -n ${GPUS:-} ]]; then
   if [[ $GPUS == 0 ]]; then shard_jobs+=(--gres=none); else shard_jobs+=("--gres=gpu:$GPUS"); fi
 fi
@@ -73,7 +77,7 @@ submit() { sbatch "${common[@]}" "$@" | cut -d';' -f1; }
 
 generate=$(submit "${shard_jobs[@]}" "$here/generate.sbatch" "$@")
 judge=$(submit "${shard_jobs[@]}" "--dependency=aftercorr:$generate" --kill-on-invalid-dep=yes "$here/judge.sbatch" "$@")
-report=$(submit "${report_resources[@]}" "--output=$log_dir/%x-%j.log" "--dependency=afterany:$judge" --kill-on-invalid-dep=yes \
+report=$(submit "${report_job[@]}" "${report_resources[@]}" "--dependency=afterany:$judge" --kill-on-invalid-dep=yes \
   "$here/report.sbatch" "$@")
 
 echo "generate $generate"

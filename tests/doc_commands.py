@@ -155,13 +155,11 @@ def check(command: DocCommand) -> str | None:
             return f"{sub.name}: say which action: {' or '.join(sub.actions)}"
         actions, rest = named, rest[1:]
     for action in actions:
-        label = f"{sub.name} {action}".strip()
         try:
-            overrides = cli._hydra_args(rest, label, sub.positional)
+            overrides = sub.overrides(rest, action)
         except cli.UsageError as err:
             return str(err)
-        extra = [f"{sub.name}.action={action}"] if action else []
-        problem = _composed((*overrides, *extra))
+        problem = _composed(tuple(overrides))
         if problem:
             return problem
     return None
@@ -194,3 +192,76 @@ def _compose(overrides: list[str]) -> str | None:
 def _placeholder(token: str) -> bool:
     value = token.split("=", 1)[-1]
     return bool(_PLACEHOLDER.search(value))
+
+
+_OPTION = re.compile(r"^~?\+{0,2}([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+)(?:=\S*)?$")
+_FILE_SUFFIXES = {
+    "md",
+    "html",
+    "json",
+    "yaml",
+    "yml",
+    "log",
+    "py",
+    "parquet",
+    "sh",
+    "sbatch",
+    "csv",
+    "png",
+    "txt",
+    "svg",
+    "tex",
+}
+
+
+@dataclass(frozen=True)
+class DocOption:
+    where: str  # "docs/cluster.md:12"
+    name: str  # the dotted option name as written, without its value: `plan.time_limit`
+
+    def __str__(self) -> str:
+        return f"{self.where}: `{self.name}`"
+
+
+def options(paths: Iterable[Path], top: Iterable[str], repo: Path = REPO) -> list[DocOption]:
+    """Every dotted option name a markdown file writes in an inline code span of its prose
+    (`plan.time_limit`, `protocol.assistant.max_tokens=1825`) whose first part is one of `top`, the
+    config's top-level keys; file names (`report.md`) are not option names."""
+    top = set(top)
+    found = []
+    for path in paths:
+        name = str(path.relative_to(repo)) if path.is_relative_to(repo) else str(path)
+        for number, line, code in _logical_lines(path):
+            if code:
+                continue
+            for span in re.findall(r"`([^`]+)`", line):
+                match = _OPTION.match(span.strip())
+                if not match:
+                    continue
+                parts = match.group(1).split(".")
+                if parts[0] in top and parts[-1] not in _FILE_SUFFIXES:
+                    found.append(DocOption(f"{name}:{number}", match.group(1)))
+    return found
+
+
+def unresolved(found: Iterable[DocOption], config_dir: Path = REPO / "conf") -> list[DocOption]:
+    """The option names that are not keys of the whole composed config, `conf/config.yaml` with
+    every command's sections (each command composes a part of it: personalens/cli.py SECTIONS)."""
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        whole = OmegaConf.to_container(compose("config"), resolve=False)
+    out = []
+    for option in found:
+        node = whole
+        for part in option.name.split("."):
+            if node == {}:
+                break  # a mapping that takes any key: `assistant.chat_template_kwargs.reasoning_effort`
+            if not isinstance(node, dict) or part not in node:
+                out.append(option)
+                break
+            node = node[part]
+    return out
+
+
+def top_level_keys(config_dir: Path = REPO / "conf") -> list[str]:
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return list(compose("config").keys())

@@ -5,8 +5,10 @@ them by PID. Everything they use (munge key and socket, slurm.conf, spool, state
 folder, the daemons listen on free loopback ports, and client commands find the cluster through
 SLURM_CONF in `SlurmCluster.env`. Its configuration is SLURM's default where the scripts depend on it:
 no `DependencyParameters=kill_invalid_depend`, so a job whose dependency can never be met stays pending
-unless its own `--kill-on-invalid-dep=yes` cancels it (slurm/submit.sh). The only partition hands every job the whole node, so at most one
-job runs at a time (each test job loads vLLM on the CPU, and two of them would not fit in memory).
+unless its own `--kill-on-invalid-dep=yes` cancels it (slurm/submit.sh). Its two partitions, `debug`
+(the default) and `cpu` (for REPORT_PARTITION), hold the one node and hand every job the whole of it, so
+at most one job runs at a time (each test job loads vLLM on the CPU, and two of them would not fit in
+memory).
 
 Debian/Ubuntu: `apt-get install -y slurmctld slurmd slurm-client munge` (tested with 22.05)."""
 
@@ -175,6 +177,7 @@ SchedulerParameters=batch_sched_delay=0
 MinJobAge=3600
 NodeName={node} NodeAddr=127.0.0.1 {_node_hardware()} State=UNKNOWN
 PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE
+PartitionName=cpu Nodes={node} MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE
 """
 
 

@@ -71,3 +71,44 @@ def test_the_readme_is_short_and_maps_every_doc():
     assert len(readme.splitlines()) <= 160
     mapped = set(re.findall(r"^\| \[[\w.-]+\]\(docs/([\w.-]+\.md)\) \|", readme, re.MULTILINE))
     assert mapped == {p.name for p in (dc.REPO / "docs").glob("*.md")}
+
+
+# option names the docs write in prose that are not config keys, and why (none today; a doc that needs one
+# names it here)
+NOT_OPTIONS: dict[str, str] = {}
+
+
+def _markdown() -> list:
+    return [dc.REPO / "README.md", *sorted((dc.REPO / "docs").glob("*.md"))]
+
+
+def test_every_option_name_in_the_docs_prose_is_a_config_key():
+    """`plan.time_limit`, `protocol.assistant.max_tokens=1825`: each dotted name in a doc's inline code
+    whose first part is a top-level key of the config resolves in it (tests/doc_commands.py options)."""
+    found = dc.options(_markdown(), dc.top_level_keys())
+    assert len(found) > 150, len(found)  # the check reads the docs: it cannot pass by finding nothing
+    assert {"plan.time_limit", "protocol.assistant.thinking_budget", "lockstep.in_flight"} <= {o.name for o in found}
+    stale = [o for o in dc.unresolved(found) if o.name not in NOT_OPTIONS]
+    assert not stale, "option names in the docs that are not config keys:\n" + "\n".join(map(str, stale))
+
+
+def test_a_planted_stale_option_name_is_caught_where_it_is_written(tmp_path):
+    doc = tmp_path / "planted.md"
+    doc.write_text(
+        "Set `plan.time_limit=24:00:00` and `protocol.assistant.max_tokens`, read `report.md` and\n"
+        "`runs/x/plan.json`; the old `protocol.assistant.thinking_rule=auto` is gone,\n"
+        "as is `plan.gpu_kind`, while `assistant.chat_template_kwargs.reasoning_effort` takes any key.\n"
+        "```bash\npersonalens plan plan.not_here=1   # code blocks are the command check's\n```\n"
+    )
+    found = dc.options([doc], dc.top_level_keys(), repo=tmp_path)
+    assert [o.name for o in found] == [
+        "plan.time_limit",
+        "protocol.assistant.max_tokens",
+        "protocol.assistant.thinking_rule",
+        "plan.gpu_kind",
+        "assistant.chat_template_kwargs.reasoning_effort",
+    ]
+    assert [str(o) for o in dc.unresolved(found)] == [
+        "planted.md:2: `protocol.assistant.thinking_rule`",
+        "planted.md:3: `plan.gpu_kind`",
+    ]

@@ -5,6 +5,7 @@ pairs on simulated nodes (placement printed, an impossible layout refused), load
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -156,8 +157,9 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
     the three GPUs left (replicas auto): modelled with and without them, and said to be chosen."""
     out = tmp_path / "plan.json"
     args = ["plan.gpus=8", "plan.gpu_memory_gib=80", "plan.jobs=[generate]", "plan.model_dialogues=16"]
-    proc = run_cli("plan", *paper_models, *args, f"plan.out={out}", timeout=120)
-    generate = json.loads(out.read_text())["placement"]["jobs"]["generate"]
+    proc = run_cli("plan", *paper_models, *args, "plan.time_limit=00:20:00", f"plan.out={out}", timeout=120)
+    plan = json.loads(out.read_text())
+    generate = plan["placement"]["jobs"]["generate"]
     assert [(m["model"], m["mode"], m["gpus"]) for m in generate["models"]] == [
         ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3]),
         ("Llama-3.1-8B-Instruct", "managed_server", [4]),
@@ -211,6 +213,20 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
         in proc.stdout
     ), proc.stdout
     assert "+ 3 copies in managed vLLM servers on GPU 5,6,7" in proc.stdout and "not available" not in proc.stdout
+    # no rate given nor measured: the time is the chosen layout's modelled rate, said as modelled, and
+    # the time limit's shard count follows from it (the judge job, not planned here, has none)
+    time_ = plan["time"]
+    assert (
+        time_["rates_tokens_per_s"]["generate"] == every["tokens_per_s"]
+        and time_["rates_tokens_per_s"]["judge"] is None
+    )
+    assert time_["rates_tokens_per_s"]["source"].startswith("modelled")
+    largest = time_["generate_s"]["largest_shard"]
+    assert largest == pytest.approx(plan["tokens"]["at_cap"]["all"]["generated"] / every["tokens_per_s"])
+    shards = time_["time_limit"]["shards"]
+    assert shards >= math.ceil(largest / 1200)  # no fewer shards can hold the modelled time
+    assert "rates modelled for each job's chosen layout (h100 figures)" in proc.stdout
+    assert f"under 00:20:00 per job: {shards} shards, `slurm/submit.sh {shards} ...`" in proc.stdout
 
 
 def test_plan_refuses_the_same_models_on_one_gpu_and_says_why(tmp_path, paper_models):
@@ -219,7 +235,8 @@ def test_plan_refuses_the_same_models_on_one_gpu_and_says_why(tmp_path, paper_mo
     assert proc.returncode == 2
     refused = json.loads(out.read_text())["placement"]["jobs"]["generate"]["refused"]
     assert "do not fit on 1 GPU" in refused and "Llama-3.1-70B-Instruct" in refused and "Ways out" in refused
-    assert "generate: REFUSED" in proc.stdout and "time: unknown: no throughput" in proc.stdout
+    assert "generate: REFUSED" in proc.stdout
+    assert "time: unknown: no throughput: a modelled rate needs each job's layout to fit" in proc.stdout
 
 
 def test_plan_on_the_quickstart_config_takes_seconds_and_imports_neither_vllm_nor_torch(tmp_path):
@@ -388,3 +405,80 @@ def test_the_judges_replies_are_a_cap_bound_until_a_calibration_runs_judge_measu
         f"    {run}",
         f"    {plan}",
     ]
+
+
+@pytest.mark.parametrize("gpu_type", ["h100", "a100"])
+def test_the_4x80gb_recipe_its_placement_time_and_the_fp8_refusal(tmp_path, paper_models, gpu_type):
+    """docs/cluster.md's recipe for 4 x 80 GB nodes under the paper protocol: the 70B over the four
+    GPUs with the 8B beside it on GPU 0, the judge job the 70B alone; the time modelled on the GPU
+    type's figures with the shards a time limit takes; an fp8 KV cache refused on A100 (8.0)."""
+    out = tmp_path / "plan.json"
+    node = ["plan.gpus=4", "plan.gpu_memory_gib=80", f"plan.gpu_type={gpu_type}", "plan.model_dialogues=16"]
+    fp8 = ["user_agent.kv_cache_dtype=fp8"] if gpu_type == "a100" else []
+    proc = run_cli(
+        "plan", *paper_models, *node, *fp8, "plan.time_limit=04:00:00", f"plan.out={out}", check=False, timeout=120
+    )
+    plan = json.loads(out.read_text())
+    jobs = plan["placement"]["jobs"]
+    judge = jobs["judge"]
+    assert [(m["model"], m["mode"], m["gpus"]) for m in judge["models"]] == [
+        ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3])
+    ]
+    judge_rate = plan["time"]["rates_tokens_per_s"]["judge"]
+    assert judge_rate == next(r["tokens_per_s"] for r in judge["throughput"]["layouts"] if r["chosen"])
+    if gpu_type == "a100":
+        assert proc.returncode == 2
+        assert "kv_cache_dtype fp8 refused" in jobs["generate"]["refused"] and "8.0" in jobs["generate"]["refused"]
+        assert "A100 SXM 80GB figures" in proc.stdout and plan["time"]["rates_tokens_per_s"]["generate"] is None
+        return
+    assert proc.returncode == 0, proc.stderr
+    generate = jobs["generate"]
+    assert [(m["model"], m["mode"], m["gpus"]) for m in generate["models"]] == [
+        ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3]),
+        ("Llama-3.1-8B-Instruct", "in_process", [0]),
+    ]
+    time_ = plan["time"]
+    assert time_["rates_tokens_per_s"]["source"].startswith("modelled")
+    whole = max(time_["generate_s"]["all"], time_["judge_s"]["all"])
+    assert time_["time_limit"]["shards"] >= math.ceil(whole / (4 * 3600))
+    assert "H100 SXM figures" in proc.stdout and "under 04:00:00 per job:" in proc.stdout
+
+
+def test_the_70b_served_by_the_lab_and_what_its_server_needs(tmp_path, paper_models):
+    """The 70B user agent and judge on a server the lab runs (docs/cluster.md), the job's one GPU for
+    the 8B: it fits, and `plan` prints each served role's `vllm serve` line with the smallest context
+    that holds its longest prompt at the cap and its reply (the judge's: a 4,000-token reply)."""
+    out = tmp_path / "plan.json"
+    served = [
+        f"{role}.{key}"
+        for role in ("user_agent", "judge")
+        for key in ("engine=server", "server.base_url=http://gpu-node-7:8000/v1")
+    ]
+    proc = run_cli(
+        "plan", *paper_models, *served, "judge.server.api_key_env=LAB_KEY", "plan.gpus=1", "plan.gpu_memory_gib=80",
+        f"plan.out={out}", timeout=120,
+    )  # fmt: skip
+    plan = json.loads(out.read_text())
+    jobs = plan["placement"]["jobs"]
+    assert [(m["model"], m["mode"], m.get("gpus")) for m in jobs["generate"]["models"]] == [
+        ("Llama-3.1-70B-Instruct", "server", None),
+        ("Llama-3.1-8B-Instruct", "in_process", [0]),
+    ]
+    assert [(m["model"], m["mode"]) for m in jobs["judge"]["models"]] == [("Llama-3.1-70B-Instruct", "server")]
+    longest = plan["tokens"]["longest_prompts_at_cap"]
+    servers = plan["servers"]
+    assert set(servers) == {"user_agent", "judge"}
+    assert servers["judge"]["max_model_len"] == int(max(k["judge"] for k in longest.values()) + 4000)
+    assert servers["user_agent"]["max_model_len"] == int(max(k["dialogue"] for k in longest.values()) + 800)
+    judge = servers["judge"]["command"]
+    assert judge.startswith(f"vllm serve {paper_models[paper_models.index('model@judge=llama31_70b') + 1][11:]} ")
+    for flag in (
+        f"--max-model-len {servers['judge']['max_model_len']}",
+        "--structured-outputs-config.backend xgrammar",
+        "--enable-prompt-tokens-details",
+        "--served-model-name Llama-3.1-70B-Instruct",
+        "--api-key $LAB_KEY",
+    ):
+        assert flag in judge and flag in proc.stdout, flag
+    assert "--api-key" not in servers["user_agent"]["command"]
+    assert "only under compare.allow=[judge]" in proc.stdout and "family llama for the self-preference" in proc.stdout

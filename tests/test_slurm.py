@@ -63,6 +63,7 @@ def submit(
         "REPORT_CPUS": "1",
         "REPORT_MEM": "2G",
         "LOG_DIR": str(workdir / "logs"),
+        "REPORT_PARTITION": "cpu",  # the GPU-less report job on a partition of its own
     }
     if array is not None:
         env["ARRAY"] = array
@@ -124,6 +125,8 @@ def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(cl
         f"{jobs['judge']}_1": "CANCELLED",
         jobs["report"]: "FAILED",
     }, f"{states}\n{logs}"
+    partitions = {stage: job_fields(cluster, job)["Partition"] for stage, job in jobs.items()}
+    assert partitions == {"generate": "debug", "judge": "debug", "report": "cpu"}, partitions
     judge_1 = job_fields(cluster, f"{jobs['judge']}_1")
     assert judge_1["Reason"] == "DependencyNeverSatisfied", judge_1
     merge_log = (tmp_path / "logs" / f"pl-report-{jobs['report']}.log").read_text()

@@ -19,7 +19,7 @@ from personalens.plan.options import JOBS, PlanOptions
 def plan(cfg: DictConfig) -> int:
     from personalens.config.roles import roles as resolve_roles
     from personalens.engines.factory import ROLES, model_configs
-    from personalens.engines.placement.gpus import simulated, visible_gpu_spec
+    from personalens.engines.placement.gpus import visible_gpu_spec
     from personalens.plan.estimate import estimate
     from personalens.plan.text import lines
 
@@ -32,23 +32,54 @@ def plan(cfg: DictConfig) -> int:
         raise PersonalensError("the selection holds no scenario (data.users, data.kinds)")
     models = model_configs({role: cfg[role] for role in ROLES})
     R.check_templates(cfg, models, scenarios[0])  # a template that refuses the run's prompts: refused here too
-    gpus = simulated(options.gpus, options.gpu_memory_gib) if options.gpus else visible_gpu_spec()
+    gpus = described(options) if options.gpus else visible_gpu_spec()
     chosen = selection(cfg, scenarios)
-    estimated, workload, measured = estimate(cfg, options, scenarios, models)
+    placed: dict = {}
+
+    def modelled(workload, measured):
+        placed.update(placement(cfg, models, options, gpus, workload, chosen["largest_shard"], measured))
+        return modelled_rates(placed, options.gpu_type)
+
+    estimated, workload, measured = estimate(cfg, options, scenarios, models, modelled)
     result = {
         "command": "personalens plan",
         "roles": roles.as_dict(),
         "selection": chosen,
-        "placement": placement(cfg, models, options, gpus, workload, chosen["largest_shard"], measured),
+        "placement": placed,
         "reproducible": reproducibility(cfg, gpus, given=bool(options.gpus)),
         **estimated,
     }
+    servers = external(cfg, models, estimated["tokens"])
+    if servers:
+        result["servers"] = servers
     for line in lines(result):
         print(line, file=console.out())
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"plan: wrote {options.out}", file=console.err())
     return 2 if any("refused" in job for job in result["placement"].get("jobs", {}).values()) else 0
+
+
+def external(cfg: DictConfig, models: dict, tokens: dict) -> dict:
+    """The `vllm serve` line and checklist of each role served by the lab (plan/served.py)."""
+    from personalens.config.core import plain
+    from personalens.plan.estimate import _reply_tokens
+    from personalens.plan.served import external_servers
+
+    longest = tokens.get("longest_prompts_at_cap")
+    raw = {role: plain(cfg[role]) for role in ("user_agent", "assistant", "judge")}
+    return external_servers(raw, models, longest, _reply_tokens(cfg)[0] if longest else None)
+
+
+def described(options: PlanOptions):
+    """The GPUs plan.gpus and plan.gpu_memory_gib describe, of plan.gpu_type's compute capability."""
+    import dataclasses
+
+    from personalens.engines.placement.gpus import simulated
+    from personalens.plan.throughput import GPUS
+
+    gpus = simulated(options.gpus, options.gpu_memory_gib)
+    return dataclasses.replace(gpus, capabilities=(GPUS[options.gpu_type].capability,) * gpus.count)
 
 
 def selection(cfg: DictConfig, scenarios: list) -> dict:
@@ -87,6 +118,38 @@ def progress(cfg: DictConfig, count: int) -> dict | None:
     return {"dialogues": written, "partial_shards": partial} if written or partial else None
 
 
+def kv_refusals(configs: dict, gpus, gpu_type: str) -> str | None:
+    """The KV options the job's GPUs cannot run (engines/vllm/kv.py), as the job would refuse them
+    when it starts; whether the installed vLLM takes them is the job's own check."""
+    from personalens.engines.vllm.kv import kv_refusal
+
+    found = [
+        why
+        for config in dict.fromkeys(configs.values())
+        if config.engine == "vllm"
+        and (why := kv_refusal(config, gpus=gpus, cpu_build=False, cpu_flags=(), takes=lambda _: True))
+    ]
+    return f"{'; '.join(found)} (plan.gpu_type={gpu_type})" if found else None
+
+
+def modelled_rates(placed: dict, gpu_type: str):
+    """The generate and judge jobs' rates from their chosen layouts' modelled throughput (a `run` job's
+    for both where it is the one planned); None where neither is modelled (no GPUs, served models)."""
+    from personalens.plan.schedule import Rates
+
+    def rate(job: str) -> float | None:
+        rows = ((placed.get("jobs") or {}).get(job) or {}).get("throughput", {}).get("layouts", [])
+        return next((row.get("tokens_per_s") for row in rows if row["chosen"] and row["fits"]), None)
+
+    generate, judge = rate("generate"), rate("judge")
+    if generate is None and judge is None:
+        generate = judge = rate("run")
+        if generate is None:
+            return None
+        return Rates(generate, judge, f"modelled for the run job's chosen layout ({gpu_type} figures)")
+    return Rates(generate, judge, f"modelled for each job's chosen layout ({gpu_type} figures)")
+
+
 def placement(
     cfg: DictConfig, models: dict, options: PlanOptions, gpus, workload, largest: dict, calibration=None
 ) -> dict:
@@ -107,6 +170,10 @@ def placement(
         roles = JOBS[job]
         configs = {role: models[role] for role in roles}
         in_process = R.in_process_roles(cfg, roles)
+        refused = kv_refusals(configs, gpus, options.gpu_type)
+        if refused:
+            jobs[job] = {"refused": refused}
+            continue
         try:
             layout = plan_layout(configs, gpus, in_process, R.work(cfg, roles))
         except PersonalensError as err:

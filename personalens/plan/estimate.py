@@ -37,11 +37,16 @@ class Judging:
     max_tokens: int
 
 
+# the rates of one job when none is given or measured: from the placement modelled on this workload
+Modelled = Callable[[Workload | None, Calibration | None], Rates | None]
+
+
 def estimate(
-    cfg: DictConfig, options: PlanOptions, scenarios: Sequence, models: Mapping
+    cfg: DictConfig, options: PlanOptions, scenarios: Sequence, models: Mapping, modelled: Modelled | None = None
 ) -> tuple[dict, Workload | None, Calibration | None]:
     """tokens, calibration, time and assumptions of the plan; the dialogues' shape the engines see
-    (None when the tokens could not be counted); and the calibration run read (None: none given)."""
+    (None when the tokens could not be counted); and the calibration run read (None: none given).
+    `modelled` gives the jobs' rates where neither plan.tokens_per_s nor a calibration does."""
     tokenizers, missing = load_tokenizers(models)
     assumptions = [
         "dialogues follow this config (fidelity, prompt setting, templates, protocol); turn t's prompt = its "
@@ -49,6 +54,8 @@ def estimate(
         "`history` tokens per turn"
     ]
     if missing:
+        if modelled is not None:
+            modelled(None, None)  # the placement, without a workload to model its throughput on
         why = "; ".join(f"{role}: {reason}" for role, reason in missing.items())
         return (
             {
@@ -136,7 +143,9 @@ def estimate(
     estimated = {
         "tokens": tokens,
         "calibration": calibration,
-        "time": _time(cfg, options, scenarios, per_kind, calibration, assumptions),
+        "time": _time(
+            cfg, options, scenarios, per_kind, calibration, assumptions, modelled and modelled(workload, measured)
+        ),
         "assumptions": assumptions,
     }
     return estimated, workload, measured
@@ -269,6 +278,13 @@ def _rates(options: PlanOptions, calibration: dict | None) -> Rates | None:
     return None
 
 
+NO_RATE = (
+    "no throughput: a modelled rate needs each job's layout to fit the GPUs given (plan.gpus=N "
+    "plan.gpu_memory_gib=G) with its models in process or as managed servers; else give "
+    "plan.tokens_per_s=<generated tokens/s of one job> or plan.calibrate=<a finished run>"
+)
+
+
 def _time(
     cfg: DictConfig,
     options: PlanOptions,
@@ -276,12 +292,16 @@ def _time(
     per_kind: Mapping[str, PerDialogue],
     calibration: dict | None,
     assumptions: list[str],
+    modelled: Rates | None = None,
 ) -> dict:
-    rates = _rates(options, calibration)
+    rates = _rates(options, calibration) or modelled
     if rates is None:
-        return {
-            "unknown": "no throughput: give plan.tokens_per_s=<generated tokens/s of one job> or plan.calibrate=<a finished run>"
-        }
+        return {"unknown": NO_RATE}
+    if rates is modelled:
+        assumptions.append(
+            "rates modelled (plan/throughput.py, plan.gpu_type's published figures), not measured: each job's chosen "
+            f"layout on the largest shard at shard.count={int(cfg.shard.count)}, taken for every shard count"
+        )
     assumptions.append(
         "time = generated tokens / generated tokens per second of one job, alike on every shard's node; model "
         "loading and server start-up not counted; a shard batching fewer dialogues may be slower than the rate"

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from personalens.config.roles import lines as roles_lines
 from personalens.engines.placement.gpus import GIB
 from personalens.plan.schedule import duration
+from personalens.plan.served import lines as served_lines
 
 _ROLE_NAMES = {"user": "user agent", "user_first": "user agent's first", "assistant": "assistant", "judge": "judge"}
 
@@ -314,6 +315,8 @@ def lines(plan: Mapping) -> list[str]:
         *_tokens(plan["tokens"]),
         *_calibration(plan.get("calibration")),
         *_time(plan["time"]),
+        *(["servers the lab runs (engine: server), what each needs:"] if plan.get("servers") else []),
+        *served_lines(plan.get("servers") or {}),
         "assumptions:",
         *(f"  - {a}" for a in plan["assumptions"]),
     ]

@@ -28,16 +28,17 @@ class GpuFigures:
     name: str
     bandwidth: float  # bytes/s of HBM
     flops: float  # dense bf16 FLOP/s
+    capability: str  # CUDA compute capability (what an fp8 KV cache needs is checked against it)
     fp8_flops: float | None = None  # dense FP8 FLOP/s; None: no FP8 tensor cores (fp8 weights run weight-only)
 
 
 # assumed: NVIDIA's datasheets (SXM boards, dense figures: half the "with sparsity" ones): H100 3.35 TB/s,
 # 989 TFLOPS bf16, 1,979 TFLOPS FP8; H200 4.8 TB/s and the H100's rates; A100 80GB 2,039 GB/s and 312
-# TFLOPS bf16, no FP8
+# TFLOPS bf16, no FP8; compute capability 9.0 (Hopper) and 8.0 (Ampere)
 GPUS = {
-    "h100": GpuFigures("H100 SXM", 3.35e12, 989e12, 1979e12),
-    "h200": GpuFigures("H200 SXM", 4.8e12, 989e12, 1979e12),
-    "a100": GpuFigures("A100 SXM 80GB", 2.039e12, 312e12),
+    "h100": GpuFigures("H100 SXM", 3.35e12, 989e12, "9.0", 1979e12),
+    "h200": GpuFigures("H200 SXM", 4.8e12, 989e12, "9.0", 1979e12),
+    "a100": GpuFigures("A100 SXM 80GB", 2.039e12, 312e12, "8.0"),
 }
 
 
