@@ -25,6 +25,7 @@ from personalens.engines.placement.gpus import GpuSpec, simulated
 from personalens.errors import PersonalensError
 from personalens.judge import command as judge_command
 
+DIALOGUE = "SmolLM2-135M-Instruct"  # the default user agent's and assistant's model
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
@@ -124,4 +125,34 @@ def test_a_start_onto_memory_still_held_is_refused_in_one_line(tmp_path, node, m
         assert [e[1] for e in node.events if e[0] == "start"] == ["Llama-3.1-70B-Instruct"] * 2  # nothing started
     finally:
         stop.close()
+    assert not node.live()
+
+
+def test_personalens_run_frees_the_dialogue_engines_before_the_judges_start(tmp_path, node, monkeypatch):
+    """`personalens run` with the panel: the dialogue model (the embedded default, in this process
+    and in copies on the GPUs it leaves free) is closed and its servers stopped before the first
+    judge server starts, and the report has a Table 3 per judge."""
+    from test_fidelity import PromptRecorder
+
+    from personalens import cli
+
+    class Dialogue(PromptRecorder):
+        def close(self):
+            node.events.append(("close", "dialogue"))
+
+    scripted = Dialogue()
+    judges = node.judges
+    monkeypatch.setattr(
+        factory,
+        "build_engine",
+        lambda config, stop=None: scripted if config.name == DIALOGUE else judges.setdefault(config.name, Judge()),
+    )
+    out = tmp_path / "run"
+    assert cli.run(panel_config(tmp_path, out, "report.bootstrap=50")) == 0
+    starts = [e for e in node.events if e[0] == "start"]
+    first_judge = next(e for e in starts if e[1] != DIALOGUE)
+    assert starts[0][1] == DIALOGUE and first_judge[2] == []  # the dialogue copies stopped before it
+    assert ("close", "dialogue") in node.events[: node.events.index(first_judge)]
+    assert scripted.requests and set(judges) == {"Llama-3.1-70B-Instruct", "Mixtral-8x7B-Instruct-v0.1"}
+    assert (out / "report" / "table3_judge.csv").is_file() and (out / "report" / "table3_judge-mix.csv").is_file()
     assert not node.live()
