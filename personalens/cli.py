@@ -179,14 +179,23 @@ def _usage() -> str:
 
 
 def run(cfg: DictConfig, stop: Stop | None = None) -> int:
-    """generate, judge and report in one process, loading each model once (and only if needed)."""
+    """generate, judge and report in one process. Every model's layout is planned before any loads.
+    model@judge shares the dialogue engines where its model config is a dialogue role's (loaded once);
+    otherwise the dialogue engines, managed servers included, are freed before the judges load. Each
+    further model of a judge panel loads after the one before it is freed."""
     from personalens.config import run as R
-    from personalens.judge.command import judge, settings
+    from personalens.judge.command import judge, judge_groups, settings
     from personalens.simulate.command import generate
 
     settings(cfg)  # a judge setting that cannot work fails now, not after the dialogues
-    engines = R.engines(cfg, ("user_agent", "assistant", "judge"), stop)
-    code = generate(cfg, engines, stop) or judge(cfg, engines, stop)
+    roles = R.run_roles(cfg)
+    shared = "judge" in roles
+    engines = R.engines(cfg, roles, stop)
+    groups = judge_groups(cfg, engines if shared else None, stop)
+    code = generate(cfg, engines, stop)
+    if not shared:
+        engines.close()
+    code = code or judge(cfg, stop=stop, planned=groups)
     if code:
         return code
     from personalens.report.command import report  # matplotlib and pandas: seconds, only once there is a report

@@ -327,3 +327,28 @@ def test_cli_exports_scores_and_writes_table5(run, tmp_path, sample_root):
     )
     assert bad.returncode == 2 and "personalens agreement score: error: agreement.sheets needs" in bad.stderr
     assert run_cli("agreement", check=False).returncode == 2
+
+
+def test_table5_intervals_resample_users_and_cover_a_known_kappa():
+    """Table 5's cells over the simulation of tests/test_kappa.py (an annotator uniform on two values, the
+    judge copying the annotator with a per-user probability of mean 0.6, else at random: true Cohen's and
+    Fleiss' kappa 0.6; 20 users of 15 dialogues). Resampling users covers the truth at about the 95%
+    nominal; the same cells resampling dialogues cover it far less often."""
+    from test_kappa import scripted_judges
+
+    from personalens.agreement.score import cohen_cell, fleiss_cell
+
+    truth, sims = 0.6, 100
+    covered = Counter()
+    for seed in range(sims):
+        a, b, user = scripted_judges(np.random.default_rng(seed), users=20, items=15, k=2, agreement=truth)
+        boot, users = Bootstrap(200, seed), user.astype(str)
+        cells = {
+            "cohen": cohen_cell((a - 1)[:, None], b - 1, 2, boot, users),
+            "fleiss": fleiss_cell(np.column_stack([a - 1, b - 1]), 2, boot, users),
+            "cohen by dialogue": cohen_cell((a - 1)[:, None], b - 1, 2, boot) if seed < 50 else None,
+        }
+        covered.update(name for name, est in cells.items() if est is not None and est.lo <= truth <= est.hi)
+    # 100 simulations give a binomial standard error of about 2.2 points around 95%
+    assert 0.88 <= covered["cohen"] / sims <= 0.99 and 0.88 <= covered["fleiss"] / sims <= 0.99, covered
+    assert covered["cohen by dialogue"] / 50 < 0.85, covered

@@ -67,7 +67,7 @@ class Recorder:
         self.built.append(config)
         return SimpleNamespace(name=config.name, config=config)
 
-    def serve(self, decisions, log_dir: Path, shard: str) -> dict:
+    def serve(self, decisions, log_dir: Path, shard: str, servers=None) -> dict:
         self.served.extend(decisions)
         self.shard = shard
         url = "http://127.0.0.1:{}/v1"

@@ -121,8 +121,15 @@ def test_the_report_gives_table3_per_judge_their_agreement_and_the_panel_score(t
     p = next(r for r in rows if r["metric"] == "P")
     assert float(p["kappa_mean"]) < 1 and p["kappa_n"] == "4"  # the warm judge moved some scores
     # the report's own Table 3 holds model@judge's rows alone: as many dialogues as one judge scored
-    with open(report / "table3.csv") as f, open(report / "table3_judge1.csv") as g:
+    with open(report / "table3.csv") as f, open(report / "table3_judge.csv") as g:
         assert next(csv.DictReader(f))["SD_TCR_n"] == next(csv.DictReader(g))["SD_TCR_n"]
+    # every per-judge table is named by its judge, in its file name and in its judge column
+    for stem in ("table3", "table3_unflagged", "table3_flag_difference", "length_score"):
+        for saved, name in (("judge", "judge"), ("judge-warm", "warm")):
+            with open(report / f"{stem}_{saved}.csv") as f:
+                rows = list(csv.DictReader(f))
+            assert rows and {(r["judge"], r["judge_model"]) for r in rows} == {(name, "SmolLM2-135M-Instruct")}
+    assert not list(report.glob("table3_judge1.*"))
 
 
 @pytest.mark.parametrize(
@@ -242,12 +249,17 @@ def test_merge_wants_every_judgment_of_every_judge_of_the_panel(tmp_path, capsys
     assert judge_command.judge(cfg, lambda: {"judge": Judge()}) == 0
     assert merge_command.merge(cfg) == 0  # both judges' rows, none counted twice
     assert "merge: complete" in capsys.readouterr().out
-    for path in (out / "judgments").rglob("part-*.parquet"):  # rows of one judge lost from each part
+    assert report_command.report(config(f"run.out_dir={out}", "data.kinds=SD", WARM, "report.bootstrap=50")) == 0
+    assert "Incomplete" not in (out / "report" / "report.md").read_text()  # every judge's rows were read
+    from personalens.config.saved import read_judges
+
+    warm = read_judges(out)["warm"].fingerprint
+    for path in (out / "judgments").rglob("part-*.parquet"):  # the warm judge's rows lost
         table = pq.read_table(path)
-        keys = table.column("judge_key").to_pylist()
-        pq.write_table(table.filter([k != keys[-1] for k in keys]), path)
+        pq.write_table(table.filter([k != warm for k in table.column("judge_key").to_pylist()]), path)
     assert merge_command.merge(cfg) == 1
-    assert "judgments missing" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "judgments missing (judge warm: 24; " in printed and "judge judge:" not in printed  # named per judge
 
 
 def test_runs_of_one_judge_each_reported_together_are_no_panel(tmp_path):

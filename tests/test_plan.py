@@ -111,9 +111,22 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
         "plan.tokens_per_s=500",
         "plan.time_limit=00:00:40",
     ]
-    proc = run_cli("plan", *paper_models, *args, f"plan.out={out}", timeout=120)
+    # a judge panel: model@judge, and the 8B as a second judge, placed alone once the 70B is freed
+    eight, tokenizer = (
+        next(a.split("=", 1)[1] for a in paper_models if a.startswith(f"assistant.{k}=")) for k in ("path", "tokenizer")
+    )
+    panel = f"judges=[{{name: small, model: llama31_8b, set: {{path: '{eight}', tokenizer: '{tokenizer}'}}}}]"
+    proc = run_cli("plan", *paper_models, *args, panel, f"plan.out={out}", timeout=120)
     plan = json.loads(out.read_text())
     generate, judge = plan["placement"]["jobs"]["generate"], plan["placement"]["jobs"]["judge"]
+    small = plan["placement"]["jobs"]["judge-small"]
+    assert [(m["model"], m["mode"], m["gpus"]) for m in small["models"]] == [
+        ("Llama-3.1-8B-Instruct", "in_process", [0])
+    ]
+    assert "  judge-small: " in proc.stdout and "judge (2 judges, one after another) at 500.0" in proc.stdout
+    # both judges make every judgment: the judge job's time is twice one judge's, at the rate given
+    judge_tokens = plan["tokens"]["at_cap"]["all"]["judge_generated"]
+    assert plan["time"]["judges"] == 2 and plan["time"]["judge_s"]["all"] == pytest.approx(2 * judge_tokens / 500)
     assert [(m["model"], m["mode"], m["gpus"]) for m in generate["models"]] == [
         ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3]),
         ("Llama-3.1-8B-Instruct", "in_process", [0]),

@@ -97,11 +97,11 @@ def test_batch_invariant_engines_and_servers_get_the_environment_when_they_start
             seen.append(("engine", config.engine, os.environ.get("VLLM_BATCH_INVARIANT")))
             return super().build(config)
 
-        def serve(self, decisions, log_dir, shard=""):
+        def serve(self, decisions, log_dir, shard="", servers=None):
             for d in decisions:  # the launch environment start_servers builds from this process's
                 env = server_env(d.run_config, d.device_ids, os.environ, log_dir / "s.log", "key")
                 seen.append(("server", d.config.name, env.get("VLLM_BATCH_INVARIANT")))
-            return super().serve(decisions, log_dir, shard)
+            return super().serve(decisions, log_dir, shard, servers)
 
     h100s = node(*["9.0"] * 4)
     # the paper's models share the GPUs in this process (the 70B holds four); a forced server gets its own

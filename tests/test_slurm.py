@@ -1,15 +1,18 @@
 """slurm/submit.sh on a real single-node SLURM cluster: the generate -> judge -> merge+report
-chain over 2 shards of the bundled sample, run with the embedded model on the CPU, on a cluster
+chain over 2 shards of the bundled sample, judged by a panel of two judges (model@judge and a warm
+one on the same engine), run with the embedded model on the CPU, on a cluster
 without `kill_invalid_depend`: first with one shard's generate failing (its judge task is cancelled,
 not left pending, and the chain ends with a report over the other shard that names the failed one
 and why) and the other one's generate sent SLURM's warning signal mid-dialogue (it stops, requeues
-itself and resumes from its stored turns), then the failed shard alone resubmitted, after which the
-merged run holds exactly the selection and the report no longer names a missing shard.
+itself and resumes from its stored turns), the missing shard's judgments named per judge, then the
+failed shard alone resubmitted, after which the merged run holds exactly the selection under each
+judge and the report shows it complete, with one Table 3 per judge.
 
 Each generate/judge job loads vLLM, so this takes minutes; the cluster runs one job at a time."""
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import subprocess
@@ -35,6 +38,7 @@ OVERRIDES = [
     "protocol=quick",
     "protocol.max_rounds_sd=1",
     "judging.dimensions=[task_completion,personalization]",
+    "judges=[{name: warm, sampling: {temperature: 0.7}}]",
     "trials=1",
     "progress=false",
     # no torch.compile: vLLM then starts in seconds instead of minutes on a small CPU
@@ -99,6 +103,11 @@ def warn_mid_dialogue(cluster: slurm_cluster.SlurmCluster, job: str, turns: Path
     cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
 
 
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def keys(path: Path) -> list[tuple]:
     table = pq.read_table(path, columns=KEY_COLUMNS)
     return sorted(zip(*(table.column(c).to_pylist() for c in KEY_COLUMNS)))
@@ -137,6 +146,7 @@ def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(cl
     assert "cover only the shards that finished" in partial, logs
     assert "shard 1 of 2: no dialogue files" in partial and "why: generate: error:" in partial, partial
     assert "ARRAY=1" in partial and "shard 0 of 2" not in partial, partial
+    assert re.search(r"judgments missing \(judge judge: (\d+), judge warm: \1; ", partial), partial  # per judge
     # shard 0's generate stopped on the signal (exit 75), requeued itself and finished on its second
     # run: the turns of the stopped run's steps kept as they were, none simulated twice
     generate_log = (tmp_path / "logs" / f"pl-generate-{jobs['generate']}_0.log").read_text()
@@ -170,7 +180,13 @@ def test_failed_shard_is_named_by_merge_and_resubmitting_it_completes_the_run(cl
     assert all(users_by_shard) and not set.intersection(*users_by_shard), users_by_shard
     assert keys(out_dir / "merged" / "dialogues.parquet") == expected_keys
     assert sorted(set(keys(out_dir / "merged" / "judgments.parquet"))) == expected_keys
-    assert "cover only the shards that finished" not in (out_dir / "report" / "report.md").read_text(), logs
+    judged = pq.read_table(out_dir / "merged" / "judgments.parquet", columns=["judge_key"]).column(0).to_pylist()
+    assert len(set(judged)) == 2 and len(set(Counter(judged).values())) == 1  # every judgment under each judge
+    report = (out_dir / "report" / "report.md").read_text()
+    assert "cover only the shards that finished" not in report and "Incomplete" not in report, logs
+    for judge, name in (("judge", "judge"), ("judge-warm", "warm")):
+        rows = read_csv(out_dir / "report" / f"table3_{judge}.csv")
+        assert rows and {r["judge"] for r in rows} == {name}
 
 
 @pytest.mark.parametrize(

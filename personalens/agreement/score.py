@@ -2,8 +2,9 @@
 
 Per metric: Fleiss' kappa among the annotators and the mean over annotators of Cohen's kappa between
 the annotator and the judge (unweighted, as the paper reports plain kappas), both from statsmodels,
-each with a percentile-bootstrap interval over dialogues (report.stats). statsmodels computes both
-from count tables, so a bootstrap resample only re-weights precomputed per-dialogue counts."""
+each with a bootstrap interval that resamples users, as every interval of the report does (a user's
+dialogues are drawn together; expanded percentile, tables/stats.py). statsmodels computes both from
+count tables, so a bootstrap resample only re-weights precomputed per-dialogue counts."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def score_sheets(
         )
     scored = [judge_scores(Path(run_dir), manifest, by_name[n], n == DEFAULT) for n in judges]
     items = [int(item["item"]) for item in manifest.items]
+    users = np.array([str(item["user_id"]) for item in manifest.items]) if boot.by_user else None
     alone = list(judges) == [DEFAULT]
     columns = COLUMNS if alone else (*(_cohen_column(n, panel) for n in judges), COLUMNS[1], ALL_RATERS)
     rows = []
@@ -54,10 +56,11 @@ def score_sheets(
         codes = np.array([[code[s.scores[i][metric.column]] for s in sheets] for i in items])
         judged = [np.array([code.get(judge.get((i, metric.column)), -1) for i in items]) for judge in scored]
         k = len(metric.scores)
-        cohens = tuple(cohen_cell(codes, j, k, boot) for j in judged)
+        cohens = tuple(cohen_cell(codes, j, k, boot, users) for j in judged)
         every = np.column_stack([codes, *judged])
-        everyone = () if alone else (fleiss_cell(every[(every >= 0).all(axis=1)], k, boot),)
-        rows.append(((metric.label,), (*cohens, fleiss_cell(codes, k, boot), *everyone)))
+        rated = (every >= 0).all(axis=1)
+        everyone = () if alone else (fleiss_cell(every[rated], k, boot, None if users is None else users[rated]),)
+        rows.append(((metric.label,), (*cohens, fleiss_cell(codes, k, boot, users), *everyone)))
     unjudged = sum(1 for judge in scored for i in items for m in METRICS if (i, m.column) not in judge)
     notes = (
         f"Export {manifest.export_id}: {len(items)} dialogues rated by {len(sheets)} annotators "
@@ -65,8 +68,7 @@ def score_sheets(
         "Cohen's Kappa is the mean over annotators of the unweighted kappa between an annotator and the judge; "
         "IAA is Fleiss' kappa among the annotators"
         + ("" if alone else f", and among the annotators and the judges {', '.join(judges)} together")
-        + ". Intervals are percentile bootstrap over dialogues "
-        f"({boot.resamples} resamples, seed {boot.seed}); n counts dialogues.",
+        + f". {_method(boot)}; n counts dialogues.",
         *(
             (
                 f"{unjudged} (dialogue, metric{'' if alone else ', judge'}) {'pairs' if alone else 'triples'} have "
@@ -134,13 +136,26 @@ def cohen(table: np.ndarray) -> float:
         return float(cohens_kappa(table, return_results=False))
 
 
-def fleiss_cell(codes: np.ndarray, categories: int, boot: Bootstrap) -> Estimate:
+def _method(boot: Bootstrap) -> str:
+    if not boot.by_user:
+        return f"Intervals are percentile bootstrap over dialogues ({boot.resamples} resamples, seed {boot.seed})"
+    return (
+        "95% intervals resample users (a user's dialogues are drawn together; the dialogues of a single user are "
+        f"resampled one by one), expanded percentile, {boot.resamples} resamples, seed {boot.seed} (docs/agreement.md)"
+    )
+
+
+def fleiss_cell(codes: np.ndarray, categories: int, boot: Bootstrap, users: np.ndarray | None = None) -> Estimate:
+    """Fleiss' kappa among the annotators; its interval resamples `users` (a label per dialogue)."""
     counts, _ = aggregate_raters(codes, n_cat=categories)
-    return _estimate(lambda idx: fleiss(counts[idx]), len(codes), boot)
+    return _estimate(lambda idx: fleiss(counts[idx]), len(codes), boot, users)
 
 
-def cohen_cell(codes: np.ndarray, judged: np.ndarray, categories: int, boot: Bootstrap) -> Estimate | None:
-    """Mean over annotators of Cohen's kappa with the judge, on the dialogues the judge scored."""
+def cohen_cell(
+    codes: np.ndarray, judged: np.ndarray, categories: int, boot: Bootstrap, users: np.ndarray | None = None
+) -> Estimate | None:
+    """Mean over annotators of Cohen's kappa with the judge, on the dialogues the judge scored; its
+    interval resamples `users` (a label per dialogue)."""
     keep = judged >= 0
     if not keep.any():
         return None
@@ -164,9 +179,11 @@ def cohen_cell(codes: np.ndarray, judged: np.ndarray, categories: int, boot: Boo
             )
         )
 
-    return _estimate(mean_kappa, n, boot)
+    return _estimate(mean_kappa, n, boot, None if users is None else users[keep])
 
 
-def _estimate(statistic: Callable[[np.ndarray], float], n: int, boot: Bootstrap) -> Estimate:
-    value, lo, hi = bootstrap_statistic(statistic, n, boot.resamples, boot.seed)
+def _estimate(statistic: Callable[[np.ndarray], float], n: int, boot: Bootstrap, users: np.ndarray | None) -> Estimate:
+    """The statistic with its interval: users resampled where there are several, else dialogues."""
+    clusters = list(users) if users is not None and len(set(users)) > 1 else None
+    value, lo, hi = bootstrap_statistic(statistic, n, boot.resamples, boot.seed, clusters=clusters)
     return Estimate(value, lo, hi, n)

@@ -34,12 +34,17 @@ class PanelJudge:
     @property
     def saved(self) -> str:
         """The saved config's name: judge.yaml for model@judge, judge-<name>.yaml for the others."""
-        return DEFAULT if self.name == DEFAULT else f"{DEFAULT}-{self.name}"
+        return saved_name(self.name)
 
     @property
     def model(self) -> str:
         """Its model config as one string: judges with equal ones share one engine."""
         return json.dumps(plain(self.cfg.judge), sort_keys=True, default=str)
+
+
+def saved_name(name: str) -> str:
+    """A panel judge's saved config's name (judge.yaml, judge-<name>.yaml), which its report files carry."""
+    return DEFAULT if name == DEFAULT else f"{DEFAULT}-{name}"
 
 
 def panel(cfg: DictConfig) -> list[PanelJudge]:
@@ -127,6 +132,18 @@ class RunJudges:
 
     def label(self, key: str) -> str:
         return self.judges[key].label if key in self.judges else f"judge {key or '(not recorded)'}"
+
+    def name(self, key: str) -> str:
+        """The judge's panel name ("judge" for model@judge); its key where no run saved it."""
+        return self.judges[key].name if key in self.judges else key or "(not recorded)"
+
+    def stems(self, keys: Sequence[str]) -> dict[str, str]:
+        """Per key, what its report files are named by: its saved config's name (judge, judge-<name>),
+        the same whatever judges are added; with the key's start added where runs reported together
+        saved one name for several judges."""
+        names = {k: saved_name(self.name(k)) if k in self.judges else f"judge-{k[:8] or 'unrecorded'}" for k in keys}
+        shared = {n for n in names.values() if list(names.values()).count(n) > 1}
+        return {k: f"{n}-{k[:8]}" if n in shared else n for k, n in names.items()}
 
     def self_preference(self, keys: Sequence[str] | None = None) -> list[str]:
         """One line per run and judge (of `keys`; all by default) whose family is the run's

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from personalens import console
-from personalens.config.core import fingerprint, reproducible
+from personalens.config.core import fingerprint, plain, reproducible
 from personalens.config.fidelity import Fidelity
 from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
@@ -190,6 +190,14 @@ def work(cfg: DictConfig, roles: tuple[str, ...]) -> dict[str, float]:
     if "judge" in roles:
         out["judge"] = len(cfg.judging.dimensions) * reply["judge"]
     return out
+
+
+def run_roles(cfg: DictConfig) -> tuple[str, ...]:
+    """The roles `personalens run` loads together to generate: the judge's too where its model config
+    is a dialogue role's (one engine, loaded once); else the judge loads after the dialogue engines
+    are freed."""
+    dialogue = ("user_agent", "assistant")
+    return (*dialogue, "judge") if any(plain(cfg.judge) == plain(cfg[role]) for role in dialogue) else dialogue
 
 
 def in_process_roles(cfg: DictConfig, roles: tuple[str, ...]) -> frozenset[str]:

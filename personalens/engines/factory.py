@@ -2,9 +2,11 @@
 
 Roles with equal configs share one engine. Where each distinct model runs is decided first, when the
 loader is made (placement/layout.py): the decision is logged, and a layout that cannot fit is refused there,
-before anything is saved or loaded. When the engines are needed, the managed vLLM servers (the
-models' copies among them) start together (managed.py), then the in-process engines load; a model
-with copies is one engine over them all (replicated.py).
+before anything is saved or loaded. When the engines are needed, the GPUs' free memory is checked
+against the layout (placement/free.py), the managed vLLM servers (the models' copies among them)
+start together (managed.py), then the in-process engines load; a model with copies is one engine
+over them all (replicated.py). Closing the loader stops them all, servers included, so that the
+next model of a judge panel starts on free GPUs.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from personalens.engines.base import Engine
 from personalens.engines.dtype import read_cpu_flags, vllm_is_cpu_build
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.models.speculative import reproducible_refusal
+from personalens.engines.placement.free import wait_until_free
 from personalens.engines.placement.gpus import GpuSpec, visible_gpu_spec
 from personalens.engines.placement.inflight import Cache, caches
 from personalens.engines.placement.layout import plan_layout
 from personalens.engines.placement.placed import Placement
 from personalens.engines.replicated import ReplicatedEngine
 from personalens.engines.serving.managed import start_servers
+from personalens.engines.serving.processes import Servers
 from personalens.engines.stop import Stop
 from personalens.engines.vllm import invariance
 from personalens.engines.vllm.kv import kv_refusal
@@ -61,11 +65,12 @@ class EngineLoader:
     the engines made on the first call and kept. `log_dir` takes the managed servers' logs, named
     with `shard`; the models of the roles in `in_process` must run in this process; `work` (per role
     the tokens it generates per dialogue) shares the GPUs the layout leaves free out among copies. `gpus`, `build`
-    and `serve` are the GPU reader, the engine maker and the server starter (tests replace them).
+    and `serve` are the GPU reader (read again for the free memory before anything starts), the engine
+    maker and the server starter, which launches through the `Servers` it is given (tests replace them).
     `reproducible` runs every engine it starts in the platform's reproducible mode (invariance.py), or
     refuses the platform or layout that cannot, when the loader is made. `stop` is the command's: every engine checks it, the managed
-    servers are stopped when it closes, and a stop requested while the engines load is raised once
-    they have."""
+    servers are stopped when it closes (or the loader does), and a stop requested while the engines
+    load is raised once they have."""
 
     def __init__(
         self,
@@ -76,13 +81,14 @@ class EngineLoader:
         in_process: frozenset[str] = frozenset(),
         reproducible: bool = False,
         stop: Stop | None = None,
-        gpus: Callable[[], GpuSpec | None] = visible_gpu_spec,
+        gpus: Callable[[], GpuSpec | None] | None = None,
         build: Callable[[ModelConfig], Engine] | None = None,
-        serve: Callable[[list[Placement], Path, str], list[ModelConfig]] | None = None,
+        serve: Callable[[list[Placement], Path, str, Servers], list[ModelConfig]] | None = None,
         work: Mapping[str, float] | None = None,
     ):
         self.configs = model_configs(models)  # hub ids replaced by their snapshot folders
-        spec = gpus()
+        self._gpus = gpus or visible_gpu_spec
+        spec = self._gpus()
         self.mode = _reproducible_mode(self.configs, spec) if reproducible else None
         # engines' cores in this process (vLLM's CPU build): they take turns, so generate runs one cohort
         self.in_process_core = self.mode is not None and self.mode.in_process_core
@@ -109,7 +115,10 @@ class EngineLoader:
         self.stop = stop or Stop()
         self._log_dir, self._shard = Path(log_dir), shard
         self._build = build or (lambda config: build_engine(config, self.stop))
-        self._serve = serve or (lambda decisions, logs, shard: start_servers(decisions, logs, shard, self.stop))
+        self._serve = serve or (
+            lambda decisions, logs, shard, servers: start_servers(decisions, logs, shard, self.stop, servers)
+        )
+        self._servers: Servers | None = None  # the managed servers this loader started
         self._engines: dict[str, Engine] | None = None
 
     @property
@@ -124,8 +133,12 @@ class EngineLoader:
                 # read by vLLM when an engine is made; inherited by its processes and the managed servers
                 os.environ.update(self.mode.env)
             placed = self.layout.placements
+            wait_until_free(self.layout, self._gpus, self.stop)
             managed = [p for p in placed if p.mode == "managed_server"] + [c for p in placed for c in p.copies]
-            served = dict(zip(managed, self._serve(managed, self._log_dir, self._shard))) if managed else {}
+            self._servers = Servers(self.stop) if managed else None
+            served = (
+                dict(zip(managed, self._serve(managed, self._log_dir, self._shard, self._servers))) if managed else {}
+            )
             built = {}
             for p in placed:
                 self.stop.check()
@@ -138,13 +151,16 @@ class EngineLoader:
         return self._engines
 
     def close(self) -> None:
-        """Free the in-process engines it built (the next model of a judge panel loads into their
-        memory); the managed servers stop with the command's `stop`."""
+        """Free the in-process engines it built and stop the managed servers it started, copies
+        included, waiting until their processes have exited: the next model of a judge panel starts
+        on the GPUs they held."""
         for engine in {id(e): e for e in (self._engines or {}).values()}.values():
             close = getattr(engine, "close", None)
             if close is not None:
                 close()
-        self._engines = None
+        if self._servers is not None:
+            self._servers.stop_all()
+        self._servers, self._engines = None, None
 
 
 def _reproducible_mode(configs: Mapping[str, ModelConfig], gpus: GpuSpec | None) -> invariance.Mode | None:

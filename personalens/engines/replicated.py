@@ -117,6 +117,14 @@ class ReplicatedEngine:
                 thread.join()
         return replies
 
+    def close(self) -> None:
+        """Frees each copy that holds anything here (the in-process engine); the copies' servers are
+        stopped by the loader that started them."""
+        for engine in self.engines:
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
+
 
 def _checked(engine: Engine, got: list[Generation], n: int) -> list[Generation]:
     if len(got) != n:

@@ -4,6 +4,7 @@ a panel (`judges`, config/judges.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,12 +22,46 @@ if TYPE_CHECKING:
     from personalens.engines.stop import Stop
 
 
-def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop | None = None) -> int:
+def judge(
+    cfg: DictConfig,
+    engines: Callable[[], dict] | None = None,
+    stop: Stop | None = None,
+    planned: list[JudgeGroup] | None = None,
+) -> int:
     """Score this shard's dialogues with every judge of the panel (model@judge, then `judges`), one
     after another, each into the judgments under its own key and resumable on its own; judges with
-    one model config share its engine, loaded once and closed before the next model loads.
-    `engines`: model@judge's (`run` passes the engines it generated with). `stop`: checked after
-    each part file of judgments (engines/stop.py); running it again resumes."""
+    one model config share its engine. Every model's layout is planned (and refused when it cannot
+    fit) before any loads; then each model is loaded, used and closed, its managed servers stopped,
+    before the next loads. `engines`: model@judge's (`run` passes the engines it generated with);
+    `planned`: the groups `judge_groups` planned (`run` plans them before generating). `stop`:
+    checked after each part file of judgments (engines/stop.py); running it again resumes."""
+    scenarios = R.scenarios(cfg)
+    groups = planned if planned is not None else judge_groups(cfg, engines, stop, scenarios)
+    date = start_date(Path(cfg.run.out_dir))  # before a model loads or its server starts: they render with it
+    with R.shard_lease(cfg, "judge", stop) as lease:
+        for i, group in enumerate(groups):  # model@judge's group first
+            try:
+                for member in group.members:  # each part lands only while the lease is this command's
+                    judge_one(member.cfg, member.saved, member.name, group.load, scenarios, date, stop, lease.confirm)
+            finally:
+                if not group.shared or i + 1 < len(groups):  # `run`'s, when last, end with the command
+                    getattr(group.load, "close", lambda: None)()
+    return 0
+
+
+@dataclass(frozen=True)
+class JudgeGroup:
+    members: list  # the panel judges of one model config (config/judges.py PanelJudge)
+    load: Callable[[], dict]  # its engines: an EngineLoader, planned and not loaded, or `run`'s
+    shared: bool  # `load` is the engines `run` generated with
+
+
+def judge_groups(
+    cfg: DictConfig, engines: Callable[[], dict] | None, stop: Stop | None, scenarios: list | None = None
+) -> list[JudgeGroup]:
+    """The panel's judges grouped by model config, model@judge's first, each group's layout planned
+    (a layout that cannot fit refused now, before any model loads); `engines` serve model@judge's
+    group where given. Two entries that are one judge are refused."""
     judges = panel(cfg)
     keys = {}
     for member in judges:  # two entries that are one judge would write the same rows
@@ -36,38 +71,16 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
                 f"judges: {member.name} is the same judge as {keys[key]} (model, sampling and prompts): drop one"
             )
         keys[key] = member.name
-    scenarios = R.scenarios(cfg)
-    date = start_date(Path(cfg.run.out_dir))  # before a model loads or its server starts: they render with it
+    first = next(iter(scenarios if scenarios is not None else R.scenarios(cfg)), None)
     by_model: dict[str, list] = {}
     for member in judges:
         by_model.setdefault(member.model, []).append(member)
-    groups = list(by_model.values())
-    with R.shard_lease(cfg, "judge", stop) as lease:
-        for i, members in enumerate(groups):  # model@judge's group first
-            shared = engines if engines is not None and i == 0 else None
-            _judge_group(members, shared, i + 1 < len(groups), scenarios, date, stop, lease.confirm)
-    return 0
-
-
-def _judge_group(
-    members: list,
-    shared: Callable[[], dict] | None,
-    more: bool,
-    scenarios: list,
-    date: str,
-    stop: Stop | None,
-    guard: Callable[[], None],
-) -> None:
-    """The judges of one model config, on `shared` engines (`run`'s) or on their own, closed after
-    them (`shared` too when `more` models are to load after them); `guard`: the shard lease's check
-    before each part lands."""
-    load = shared or R.engines(members[0].cfg, ("judge",), stop, first=next(iter(scenarios), None))
-    try:
-        for member in members:
-            judge_one(member.cfg, member.saved, member.name, load, scenarios, date, stop, guard)
-    finally:
-        if shared is None or more:
-            getattr(load, "close", lambda: None)()
+    return [
+        JudgeGroup(members, engines, True)
+        if engines is not None and i == 0
+        else JudgeGroup(members, R.engines(members[0].cfg, ("judge",), stop, first=first), False)
+        for i, members in enumerate(by_model.values())
+    ]
 
 
 def identity(cfg: DictConfig) -> tuple[str, dict]:

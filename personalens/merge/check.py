@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,6 +51,7 @@ class ShardProblems:
     missing_judgments: tuple[JudgmentKey, ...] = ()
     unexpected_judgments: tuple[JudgmentKey, ...] = ()
     why: str = ""  # for an incomplete shard, how its steps' last starts ended (why.py)
+    judges: tuple[tuple[str, str], ...] = ()  # a judge panel's (key, name): judgments are counted per judge
 
     @property
     def incomplete(self) -> bool:
@@ -65,7 +66,8 @@ class ShardProblems:
             else ""
         )
         parts = [
-            f"{len(items)} {what} ({_examples(items)}){partly if what == 'dialogues missing' else ''}"
+            f"{len(items)} {what} ({self._per_judge(items, what)}{_examples(items)})"
+            + (partly if what == "dialogues missing" else "")
             for what, items in (
                 ("dialogues missing", self.missing_dialogues),
                 ("dialogues not in the selection", self.unexpected_dialogues),
@@ -78,6 +80,14 @@ class ShardProblems:
             parts.insert(0, f"no dialogue files in {shard_dir(Path(), 'dialogues', self.index, self.count)}")
         why = f"; why: {self.why}" if self.why else ""
         return f"shard {self.index} of {self.count}: " + ", ".join(parts) + why
+
+    def _per_judge(self, items: Sequence[tuple], what: str) -> str:
+        """'judge judge: 3, judge warm: 6; ' for a panel's judgments (their key ends with the judge's)."""
+        if not self.judges or not what.startswith("judgments"):
+            return ""
+        names = dict(self.judges)
+        counts = Counter(names.get(key[-1], key[-1]) for key in items)
+        return ", ".join(f"judge {name}: {n}" for name, n in sorted(counts.items())) + "; "
 
 
 @dataclass(frozen=True)
@@ -165,7 +175,9 @@ def merge(
     expected_shard = {key: (index, shard_count) for key, index in expected.items()}
 
     # a judge panel's judges each owe every judgment (docs/validation.md#judge-panels)
-    judges = [saved.fingerprint or "" for saved in read_judges(out_dir).values()] or [""]
+    saved = read_judges(out_dir)
+    judges = [step.fingerprint or "" for step in saved.values()] or [""]
+    names = tuple((step.fingerprint or "", name) for name, step in saved.items()) if len(judges) > 1 else ()
     dialogues, found, dialogue_copies = _once("dialogues", dialogues, lambda t: _keys(t, KEY_COLUMNS))
     judgments, judged, judgment_copies = _once("judgments", judgments, lambda t: _judged(t, judges))
     wanted_judgments = {
@@ -198,6 +210,7 @@ def merge(
             why=shard_story(out_dir, *shard)
             if kinds.get("missing_dialogues") or kinds.get("missing_judgments")
             else "",
+            judges=names,
         )
         for shard, kinds in sorted(problems.items(), key=lambda item: item[0][::-1])
         if any(kinds.values())

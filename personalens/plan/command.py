@@ -167,7 +167,7 @@ def placement(
         }
     jobs = {}
     for job in options.jobs:
-        roles = JOBS[job]
+        roles = R.run_roles(cfg) if job == "run" else JOBS[job]
         configs = {role: models[role] for role in roles}
         in_process = R.in_process_roles(cfg, roles)
         refused = kv_refusals(configs, gpus, options.gpu_type)
@@ -187,7 +187,33 @@ def placement(
         jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
         if workload is not None:
             jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options, cfg)
+    if {"judge", "run"} & set(options.jobs):
+        jobs.update(panel_phases(cfg, gpus))
     return {"planned": True, "gpus": gpus.describe(), "jobs": jobs}
+
+
+def panel_phases(cfg: DictConfig, gpus) -> dict:
+    """Each further model of a judge panel (config/judges.py), placed alone on `gpus` as `judge` and
+    `run` load it: after the model before it is freed. Keyed `judge-<name>` (its judges' names)."""
+    from personalens.config.judges import panel
+    from personalens.engines.factory import model_configs
+    from personalens.engines.placement.layout import plan_layout
+
+    groups: dict[str, list] = {}
+    for member in panel(cfg):
+        groups.setdefault(member.model, []).append(member)
+    phases = {}
+    for members in list(groups.values())[1:]:  # model@judge's own is the judge job
+        name = "judge-" + "+".join(m.name for m in members)
+        try:
+            layout = plan_layout(
+                model_configs({"judge": members[0].cfg.judge}), gpus, frozenset(), R.work(members[0].cfg, ("judge",))
+            )
+        except PersonalensError as err:
+            phases[name] = {"refused": str(err)}
+            continue
+        phases[name] = {**layout.as_dict(), "lines": layout.lines()}
+    return phases
 
 
 def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:

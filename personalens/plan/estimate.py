@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from personalens.config import run as R
-from personalens.config.sampling import hydra_overrides
+from personalens.config.judges import panel
 from personalens.plan.budget import (
     ZERO,
     Fixed,
@@ -25,7 +25,7 @@ from personalens.plan.budget import (
 )
 from personalens.plan.calibration import Calibration, read_calibration
 from personalens.plan.options import PlanOptions
-from personalens.plan.pilot import judge_replies
+from personalens.plan.pilot import command_overrides, judge_replies
 from personalens.plan.prompt_tokens import count_prompts, fixed_by_kind, judged, load_tokenizers, sample
 from personalens.plan.schedule import Rates, array_size, duration, parse_time_limit, shard_loads
 
@@ -139,7 +139,7 @@ def estimate(
         calibration["thinking_ended"] = measured.context_ended(dialogues, "thinking")
         tokens["calibrated"] = _totals(per_kind, dialogues)
         workload = dataclasses.replace(workload, turns=turns, judge_reply=judge_reply, source="calibrated")
-    tokens["judge_replies"] = judge_replies(judging.max_tokens, calibration, hydra_overrides())
+    tokens["judge_replies"] = judge_replies(judging.max_tokens, calibration, command_overrides())
     estimated = {
         "tokens": tokens,
         "calibration": calibration,
@@ -306,11 +306,19 @@ def _time(
         "time = generated tokens / generated tokens per second of one job, alike on every shard's node; model "
         "loading and server start-up not counted; a shard batching fewer dialogues may be slower than the rate"
     )
+    judges = len(panel(cfg))
+    if judges > 1:  # each judge of a panel makes every judgment: the judge job generates that many times the tokens
+        per_kind = {k: dataclasses.replace(v, judge_generated=v.judge_generated * judges) for k, v in per_kind.items()}
+        assumptions.append(
+            f"judge time covers the panel's {judges} judges one after another, each with model@judge's reply "
+            "tokens and rate (a panel judge of another model or sampling may differ)"
+        )
     shards = [rates.seconds(load, per_kind) for load in shard_loads(scenarios, int(cfg.shard.count), int(cfg.trials))]
     out = {
         "rates_tokens_per_s": {"generate": rates.generate, "judge": rates.judge, "source": rates.source},
         "basis": "calibrated" if calibration else "at the protocol's cap (an upper bound)",
         "per_shard_s": [{"generate": g, "judge": j} for g, j in shards],
+        "judges": judges,
     }
     for i, job in enumerate(("generate", "judge")):
         known = [s[i] for s in shards if s[i] is not None]

@@ -17,14 +17,23 @@ def pilot_commands(overrides: Sequence[str]) -> list[str]:
     def key(o: str) -> str:
         return o.lstrip("+~").partition("=")[0]
 
-    kept = [o for o in overrides if not key(o).startswith("plan.") and key(o) not in _REPLACED]
-    planned = [o for o in overrides if key(o).startswith("plan.") and key(o) != "plan.calibrate"]
+    # a bare `~section` is the CLI's own deletion of a section the command does not read (cli.py)
+    given = [o for o in overrides if not (o.startswith("~") and "=" not in o)]
+    kept = [o for o in given if not key(o).startswith("plan.") and key(o) not in _REPLACED]
+    planned = [o for o in given if key(o).startswith("plan.") and key(o) != "plan.calibrate"]
     run = ["personalens", "run", *kept, f"data.users={PILOT_USERS}", f"run.name={PILOT_NAME}"]
     plan = ["personalens", "plan", *kept, *planned, f"plan.calibrate=runs/{PILOT_NAME}"]
     return [shlex.join(run), shlex.join(plan)]
 
 
 _REPLACED = ("data.users", "run.name", "run.out_dir")
+
+
+def command_overrides() -> list[str]:
+    """The running Hydra app's command-line overrides (none outside one)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
 def judge_replies(max_tokens: int, calibration: dict | None, overrides: Sequence[str]) -> dict:

@@ -287,10 +287,11 @@ def _time(t: Mapping) -> list[str]:
     out = [f"time ({t['basis']}; rates {r['source']}):"]
     for job in ("generate", "judge"):
         rate = r[job]
+        judges = f" ({t['judges']} judges, one after another)" if job == "judge" and t.get("judges", 1) > 1 else ""
         if f"{job}_s" in t:
             s = t[f"{job}_s"]
             out.append(
-                f"  {job} at {rate:.1f} generated tokens/s: the largest shard {s['readable']}, "
+                f"  {job}{judges} at {rate:.1f} generated tokens/s: the largest shard {s['readable']}, "
                 f"all shards together {duration(s['all'])}"
             )
         else:

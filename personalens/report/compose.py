@@ -13,15 +13,15 @@ from personalens.report.endings import context_note, cut_replies, endings, found
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
-from personalens.report.length import length_tables
-from personalens.report.panel import panel_markdown, panel_tables
+from personalens.report.length import length_table
+from personalens.report.panel import PANEL_FILES, panel_markdown, panel_tables
 from personalens.report.paper_tables import by_domain, by_turn, parse_failures, table3, table4, table12, table13
 from personalens.report.provenance import mixed_runs
 from personalens.report.result import CHECK_TABLES, Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
 from personalens.report.user_dialogues import FLAGS_FILE, CheckedDialogue, checked_dialogues, write_flags
 from personalens.report.user_flags import flag_counts, without_flagged
-from personalens.store.results import KINDS, Judgment, RunData, load_runs
+from personalens.store.results import KINDS, RunData, load_runs
 from personalens.store.turns import continued_dialogues
 from personalens.tables import render
 from personalens.tables.render import write_tables
@@ -44,32 +44,34 @@ def build_report(
     if html_dialogues < 0:
         raise ReportError(f"html_dialogues: must be >= 0, got {html_dialogues}")
     dirs = tuple(Path(d) for d in run_dirs)
-    data = load_runs(dirs)
-    # a judge panel: its tables over every judge's rows; the report's own tables hold each run's model@judge
+    data = load_runs(dirs)  # every judge's rows: merge.json counted them all
     judges = run_judges(dirs)
     defaults = [judges.default[str(d)] for d in dirs]
+    keyed = judges.keyed(data.judgments)
+    checked = checked_dialogues(dirs)
     # runs of one judge each (reported side by side, judged by different models) are no panel
-    keyed = judges.keyed(data.judgments) if any(len(k) > 1 for k in judges.per_run.values()) else ()
-    panel = panel_tables(keyed, defaults, judges, Bootstrap(bootstrap, seed))
-    # every judge by name for length against score; model@judge's rows alone for the other tables
-    named = tuple(replace(j, judge=judges.label(j.judge)) for j in keyed) if panel else None
-    data = replace(data, judgments=tuple(replace(j, judge="") for j in judges.primary(data.judgments)))
+    panel = (
+        panel_tables(keyed, defaults, judges, Bootstrap(bootstrap, seed), checked[0])
+        if any(len(k) > 1 for k in judges.per_run.values())
+        else None
+    )
+    # the report's own tables hold each run's model@judge; a panel's tables hold each judge's
+    primary = judges.primary(keyed)
     # the release's domains, and any a lab added that the runs hold
-    domains = with_domains(d for j in data.judgments for d in j.domains)
+    domains = with_domains(d for j in primary for d in j.domains)
     unknown = [d for d in figure5_domains if d not in domains]
     if unknown:
         raise ReportError(f"figure5_domains: unknown domain(s) {unknown}; the domains are {', '.join(domains)}")
     report = compute_report(
-        data,
+        replace(data, judgments=primary),
         dirs,
         Path(out_dir),
         Bootstrap(bootstrap, seed),
         tuple(figure5_domains),
         tuple(read_setup(d) for d in dirs),
         {str(d): continued_by_shard(d) for d in dirs},
-        checked_dialogues(dirs),
+        checked,
         self_preference=tuple(judges.self_preference(defaults)),
-        judged=named,
         incomplete=incomplete_runs(dirs, data),
     )
     report = replace(report, panel=panel)
@@ -91,7 +93,6 @@ def compute_report(
     continued: Mapping[str, Mapping[str, int]] | None = None,
     checked: tuple[tuple[CheckedDialogue, ...], tuple[str, ...]] = ((), ()),
     self_preference: tuple[str, ...] = (),
-    judged: Sequence[Judgment] | None = None,
     incomplete: tuple[str, ...] = (),
 ) -> Report:
     """The tables; `setups` (one per run) give the fidelity option, which decides Figure 4's task
@@ -99,8 +100,7 @@ def compute_report(
     shard folder -> dialogues) the dialogues resumed mid-dialogue, which the provenance note names;
     `checked` the dialogues checked by the rules of the simulated user (user_dialogues.py), and why
     the leak rule could not be checked for a run; `self_preference` lines for Table 3's notes;
-    `judged` every judge's judgments of a judge panel, by name, for length against score; `incomplete`
-    the runs whose merge found shards missing (completeness.py), named first."""
+    `incomplete` the runs whose merge found shards missing (completeness.py), named first."""
     j = data.judgments
     shared = common_fidelity(setups) if setups else None
     official = shared is not None and shared.option.reproduces_release
@@ -114,7 +114,7 @@ def compute_report(
         + self_preference
     )
     flagged, unchecked = checked
-    unflagged, differences = without_flagged(j, flagged, boot) if flagged else ([], [])
+    unflagged, difference = without_flagged(j, flagged, boot) if flagged else (None, None)
     return Report(
         run_dirs=run_dirs,
         out_dir=out_dir,
@@ -135,9 +135,9 @@ def compute_report(
         setups=setups,
         mixed=mixed,
         user_flags=flag_counts(flagged, unchecked) if flagged else None,
-        table3_unflagged=tuple(unflagged),
-        flag_difference=tuple(differences),
-        length=tuple(length_tables(judged or j, flagged, boot)) if flagged else (),
+        table3_unflagged=(unflagged,) if unflagged else (),
+        flag_difference=(difference,) if difference else (),
+        length=(length_table(j, flagged, boot),) if flagged else (),
         checked=flagged,
         incomplete=incomplete,
     )
@@ -165,6 +165,8 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     for stale in ("table4", "figure5", *CHECK_TABLES):
         for path in out.glob(f"{stale}.*"):
             path.unlink()
+    for path in [p for stem in PANEL_FILES for p in out.glob(f"{stem}*.*")]:  # a panel's, per judge
+        path.unlink(missing_ok=True)
     files = [
         *write_tables([report.table3], out),
         *write_tables([report.endings], out),

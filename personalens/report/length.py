@@ -1,4 +1,4 @@
-"""Length against score: per judge and metric, the rank correlation (Spearman) between a dialogue's
+"""Length against score: per metric, the rank correlation (Spearman) between a dialogue's
 score and the assistant's mean reply length in it, with a user-clustered interval (docs/outputs.md,
 "Length against score")."""
 
@@ -11,7 +11,6 @@ import numpy as np
 
 from personalens.report.paper_tables import group_labels, groups_of, shows_setting
 from personalens.report.user_dialogues import CheckedDialogue, judgment_key
-from personalens.report.user_flags import by_judge, judge_context
 from personalens.store.metrics import TABLE3, Metric
 from personalens.store.results import Judgment
 from personalens.tables.model import Column, Table
@@ -66,37 +65,34 @@ def _cell(judgments: Sequence[Judgment], metric: Metric, lengths: dict, boot: Bo
     return rank_correlation([p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs], boot)
 
 
-def length_tables(judgments: Sequence[Judgment], checked: Sequence[CheckedDialogue], boot: Bootstrap) -> list[Table]:
-    """One table per judge: a row per assistant (and setting, where a model ran in several) and one
-    over all of them, a column per Table 3 metric (SD and MD dialogues together)."""
+def length_table(judgments: Sequence[Judgment], checked: Sequence[CheckedDialogue], boot: Bootstrap) -> Table:
+    """One judge's table (the report's is model@judge's, a panel's per judge, panel.py): a row per
+    assistant (and setting, where a model ran in several) and one over all of them, a column per
+    Table 3 metric (SD and MD dialogues together)."""
     lengths = {d.key: d.reply_words for d in checked}
-    tables = []
-    for name, js in by_judge(judgments):
-        groups = groups_of(js)
-        with_setting = shows_setting(groups)
-        rows = [
-            (
-                group_labels(g, with_setting),
-                tuple(_cell([j for j in js if (j.assistant_model, j.setting) == g], m, lengths, boot) for m in TABLE3),
-            )
-            for g in groups
-        ]
-        rows.append(((ALL, *(("",) if with_setting else ())), tuple(_cell(js, m, lengths, boot) for m in TABLE3)))
-        tables.append(
-            Table(
-                "length_score",
-                "Length against score: Spearman's rho of a dialogue's score and the assistant's mean reply length",
-                ("Assistant model", *(("Setting",) if with_setting else ())),
-                tuple(Column(m.key, "", "TC" if m.key == "TCR" else m.label, holds="estimate") for m in TABLE3),
-                tuple(rows),
-                judge_context(name),
-                notes=(
-                    "Reply length: the words of the assistant's replies in a dialogue, averaged over its replies. "
-                    "rho > 0: longer replies score higher. n counts dialogues with a parsed score; the 95% interval "
-                    f"resamples users, expanded percentile ({boot.resamples} resamples, seed {boot.seed}; "
-                    "docs/outputs.md). The row over all assistants mixes their lengths and levels; a row per "
-                    "assistant shows the judge's preference within one model.",
-                ),
-            )
+    groups = groups_of(judgments)
+    with_setting = shows_setting(groups)
+    rows = [
+        (
+            group_labels(g, with_setting),
+            tuple(
+                _cell([j for j in judgments if (j.assistant_model, j.setting) == g], m, lengths, boot) for m in TABLE3
+            ),
         )
-    return tables
+        for g in groups
+    ]
+    rows.append(((ALL, *(("",) if with_setting else ())), tuple(_cell(judgments, m, lengths, boot) for m in TABLE3)))
+    return Table(
+        "length_score",
+        "Length against score: Spearman's rho of a dialogue's score and the assistant's mean reply length",
+        ("Assistant model", *(("Setting",) if with_setting else ())),
+        tuple(Column(m.key, "", "TC" if m.key == "TCR" else m.label, holds="estimate") for m in TABLE3),
+        tuple(rows),
+        notes=(
+            "Reply length: the words of the assistant's replies in a dialogue, averaged over its replies. "
+            "rho > 0: longer replies score higher. n counts dialogues with a parsed score; the 95% interval "
+            f"resamples users, expanded percentile ({boot.resamples} resamples, seed {boot.seed}; "
+            "docs/outputs.md). The row over all assistants mixes their lengths and levels; a row per "
+            "assistant shows the judge's preference within one model.",
+        ),
+    )

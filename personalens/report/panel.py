@@ -1,6 +1,8 @@
-"""A judge panel in the report (docs/validation.md#judge-panels): Table 3 under each judge, the
-agreement of every pair of judges on every metric, and the panel's own Table 3. Pure: judgments in,
-tables out.
+"""A judge panel in the report (docs/validation.md#judge-panels): Table 3 under each judge (and, where
+the simulated user was checked, Table 3 without its flagged dialogues, the difference and length
+against score), the agreement of every pair of judges on every metric, and the panel's own Table 3.
+Every per-judge table is named by its judge's saved config (`table3_judge`, `table3_judge-warm`) and
+carries `judge` and `judge_model` columns. Pure: judgments in, tables out.
 
 Agreement pairs the two judges' whole-dialogue scores of the same dialogue and dimension (both
 parsed and on the scale): Cohen's kappa for task completion, kappa with quadratic weights for the
@@ -16,7 +18,10 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 
 from personalens.config.judges import RunJudges
+from personalens.report.length import length_table
 from personalens.report.paper_tables import table3
+from personalens.report.user_dialogues import CheckedDialogue
+from personalens.report.user_flags import without_flagged
 from personalens.store.metrics import TABLE3, TABLE12, Metric
 from personalens.store.results import Judgment
 from personalens.store.schema import SCORE_RANGES
@@ -26,6 +31,15 @@ from personalens.tables.model import Column, Table
 from personalens.tables.stats import Bootstrap
 
 PANEL = "panel"  # the panel score's judge key and label
+# the starts of a panel's file names, which a later report into the same folder replaces
+PANEL_FILES = (
+    "table3_judge",
+    "table3_unflagged_judge",
+    "table3_flag_difference_judge",
+    "length_score_judge",
+    "judge_agreement",
+    "table3_panel",
+)
 METRICS = (*TABLE3, *TABLE12)
 
 
@@ -34,10 +48,12 @@ class PanelTables:
     per_judge: tuple[Table, ...]  # Table 3 under each judge, model@judge's first
     agreement: Table
     panel: Table  # Table 3 of the panel score
+    # per judge, in per_judge's order: without flagged dialogues, the difference, length against score
+    checks: tuple[tuple[Table, ...], ...] = ()
 
     @property
     def all(self) -> tuple[Table, ...]:
-        return (*self.per_judge, self.agreement, self.panel)
+        return (*self.per_judge, *(t for tables in self.checks for t in tables), self.agreement, self.panel)
 
 
 def weights_of(metric: Metric) -> str:
@@ -50,11 +66,15 @@ def metric_name(metric: Metric) -> str:
 
 
 def panel_tables(
-    judgments: Sequence[Judgment], order: Sequence[str], judges: RunJudges, boot: Bootstrap
+    judgments: Sequence[Judgment],
+    order: Sequence[str],
+    judges: RunJudges,
+    boot: Bootstrap,
+    checked: Sequence[CheckedDialogue] = (),
 ) -> PanelTables | None:
     """The panel's tables over `judgments` (each carrying its judge's key), judges in `order` (keys;
-    any others after, by key), named and checked for self-preference by `judges`; None with fewer
-    than two judges."""
+    any others after, by key), named and checked for self-preference by `judges`, with the checks of
+    the simulated user per judge where dialogues were `checked` (user_dialogues.py); None with fewer than two judges."""
     label = judges.label
     keys = list(
         dict.fromkeys(
@@ -66,21 +86,36 @@ def panel_tables(
     by_judge = defaultdict(list)
     for j in judgments:
         by_judge[j.judge].append(j)
-    per_judge = tuple(
-        replace(
-            table3(by_judge[k], boot),
-            name=f"table3_judge{i}",
-            title=f"Table 3 under judge {label(k)}",
-            notes=(*judges.self_preference([k]), *table3(by_judge[k], boot).notes),
+    stems = judges.stems(keys)
+
+    def named(table: Table, key: str, title: str) -> Table:
+        model = judges.judges[key].model.get("name", "") if key in judges.judges else ""
+        return replace(
+            table,
+            name=f"{table.name}_{stems[key]}",
+            title=f"{title} under judge {label(key)}",
+            context=(("judge", judges.name(key)), ("judge_model", str(model or "unknown"))),
         )
-        for i, k in enumerate(keys, start=1)
-    )
+
+    per_judge = []
+    for k in keys:
+        whole = table3(by_judge[k], boot)
+        per_judge.append(replace(named(whole, k, "Table 3"), notes=(*judges.self_preference([k]), *whole.notes)))
+    checks = ()
+    if checked:
+        checks = tuple(
+            (
+                *(named(t, k, t.title) for t in without_flagged(by_judge[k], checked, boot)),
+                named(length_table(by_judge[k], checked, boot), k, "Length against score"),
+            )
+            for k in keys
+        )
     panel = replace(
         table3(panel_judgments(judgments, keys), boot),
         name="table3_panel",
         title=f"Table 3 under the panel score of {len(keys)} judges (mean; task completion by majority, a tie 0.5)",
     )
-    return PanelTables(per_judge, agreement_table(judgments, keys, label, boot), panel)
+    return PanelTables(tuple(per_judge), agreement_table(judgments, keys, label, boot), panel, checks)
 
 
 def panel_markdown(panel: PanelTables) -> str:
@@ -90,6 +125,7 @@ def panel_markdown(panel: PanelTables) -> str:
             "## Judge panel\n\nThe same dialogues under each judge (the tables above hold each run's model@judge), "
             "the judges' agreement, and the panel score (docs/validation.md#judge-panels).",
             render.markdown(panel.per_judge),
+            *(render.markdown(list(tables)) for tables in zip(*panel.checks)),
             render.markdown([panel.agreement]),
             render.markdown([panel.panel]),
         ]

@@ -17,21 +17,6 @@ from personalens.tables.stats import Bootstrap, Estimate
 ALL_ASSISTANTS = "all assistants"
 
 
-def judge_of(j: Judgment) -> str:
-    """The judge that wrote `j` where the judgments are keyed by judge (a panel), else "" (the run's one judge)."""
-    return str(getattr(j, "judge", "") or "")
-
-
-def by_judge(judgments: Sequence[Judgment]) -> list[tuple[str, list[Judgment]]]:
-    """The judgments of each judge, judges by name; one entry, named "", for a run's single judge."""
-    judges = sorted({judge_of(j) for j in judgments})
-    return [(name, [j for j in judgments if judge_of(j) == name]) for name in judges]
-
-
-def judge_context(name: str) -> tuple[tuple[str, str], ...]:
-    return (("judge", name),) if name else ()
-
-
 def flag_counts(checked: Sequence[CheckedDialogue], unchecked: Sequence[str] = ()) -> Table:
     """Per user agent, per assistant (and setting, where a model ran in several) and over all its
     assistants: the dialogues, those breaking each rule, and those breaking any."""
@@ -86,27 +71,20 @@ def unflagged(judgments: Iterable[Judgment], checked: Sequence[CheckedDialogue])
 
 def without_flagged(
     judgments: Sequence[Judgment], checked: Sequence[CheckedDialogue], boot: Bootstrap
-) -> tuple[list[Table], list[Table]]:
-    """Per judge: Table 3 over the dialogues no rule flags, and its difference from Table 3 over all."""
-    kept, differences = [], []
-    for name, js in by_judge(judgments):
-        context = judge_context(name)
-        whole = table3(js, boot)
-        clean = table3(unflagged(js, checked), boot)
-        kept.append(
-            replace(
-                clean,
-                name="table3_unflagged",
-                title="Table 3 without the dialogues a check of the simulated user flags",
-                context=context,
-                notes=("Dialogues flagged by any rule of the user_flags table are left out.", *clean.notes),
-            )
-        )
-        differences.append(_difference(whole, clean, context))
-    return kept, differences
+) -> tuple[Table, Table]:
+    """Table 3 over the dialogues no rule flags, and its difference from Table 3 over all `judgments`
+    (one judge's: the report's own are model@judge's, a panel's are per judge, panel.py)."""
+    clean = table3(unflagged(judgments, checked), boot)
+    kept = replace(
+        clean,
+        name="table3_unflagged",
+        title="Table 3 without the dialogues a check of the simulated user flags",
+        notes=("Dialogues flagged by any rule of the user_flags table are left out.", *clean.notes),
+    )
+    return kept, _difference(table3(judgments, boot), clean)
 
 
-def _difference(whole: Table, clean: Table, context: tuple[tuple[str, str], ...]) -> Table:
+def _difference(whole: Table, clean: Table) -> Table:
     """Each cell of `clean` minus the same cell of `whole`: how far the flagged dialogues moved it."""
     means = {labels: cells for labels, cells in clean.rows}
     rows = []
@@ -119,7 +97,6 @@ def _difference(whole: Table, clean: Table, context: tuple[tuple[str, str], ...]
         whole.row_header,
         tuple(replace(c, holds="value") for c in whole.columns),
         tuple(rows),
-        context,
         notes=(
             "Positive: the assistant scores higher once the dialogues the simulated user spoilt are left out. "
             "A difference of means (TCR in points); both tables give each mean's interval.",

@@ -16,7 +16,11 @@ GIB = 1024**3  # defined: a gibibyte
 
 log = logging.getLogger(__name__)
 
-_QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.total,compute_cap", "--format=csv,noheader,nounits"]
+_QUERY = [
+    "nvidia-smi",
+    "--query-gpu=index,uuid,memory.total,compute_cap,memory.free",
+    "--format=csv,noheader,nounits",
+]
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class GpuSpec:
     # CUDA_VISIBLE_DEVICES value of each (index or UUID); a managed server on GPU k gets ids[k]
     ids: tuple[str, ...] = ()
     capabilities: tuple[str, ...] = ()  # compute capability of each ("9.0"); unknown for described GPUs
+    free_bytes: tuple[int, ...] = ()  # memory free on each when read; unknown for described GPUs
 
     def device_ids(self, indices: tuple[int, ...]) -> tuple[str, ...]:
         return tuple(self.ids[i] if i < len(self.ids) else str(i) for i in indices)
@@ -54,12 +59,13 @@ def visible_gpus(env: Mapping[str, str], device_count: int) -> tuple[str, ...]:
 
 
 def parse_nvidia_smi(text: str, env: Mapping[str, str]) -> GpuSpec | None:
-    """The visible GPUs among `nvidia-smi`'s rows (index, uuid, MiB, compute capability), each named
+    """The visible GPUs among `nvidia-smi`'s rows (index, uuid, MiB, compute capability, and free MiB
+    where the query asked for it), each named
     by its index, its UUID or a unique start of its UUID (as CUDA takes them); None when none is
     visible. A visible entry that names no whole GPU (a MIG instance, `MIG-...`) is warned about: the
     layout is planned on whole GPUs only."""
     rows = [[cell.strip() for cell in line.split(",")] for line in text.splitlines() if line.strip()]
-    rows = [r for r in rows if len(r) == 4 and r[2].isdigit()]
+    rows = [r for r in rows if len(r) in (4, 5) and r[2].isdigit()]
     by_id = {key: r for r in rows for key in (r[0], r[1])}
     visible = visible_gpus(env, len(rows))
     for g in visible:
@@ -77,7 +83,11 @@ def parse_nvidia_smi(text: str, env: Mapping[str, str]) -> GpuSpec | None:
     if not ids:
         return None
     memory = min(int(by_id[g][2]) for g in ids) * 2**20
-    return GpuSpec(len(ids), memory, f"nvidia-smi, visible: {','.join(ids)}", ids, tuple(by_id[g][3] for g in ids))
+    free = tuple(int(by_id[g][4]) * 2**20 for g in ids if by_id[g][4:] and by_id[g][4].isdigit())
+    free = free if len(free) == len(ids) else ()  # every GPU's, or none
+    return GpuSpec(
+        len(ids), memory, f"nvidia-smi, visible: {','.join(ids)}", ids, tuple(by_id[g][3] for g in ids), free
+    )
 
 
 def visible_gpu_spec(env: Mapping[str, str] = os.environ) -> GpuSpec | None:

@@ -75,20 +75,23 @@ def log_path(log_dir: Path, config: ModelConfig, shard: str, copy: int = 0) -> P
     return log_dir / ("vllm-server." + ".".join(p for p in parts if p) + ".log")
 
 
-def start_servers(decisions: Sequence[Placement], log_dir: Path, shard: str, stop: Stop) -> list[ModelConfig]:
+def start_servers(
+    decisions: Sequence[Placement], log_dir: Path, shard: str, stop: Stop, servers: Servers | None = None
+) -> list[ModelConfig]:
     """A server for each managed decision (a model's copies are decisions too), started together and
     waited for together (a server that dies fails the start at once; one whose port was taken
     meanwhile starts again on another); returns, per decision, the `engine: server` config that
     reaches its server once all answer as themselves, within the longest `server_start_timeout_s`
     of their models. `shard` names the command's shard in the servers' log files; `stop` is the
     command's, which stops the servers when it closes and is requested when one of them exits while
-    it is needed."""
+    it is needed. `servers` (the loader's, which stops them when it closes) holds them; a new one by
+    default."""
     models = [model_path(d.run_config) for d in decisions]
     dtypes = [local_dtype(d.run_config.dtype).dtype for d in decisions]
     # the installed vLLM takes them, before any starts
     check_server([a for d, m, t in zip(decisions, models, dtypes) for a in serve_args(d.run_config, m, 0, t)])
     keys = [secrets.token_urlsafe(32) for _ in decisions]
-    servers = Servers(stop)
+    servers = servers or Servers(stop)
 
     def start(i: int, port: int) -> Launched:
         d = decisions[i]
