@@ -71,9 +71,10 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         **C.run_options(cfg),
     }
     digest = C.fingerprint(parts)
-    date = start_date(out_dir)  # before any model loads or server starts: they render with it
     # checks the models, their layout and chat templates before the config is saved
     load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
+    # fixed for the run once its config is checked, before any model loads or server starts: they render with it
+    date = start_date(out_dir, fix=True)
     count = cohorts_setting(cfg.lockstep.get("cohorts", "auto"), one=getattr(load, "in_process_core", False))
     with R.shard_lease(cfg, "generate", stop) as lease:
         resolved = {
