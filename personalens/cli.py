@@ -132,10 +132,11 @@ def _usage() -> str:
 def run(cfg: DictConfig, stop: Stop | None = None) -> int:
     """generate, judge and report in one process, loading each model once (and only if needed)."""
     from personalens.config import run as R
-    from personalens.judge.command import judge, settings
+    from personalens.judge.command import checked_panel, judge, settings
     from personalens.simulate.command import generate
 
-    settings(cfg)  # a judge setting that cannot work fails now, not after the dialogues
+    checked_panel(cfg)  # a judge panel or setting that cannot work fails now, not after the dialogues
+    settings(cfg)
     engines = R.engines(cfg, ("user_agent", "assistant", "judge"), stop)
     code = generate(cfg, engines, stop) or judge(cfg, engines, stop)
     if code:

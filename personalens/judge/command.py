@@ -27,15 +27,7 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
     one model config share its engine, loaded once and closed before the next model loads.
     `engines`: model@judge's (`run` passes the engines it generated with). `stop`: checked after
     each part file of judgments (engines/stop.py); running it again resumes."""
-    judges = panel(cfg)
-    keys = {}
-    for member in judges:  # two entries that are one judge would write the same rows
-        key = identity(member.cfg)[0]
-        if key in keys:
-            raise PersonalensError(
-                f"judges: {member.name} is the same judge as {keys[key]} (model, sampling and prompts): drop one"
-            )
-        keys[key] = member.name
+    judges = checked_panel(cfg)
     scenarios = R.scenarios(cfg)
     date = start_date(Path(cfg.run.out_dir))  # before a model loads or its server starts: they render with it
     by_model: dict[str, list] = {}
@@ -47,6 +39,27 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
             shared = engines if engines is not None and i == 0 else None
             _judge_group(members, shared, i + 1 < len(groups), scenarios, date, stop, lease.confirm)
     return 0
+
+
+def checked_panel(cfg: DictConfig) -> list:
+    """The judge panel (config/judges.py), each judge's sampling and prompts checked (a bad value named
+    with its entry) and no two entries one judge, which would write the same rows: `run` calls this
+    before generating, so a panel that cannot judge stops it before any dialogue is simulated."""
+    judges = panel(cfg)
+    keys = {}
+    for member in judges:
+        try:
+            key = identity(member.cfg)[0]
+        except PersonalensError as err:
+            if member.name == DEFAULT:
+                raise
+            raise PersonalensError(f"judges entry {member.name!r}: {err}") from None
+        if key in keys:
+            raise PersonalensError(
+                f"judges: {member.name} is the same judge as {keys[key]} (model, sampling and prompts): drop one"
+            )
+        keys[key] = member.name
+    return judges
 
 
 def _judge_group(
