@@ -73,28 +73,28 @@ def _entry(draw) -> str:
     return "{" + ", ".join(fields) + "}"
 
 
+# the kinds of override drawn, but `judges` and removals: the key's form and the names it takes
+FORMS = {
+    "protocol": ("protocol.{role}.{key}", PROTOCOL),
+    "optional": ("+protocol.{role}.{key}", OPTIONAL),
+    "card": ("{role}.sampling.{key}", CARD),
+    "kv": ("{role}.{key}", KV),
+    "lease": ("lease.{key}", LEASE),
+}
+
+
 @st.composite
 def overrides(draw) -> list[str]:
     """One to three overrides of the keys under test."""
     out = []
     for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["protocol", "protocol", "optional", "card", "kv", "lease", "judges", "remove"]))
+        kind = draw(st.sampled_from([*FORMS, "protocol", "judges", "remove"]))
         role = draw(st.sampled_from(ROLES))
-        if kind == "protocol":
-            key = draw(st.sampled_from(PROTOCOL))
-            out.append(f"protocol.{role}.{key}={_value(draw, key)}")
-        elif kind == "optional":
-            key = draw(st.sampled_from(OPTIONAL))
-            out.append(f"+protocol.{role}.{key}={_value(draw, key)}")
-        elif kind == "card":  # a card's values need their source named
-            key = draw(st.sampled_from(CARD))
-            out += [f"{role}.sampling.{key}={_value(draw, key)}", f"{role}.sampling.source=card"]
-        elif kind == "kv":
-            key = draw(st.sampled_from(KV))
-            out.append(f"{role}.{key}={_value(draw, key)}")
-        elif kind == "lease":
-            key = draw(st.sampled_from(LEASE))
-            out.append(f"lease.{key}={_value(draw, key)}")
+        if kind in FORMS:
+            form, names = FORMS[kind]
+            key = draw(st.sampled_from(names))
+            out.append(f"{form.format(role=role, key=key)}={_value(draw, key)}")
+            out += [f"{role}.sampling.source=card"] if kind == "card" else []  # a card's values name their source
         elif kind == "judges":
             out.append("judges=[" + ",".join(_entry(draw) for _ in range(draw(st.integers(1, 2)))) + "]")
         else:
@@ -107,8 +107,8 @@ def overrides(draw) -> list[str]:
 
 
 def outcome(tmp_path, given: list[str]) -> str:
-    """ "reached" or the refusal's line; fails on any other end, a line that does not name a key
-    overridden, or anything a refusal left behind."""
+    """The refusal's line, or "reached"; fails on any other end, on a line that names no key
+    overridden, and on anything a refusal left behind."""
     out = tmp_path / "run"
     shutil.rmtree(out, ignore_errors=True)
     cfg = config(f"run.out_dir={out}", *given)
@@ -119,7 +119,7 @@ def outcome(tmp_path, given: list[str]) -> str:
     except PersonalensError as err:
         line = str(err)
         assert "\n" not in line, f"{given}: more than one line: {line}"
-        named = {part for o in given for part in o.lstrip("+~").split("=")[0].split(".")}
+        named = {o.lstrip("+~").split("=")[0].split(".")[-1] for o in given}  # the keys' last names, or judges
         assert any(name in line for name in named), f"{given}: the line names none of {named}: {line}"
         left = [p.name for p in (out.iterdir() if out.exists() else []) if p.name != "logs"]
         assert not left, f"{given}: refused, yet it left {left}"
