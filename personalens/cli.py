@@ -191,7 +191,7 @@ def run(cfg: DictConfig, stop: Stop | None = None) -> int:
     roles = R.run_roles(cfg)
     shared = "judge" in roles
     engines = R.engines(cfg, roles, stop)
-    groups = judge_groups(cfg, engines if shared else None, stop)
+    groups = judge_groups(cfg, engines if shared else None, stop)  # a panel that cannot judge fails now too
     code = generate(cfg, engines, stop)
     if not shared:
         engines.close()

@@ -10,7 +10,7 @@ from cli_helpers import read_rows
 from test_lockstep import SAMPLING, Measuring, ScriptedEngine, dialogues, growing, render, scenario
 from test_trace import run_generate, scripted_render  # noqa: F401  # scripted_render: a fixture
 
-from personalens.engines.base import Generation, rejected
+from personalens.engines.base import Generation, dropped, rejected
 from personalens.errors import PersonalensError
 from personalens.simulate.continuous import run_continuous
 from personalens.simulate.generate import Scheduling
@@ -52,6 +52,9 @@ class TickingEngine:
         done = [(rid, self.reply(r)) for rid, due, r in self.queue if due <= self.now]
         self.queue = [q for q in self.queue if q[1] > self.now]
         return done
+
+    def idle(self):
+        return not self.queue
 
     def generate(self, requests, on_finished=None):
         return [self.reply(r) for r in requests]
@@ -198,3 +201,51 @@ def test_context_endings_and_refusals_as_lockstep_has_them():
     assert sum(s.finished for s in steps) == 3
     traces = [t for s in steps for t in s.calls]
     assert sum(t.context_ended for t in traces) == 2 and sum(t.refused for t in traces) == 1
+
+
+class Dropping(TickingEngine):
+    """Drops user2's first assistant request once submitted: it stops running it and never reports it
+    finished, as vLLM may. Past 100 steps (far more than these runs need) the run is taken to never end."""
+
+    def __init__(self):
+        super().__init__()
+        self.dropped = False
+
+    def submit(self, requests):
+        ids = super().submit(requests)
+        victim = next((q for q in self.queue if q[2].messages[0]["content"] == "user2|assistant"), None)
+        if victim is not None and not self.dropped:
+            self.queue.remove(victim)
+            self.dropped = True
+        return ids
+
+    def finished(self):
+        assert self.now < 100, "the run never ends: it waits on the dropped request"
+        return super().finished()
+
+
+class DroppedInLockstep(TickingEngine):
+    """Lockstep's engine over the same drop: its call answers that request as `dropped`."""
+
+    def generate(self, requests, on_finished=None):
+        out = []
+        for r in requests:
+            lost = r.messages[0]["content"] == "user2|assistant" and not getattr(self, "dropped", False)
+            self.dropped = getattr(self, "dropped", False) or lost
+            out.append(dropped() if lost else self.reply(r))
+        return out
+
+
+def test_a_dropped_request_ends_its_dialogue_as_failed_as_lockstep_records_it_and_the_others_complete():
+    specs = [("user1", 2), ("user2", 2), ("user3", 2)]
+    by_continuous = dialogues(*specs)
+    finished, steps = run(by_continuous, Dropping(), in_flight=2)  # user3 takes user2's place once it ends
+    by_lockstep = dialogues(*specs)
+    engine = DroppedInLockstep()
+    run_lockstep(by_lockstep, {"user": engine, "assistant": engine}, render, SAMPLING, lambda _: None)
+    record = [[d.ended, d.error, [(t.role, t.text) for t in d.turns]] for d in by_lockstep]
+    assert [[d.ended, d.error, [(t.role, t.text) for t in d.turns]] for d in by_continuous] == record
+    assert [d.ended for d in by_continuous] == ["max_rounds", "failed", "max_rounds"]
+    assert by_continuous[1].error == "vLLM dropped the request without a reply" and len(by_continuous[1].turns) == 1
+    assert sorted(d.scenario.user.user_id for batch in finished for d in batch) == ["user1", "user2", "user3"]
+    assert sum(t.refused for s in steps for t in s.calls) == 1

@@ -34,7 +34,9 @@ def test_a_roles_budget_is_read_checked_and_needs_a_reasoning_parser():
     # the request carries the budget beside the answer's max_tokens (quick protocol: 96)
     assert R.sampling(cfg, "assistant")[0].max_tokens == 64 + 96
     for bad in ("-1", "true", "'many'"):
-        with pytest.raises(PersonalensError, match="protocol.assistant.thinking_budget: expected null or a number"):
+        with pytest.raises(
+            PersonalensError, match="protocol.assistant.thinking_budget: expected a whole number >= 0 or null"
+        ):
             R.sampling(_roles(f"protocol.assistant.thinking_budget={bad}"), "assistant")
     # SmolLM2's config names no reasoning parser: vLLM would refuse every request
     with pytest.raises(

@@ -1,7 +1,7 @@
 """Token-id prompts through the real vLLM engine: the ids personalens makes are the ids vLLM's own
 chat path makes, and lockstep dialogues come out the same whether prompts go as kept token ids or
 as chat messages (same seeds, same text); scheduling=continuous runs the same dialogues through
-vLLM's engine steps."""
+vLLM's engine steps, and ends a dialogue whose request vLLM dropped as `failed`."""
 
 from __future__ import annotations
 
@@ -108,3 +108,43 @@ def test_lockstep_dialogues_are_the_same_with_kept_ids_and_with_messages(engine,
     # continuous: every reply came back through an engine step and a traced submission
     turns = sum(map(len, runs["continuous"]))
     assert sum(s.requests for s in steps) == sum(t.requests for s in steps for t in s.calls) == turns
+
+
+class AbortingOne:
+    """The real engine, except that vLLM is told to abort the second request of the first submission
+    (a dialogue's opening): vLLM then stops running it and never reports it finished, a request it
+    dropped."""
+
+    def __init__(self, engine):
+        self.engine, self.aborted = engine, None
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def submit(self, requests):
+        ids = self.engine.submit(requests)
+        if self.aborted is None:
+            self.aborted = requests[1]
+            self.engine._llm.llm_engine.abort_request([ids[1]], internal=False)
+        return ids
+
+
+def short_chat(dialogue, role: str) -> list[dict]:
+    """A prompt of a few tokens (the official prompts' profiles make each step slow on a CPU)."""
+    return [{"role": "user", "content": f"Say hi to {dialogue.scenario.user.user_id} as the {role}."}]
+
+
+def test_a_request_vllm_drops_under_continuous_scheduling_fails_its_dialogue_and_the_run_ends(engine, sample_root):
+    protocol = Protocol(
+        1, 1, {r: Sampling(temperature=0.0, max_tokens=4) for r in ("user", "assistant")}, EndRules("substring", True)
+    )
+    todo, _ = plan_dialogues(load_scenarios(sample_root)[:2], PromptSetting("base"), 1, 0, protocol, set())
+    dropping = AbortingOne(engine)
+    finished = []
+    engines = {"user": dropping, "assistant": dropping}
+    run_continuous(todo, engines, short_chat, protocol.sampling, finished.extend, keep_ids=False)
+    assert dropping.aborted is not None and engine.idle()
+    failed = [d for d in todo if d.ended == "failed"]
+    assert [(d.error, len(d.turns)) for d in failed] == [("vLLM dropped the request without a reply", 0)]
+    assert all(d.ended == "max_rounds" and len(d.turns) == 3 for d in todo if d not in failed)
+    assert sorted(map(id, finished)) == sorted(map(id, todo))

@@ -124,6 +124,12 @@ def check_or_save(
                 f"{saved.get('fingerprint')} vs {digest} now: models, prompts, sampling or protocol differ). "
                 f"Use another run.name / run.out_dir, or delete {out_dir} to start over."
             )
+        was, now = (saved.get("resolved") or {}).get("start_date"), (resolved or {}).get("start_date")
+        if was and now and str(was) != str(now):
+            raise PersonalensError(
+                f"{path} was written by a run whose prompts carry the date {was}, not {now} now: "
+                f"its prompts would change mid-run. Restore {out_dir}/start_date to {was}, or use another run.out_dir."
+            )
         if reproducible(cfg):
             check_batches(saved.get("config") or {}, plain(cfg), name, roles)
         return

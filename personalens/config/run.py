@@ -4,6 +4,7 @@ Heavy imports (vLLM, torch) happen only when engines are built."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -222,6 +223,8 @@ def shard_lease(cfg: DictConfig, command: str, stop: Stop | None = None):
 
     index, count, out_dir = int(cfg.shard.index), int(cfg.shard.count), Path(cfg.run.out_dir)
     section = cfg.get("lease") or {}
+    if not isinstance(section, Mapping):
+        raise PersonalensError(f"lease: expected a mapping such as {{wait_s: 600, stale_s: 180}}, got {section!r}")
 
     def lost(line: str) -> None:
         if stop is not None:
@@ -230,8 +233,19 @@ def shard_lease(cfg: DictConfig, command: str, stop: Stop | None = None):
     return ShardLease(
         lease_path(out_dir, command, index, count),
         f"{command} of shard {index} of {count} in {out_dir}",
-        wait_s=float(section.get("wait_s", 600)),
-        stale_s=float(section.get("stale_s", 180)),
+        wait_s=_seconds(section, "wait_s", 600, positive=False),
+        stale_s=_seconds(section, "stale_s", 180, positive=True),
         on_lost=lost,
         check=stop.check if stop is not None else lambda: None,
     )
+
+
+def _seconds(section: Mapping, key: str, default: float, positive: bool) -> float:
+    """`lease.<key>`, checked: a finite number of seconds, > 0 where `positive`, else >= 0."""
+    value = section.get(key, default)
+    number = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if not number or value < 0 or (positive and value == 0):
+        raise PersonalensError(
+            f"lease.{key}: expected a number of seconds {'> 0' if positive else '>= 0'}, got {value!r}"
+        )
+    return float(value)

@@ -6,6 +6,7 @@ request carries its thinking budget beside the protocol's answer budget."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -100,7 +101,68 @@ def role_sampling(cfg: Any, role: str) -> RoleSampling:
         model_sampling(plain(model), f"{role}")
     except PersonalensError as err:
         raise PersonalensError(f"model@{err}") from None
-    return resolve(role, cfg.protocol.get(role), plain(model) or {})
+    return checked(role, resolve(role, cfg.protocol.get(role), plain(model) or {}))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a sampling value must be (vLLM's SamplingParams refuses anything else), and whether null
+    is legal once resolved (vLLM's default, or no thinking budget)."""
+
+    whole: bool
+    low: float
+    high: float | None = None
+    low_open: bool = False
+    nullable: bool = False
+
+    def refuses(self, value: Any) -> bool:
+        number = isinstance(value, int) if self.whole else isinstance(value, (int, float))
+        if isinstance(value, bool) or not number or not math.isfinite(value):
+            return True
+        return (
+            value < self.low or (self.low_open and value == self.low) or (self.high is not None and value > self.high)
+        )
+
+    def describe(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        low = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
+        span = f"{low} and <= {self.high:g}" if self.high is not None else low
+        return f"{kind} {span}{' or null' if self.nullable else ''}"
+
+
+RULES = {
+    "temperature": Rule(False, 0, 2),
+    "top_p": Rule(False, 0, 1, low_open=True),
+    "max_tokens": Rule(True, 1),
+    "thinking_budget": Rule(True, 0, nullable=True),
+    "top_k": Rule(True, -1, nullable=True),
+    "min_p": Rule(False, 0, 1, nullable=True),
+    "presence_penalty": Rule(False, -2, 2, nullable=True),
+    "repetition_penalty": Rule(False, 0, low_open=True, nullable=True),
+}
+
+
+def checked(role: str, chosen: RoleSampling) -> RoleSampling:
+    """`chosen` once every source has filled what it sets: each value of `protocol.<role>` known and
+    in its range, and a value that no source set (null, or removed from the protocol) refused where
+    a request needs one; one line naming the key."""
+    section = chosen.section
+    unknown = sorted(set(section) - set(RULES))
+    if unknown:
+        raise PersonalensError(f"protocol.{role}: unknown key(s) {unknown}; known: {list(RULES)}")
+    for key, rule in RULES.items():
+        value = section.get(key)
+        if value is None and rule.nullable:
+            continue
+        if value is None:
+            how = "removed" if key not in section else "null"
+            raise PersonalensError(
+                f"protocol.{role}.{key}: {how}, and neither the protocol nor the role's model config sets it; "
+                f"expected {rule.describe()}"
+            )
+        if rule.refuses(value):
+            raise PersonalensError(f"protocol.{role}.{key}: expected {rule.describe()}, got {value!r}")
+    return chosen
 
 
 def request_section(chosen: RoleSampling, parser: str | None) -> dict[str, Any]:

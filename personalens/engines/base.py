@@ -138,6 +138,11 @@ def rejected(message: str, prompt_tokens: int = 0) -> Generation:
     return Generation(text="", prompt_tokens=prompt_tokens, completion_tokens=0, error=message)
 
 
+def dropped() -> Generation:
+    """The answer to a request the engine stopped running without ever reporting it finished."""
+    return rejected("vLLM dropped the request without a reply")
+
+
 # told, while a call runs, how many more of its requests have finished and how many tokens they
 # generated (for progress bars)
 OnFinished = Callable[[int, int], None]
@@ -166,13 +171,16 @@ class Submitting(Protocol):
     """An engine that takes requests while it runs (`scheduling=continuous`): `submit` queues
     requests and returns their ids at once; `finished` waits for the engine's next step and returns
     the queued requests that finished in it, with their replies (a refused request among them, as a
-    `rejected` generation)."""
+    `rejected` generation); `idle` says whether the engine runs none of them any longer, so that a
+    request it dropped without reporting it finished is answered (as `dropped`) rather than waited on."""
 
     name: str
 
     def submit(self, requests: Sequence[Request]) -> list[str]: ...
 
     def finished(self) -> list[tuple[str, Generation]]: ...
+
+    def idle(self) -> bool: ...
 
 
 class Embedder(Protocol):

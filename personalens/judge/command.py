@@ -62,15 +62,7 @@ def judge_groups(
     """The panel's judges grouped by model config, model@judge's first, each group's layout planned
     (a layout that cannot fit refused now, before any model loads); `engines` serve model@judge's
     group where given. Two entries that are one judge are refused."""
-    judges = panel(cfg)
-    keys = {}
-    for member in judges:  # two entries that are one judge would write the same rows
-        key = identity(member.cfg)[0]
-        if key in keys:
-            raise PersonalensError(
-                f"judges: {member.name} is the same judge as {keys[key]} (model, sampling and prompts): drop one"
-            )
-        keys[key] = member.name
+    judges = checked_panel(cfg)
     first = next(iter(scenarios if scenarios is not None else R.scenarios(cfg)), None)
     by_model: dict[str, list] = {}
     for member in judges:
@@ -81,6 +73,27 @@ def judge_groups(
         else JudgeGroup(members, R.engines(members[0].cfg, ("judge",), stop, first=first), False)
         for i, members in enumerate(by_model.values())
     ]
+
+
+def checked_panel(cfg: DictConfig) -> list:
+    """The judge panel (config/judges.py), each judge's sampling and prompts checked (a bad value named
+    with its entry) and no two entries one judge, which would write the same rows: `run` calls this
+    before generating, so a panel that cannot judge stops it before any dialogue is simulated."""
+    judges = panel(cfg)
+    keys = {}
+    for member in judges:
+        try:
+            key = identity(member.cfg)[0]
+        except PersonalensError as err:
+            if member.name == DEFAULT:
+                raise
+            raise PersonalensError(f"judges entry {member.name!r}: {err}") from None
+        if key in keys:
+            raise PersonalensError(
+                f"judges: {member.name} is the same judge as {keys[key]} (model, sampling and prompts): drop one"
+            )
+        keys[key] = member.name
+    return judges
 
 
 def identity(cfg: DictConfig) -> tuple[str, dict]:

@@ -56,11 +56,12 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         check_history(keep, str(cfg.assistant.name), chat_turns, *R.chat_template(cfg, "assistant"))
     out_dir = Path(cfg.run.out_dir)
     digest, parts = identity(cfg, chosen, templates_digest)
-    date = start_date(out_dir)  # before any model loads or server starts: they render with it
     # checks the models, their layout and chat templates before the config is saved
     load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
     count = cohorts_setting(cfg.lockstep.get("cohorts", "auto"), one=getattr(load, "in_process_core", False))
     with R.shard_lease(cfg, "generate", stop) as lease:
+        # fixed for the run once its config is checked, before any model loads or server starts: they render with it
+        date = start_date(out_dir, fix=True)
         resolved = {
             **R.resolved(cfg, ROLES, load),
             "sampling": {role: c.record() for role, c in chosen.items()},

@@ -2,7 +2,9 @@
 soon as its previous one finished, so no dialogue waits for the slowest reply of a round, and the
 engine's queue is refilled while it runs. At most `in_flight` dialogues run at once (0: all), the
 next starting when one ends: few enough that the engine's prefix cache keeps the histories of the
-dialogues in flight between their turns (docs/performance.md).
+dialogues in flight between their turns (docs/performance.md). A request the engine stops running
+without reporting it finished is answered as lockstep's engine answers it (engines/base.py
+`dropped`): its dialogue ends `failed`, the others go on.
 
 Same prompts, token ids and seeds as lockstep (lockstep.py builds them); the engines must take
 requests while they run (engines/base.py `Submitting`: in-process vLLM). The trace has one record
@@ -17,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from personalens.data.records import Role
-from personalens.engines.base import Engine, Generation, Sampling
+from personalens.engines.base import Engine, Generation, Sampling, dropped
 from personalens.errors import PersonalensError
 from personalens.simulate.dialogue import Dialogue
 from personalens.simulate.lockstep import (
@@ -137,6 +139,10 @@ def run_continuous(
             if not any(key[0] == id(engine) for key in running):
                 continue
             done = engine.finished()
+            if engine.idle():  # it runs none of its requests: one it never reported finished was dropped
+                answered = {request_id for request_id, _ in done}
+                mine = [key[1] for key in running if key[0] == id(engine)]
+                done = [*done, *((request_id, dropped()) for request_id in mine if request_id not in answered)]
             now = clock()
             advanced, completed = [], []
             for request_id, gen in done:

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Sequence
 from fractions import Fraction
 
-from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
+from personalens.engines.base import Generation, OnFinished, Request, check_refusals, dropped, rejected
 from personalens.engines.chat import harmony
 from personalens.engines.chat.dates import strftime_now
 from personalens.engines.chat.harmony import split_harmony
@@ -189,8 +189,7 @@ class VllmEngine:
         finished = self._stepped()
         if self._idle():
             seen = {request_id for request_id, _ in finished}
-            lost = rejected("vLLM dropped the request without a reply")
-            finished += [(request_id, lost) for request_id in self._running if request_id not in seen]
+            finished += [(request_id, dropped()) for request_id in self._running if request_id not in seen]
         for request_id, gen in finished:
             each = self._running.pop(request_id, None)
             if each is not None:
@@ -250,6 +249,12 @@ class VllmEngine:
             return refused
         with self._lock:
             return self._stepped()
+
+    def idle(self) -> bool:
+        """Whether none of the submitted requests is still to be answered: none refused and not yet
+        returned by `finished`, none running in vLLM."""
+        with self._lock:
+            return not self._refused and self._idle()
 
     def _stepped(self) -> list[tuple[str, Generation]]:
         """One step of vLLM, after a look at the command's stop: the requests that finished in it
