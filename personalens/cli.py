@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -187,11 +188,12 @@ def run(cfg: DictConfig, stop: Stop | None = None) -> int:
     from personalens.judge.command import judge, judge_groups, settings
     from personalens.simulate.command import generate
 
-    settings(cfg)  # a judge setting that cannot work fails now, not after the dialogues
     roles = R.run_roles(cfg)
     shared = "judge" in roles
     engines = R.engines(cfg, roles, stop)
-    groups = judge_groups(cfg, engines if shared else None, stop)  # a panel that cannot judge fails now too
+    # a panel or a judge setting that cannot work fails now, not after the dialogues
+    groups = judge_groups(cfg, engines if shared else None, stop)
+    settings(cfg)
     code = generate(cfg, engines, stop)
     if not shared:
         engines.close()
@@ -222,7 +224,17 @@ def _hydra_args(rest: list[str], command: str = "validate", positional: Position
         raise UsageError(f"personalens {command}: error: {stray[0]!r} is not a key=value override, and {where}")
     if k and positional is None:
         raise UsageError(f"personalens {command}: error: takes no positional argument, got {' '.join(rest[:k])}")
+    removed = next((arg for arg in rest[k:] if _NULL_SAMPLING.fullmatch(arg)), None)
+    if removed:  # Hydra cannot delete a null key, and its message says the key does not exist
+        raise UsageError(
+            f"personalens {command}: error: {removed}: a sampling key is not removed; "
+            f"{removed[1:]}=null leaves it to the model's own value, else the paper's (docs/models.md)"
+        )
     return [*(positional.overrides(command, rest[:k]) if positional else []), *rest[k:], *strict]
+
+
+# the protocol's sampling keys that are null unless a config sets them (conf/protocol/*.yaml)
+_NULL_SAMPLING = re.compile(r"~protocol\.(user_agent|assistant|judge)\.(temperature|top_p|thinking_budget)")
 
 
 def build(cfg: DictConfig, engine: Callable | None = None, stop: Stop | None = None) -> int:

@@ -87,7 +87,7 @@ def test_every_option_name_in_the_docs_prose_is_a_config_key():
     whose first part is a top-level key of the config resolves in it (tests/doc_commands.py options)."""
     found = dc.options(_markdown(), dc.top_level_keys())
     assert len(found) > 150, len(found)  # the check reads the docs: it cannot pass by finding nothing
-    assert {"plan.time_limit", "protocol.assistant.thinking_budget", "lockstep.in_flight"} <= {o.name for o in found}
+    assert {"plan.time_limit", "protocol.assistant.temperature", "lockstep.in_flight"} <= {o.name for o in found}
     stale = [o for o in dc.unresolved(found) if o.name not in NOT_OPTIONS]
     assert not stale, "option names in the docs that are not config keys:\n" + "\n".join(map(str, stale))
 

@@ -31,5 +31,6 @@ def commands() -> list[list[str]]:
 def test_the_doc_gives_a_recipe_per_family():
     given = " ".join(" ".join(c) for c in commands())
     for family in ("qwen3_8b", "gpt_oss_20b", "deepseek_r1_distill_qwen_7b"):
-        assert "generate data=official data.root=/data/PersonaLens/data run.name=" in given
-        assert f"model@assistant={family} model@user_agent=llama33_70b model@judge=llama33_70b" in given
+        # the Table 3 recipe (conf/experiment/table3.yaml) fixes the data, the user agent and the judge
+        assert "generate experiment=table3 data.root=/data/PersonaLens/data run.name=" in given
+        assert f"model@assistant={family}" in given and "model@judge" not in given

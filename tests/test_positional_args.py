@@ -42,6 +42,12 @@ def test_positional_arguments_set_the_command_s_subject(command, rest, expected)
         ("validate", ["data/a", "data/b"], "takes one DATA_ROOT, got 2 positional arguments"),
         ("build", ["somewhere"], "takes no positional argument, got somewhere"),
         ("report", ["runs/x", "report.bootstrap=10", "runs/y"], "'runs/y' is not a key=value override, and RUN goes"),
+        # a null sampling key, which Hydra cannot delete (it would say the key does not exist)
+        (
+            "generate",
+            ["~protocol.assistant.temperature"],
+            r"protocol.assistant.temperature=null leaves it to the model",
+        ),
     ],
 )
 def test_positional_arguments_a_command_does_not_take_are_refused(command, rest, says):
@@ -65,3 +71,12 @@ def test_the_command_line_refuses_an_argument_with_one_line(tmp_path):
     ]
     refused = run_cli("agreement", "export", "runs/x", "runs/y", check=False)
     assert refused.returncode == 2 and "personalens agreement export: error: takes one RUN" in refused.stderr
+
+
+def test_removing_a_null_sampling_key_is_refused_with_one_line():
+    refused = run_cli("generate", "~protocol.judge.top_p", "--cfg", "job", check=False)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        "personalens generate: error: ~protocol.judge.top_p: a sampling key is not removed; "
+        "protocol.judge.top_p=null leaves it to the model's own value, else the paper's (docs/models.md)"
+    ]

@@ -19,9 +19,9 @@ from personalens.simulate import command as simulate_command
 
 RECIPE = "experiment=table3"
 DOCS = ("README.md", "docs/cluster.md", "docs/models.md", "docs/configuration.md")
-# the recipes the docs show refused beside the others, and the check that refuses them (docs/cluster.md:
-# "The judge on another node": a served judge's engine is part of its identity)
-REFUSED = {"llama31-8b-served": {"judge"}}
+# the recipes the docs show refused beside the others, and the checks that refuse them (docs/cluster.md:
+# "A server your lab already runs": a served role's engine is part of its identity)
+REFUSED = {"llama31-8b-served": {"user_agent", "judge"}}
 # what a recipe's command sets that is no part of a run's saved config, or stands for a place on a cluster
 _NOT_SAVED = re.compile(r"^(plan\.|run\.name=|[a-z_]+\.path=|data\.root=|hydra\.)")
 
