@@ -14,9 +14,11 @@ from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
 from personalens.report.length import length_tables
+from personalens.report.noise import noise_table
 from personalens.report.panel import panel_markdown, panel_tables
 from personalens.report.paper_tables import by_domain, by_turn, parse_failures, table3, table4, table12, table13
 from personalens.report.provenance import mixed_runs
+from personalens.report.reference import with_paper
 from personalens.report.result import CHECK_TABLES, Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
 from personalens.report.user_dialogues import FLAGS_FILE, CheckedDialogue, checked_dialogues, write_flags
@@ -51,6 +53,7 @@ def build_report(
     # runs of one judge each (reported side by side, judged by different models) are no panel
     keyed = judges.keyed(data.judgments) if any(len(k) > 1 for k in judges.per_run.values()) else ()
     panel = panel_tables(keyed, defaults, judges, Bootstrap(bootstrap, seed))
+    noise = noise_table(judges.keyed(data.judgments), Bootstrap(bootstrap, seed))
     # every judge by name for length against score; model@judge's rows alone for the other tables
     named = tuple(replace(j, judge=judges.label(j.judge)) for j in keyed) if panel else None
     data = replace(data, judgments=tuple(replace(j, judge="") for j in judges.primary(data.judgments)))
@@ -72,7 +75,8 @@ def build_report(
         judged=named,
         incomplete=incomplete_runs(dirs, data),
     )
-    report = replace(report, panel=panel)
+    panel = panel and replace(panel, agreement=with_paper(panel.agreement))
+    report = replace(report, panel=panel, noise=noise)
     return replace(report, files=write_report(report, html_dialogues))
 
 
@@ -162,7 +166,7 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     out = report.out_dir
     out.mkdir(parents=True, exist_ok=True)
     # Outputs that this report may not produce: drop any left by an earlier report into the same folder.
-    for stale in ("table4", "figure5", *CHECK_TABLES):
+    for stale in ("table4", "figure5", "noise", *CHECK_TABLES):
         for path in out.glob(f"{stale}.*"):
             path.unlink()
     files = [
@@ -186,6 +190,7 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
         files.append(write_flags(report.checked, out / FLAGS_FILE))
     if report.panel is not None:
         files += [f for table in report.panel.all for f in write_tables([table], out)]
+    files += write_tables([report.noise], out) if report.noise else []
     files.append(
         write_html(report, [f for f in files if f.suffix == ".png"], out / "report.html", dialogues=html_dialogues)
     )
@@ -260,4 +265,5 @@ def report_markdown(report: Report) -> str:
     parts += [render.markdown(tables) for tables in report.checks()]
     if report.panel is not None:
         parts.append(panel_markdown(report.panel))
+    parts += [render.markdown([report.noise])] if report.noise else []
     return "\n\n".join(p.rstrip() for p in parts) + "\n"

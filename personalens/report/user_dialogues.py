@@ -13,8 +13,9 @@ import pyarrow.parquet as pq
 
 from personalens.data.records import Turn
 from personalens.errors import PersonalensError
-from personalens.report.user_checks import RULES, check, words
+from personalens.report.user_checks import RULES, check
 from personalens.report.user_prompts import run_prompts
+from personalens.store.replies import mean_reply_words
 from personalens.store.results import Judgment, part_files
 
 _COLUMNS = ("user_id", "task_id", "setting", "trial", "assistant_model", "user_model", "ended", "turns")
@@ -46,11 +47,6 @@ class CheckedDialogue:
 
 def judgment_key(j: Judgment) -> DialogueKey:
     return (j.run, j.scenario.user_id, j.scenario.task_id, j.setting, j.scenario.trial, j.assistant_model)
-
-
-def mean_reply_words(turns: Sequence[Turn]) -> float | None:
-    lengths = [len(words(t.text)) for t in turns if t.role == "assistant"]
-    return sum(lengths) / len(lengths) if lengths else None
 
 
 def checked_dialogues(run_dirs: Sequence[Path]) -> tuple[tuple[CheckedDialogue, ...], tuple[str, ...]]:
