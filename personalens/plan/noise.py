@@ -73,6 +73,7 @@ def advice(cfg: DictConfig, estimated: dict, users: int, scenarios: int, gpus: i
                 cut_j = (now - mean_variance(c, more_judgings)) / now if now > 0 else 0.0
                 per_t = cut_t / ((trial_cost + judgings * judging_cost) * scale)
                 per_j = cut_j / (trials * judging_cost * scale)
+                split = c.variances["trial"] is not None or c.variances["judging"] is not None
                 rows.append(
                     {
                         "assistant": group[0],
@@ -82,7 +83,7 @@ def advice(cfg: DictConfig, estimated: dict, users: int, scenarios: int, gpus: i
                         "variances": {k: (None if e is None else e.mean) for k, e in c.variances.items()},
                         "trial_cut": cut_t,
                         "judging_cut": cut_j,
-                        "better": "trial" if per_t > per_j else "judging" if per_j > per_t else "either",
+                        "better": _better(per_t, per_j, split),
                     }
                 )
     return {
@@ -94,6 +95,14 @@ def advice(cfg: DictConfig, estimated: dict, users: int, scenarios: int, gpus: i
         "judging_cost": trials * judging_cost * scale,
         "metrics": rows,
     }
+
+
+def _better(per_trial: float, per_judging: float, split: bool) -> str:
+    """Which cuts more variance per unit of cost; "unknown" where the run split off neither the
+    dialogue's nor the judge's share (one trial, one judging)."""
+    if not split:
+        return "unknown"
+    return "trial" if per_trial > per_judging else "judging" if per_judging > per_trial else "either"
 
 
 def lines(noise: dict) -> list[str]:
