@@ -17,6 +17,11 @@ _WORD = re.compile(r"[a-z0-9]+")
 DialogueKey = tuple[str, str, str, str, int, str]
 
 
+def dialogue_key(run_dir: Path, row: dict) -> DialogueKey:
+    """The key of a dialogue row of `run_dir`."""
+    return (str(run_dir), row["user_id"], row["task_id"], row["setting"], int(row["trial"]), row["assistant_model"])
+
+
 def words(text: str) -> list[str]:
     """The text's words, lower-cased, punctuation and markup dropped."""
     return _WORD.findall(text.lower())
@@ -37,13 +42,5 @@ def reply_words(run_dir: Path) -> dict[DialogueKey, float]:
     for row in table.to_pylist() if table is not None else ():
         length = mean_reply_words([Turn(t["role"], t["text"] or "") for t in row["turns"] or ()])
         if length is not None:
-            key = (
-                str(run_dir),
-                row["user_id"],
-                row["task_id"],
-                row["setting"],
-                int(row["trial"]),
-                row["assistant_model"],
-            )
-            out[key] = length
+            out[dialogue_key(run_dir, row)] = length
     return out
