@@ -86,11 +86,12 @@ def noise_table(judgments: Sequence[Judgment], boot: Bootstrap) -> Table | None:
         notes=(
             "Variance on the metric's scale (TCR in %^2) between users, between the scenarios of a user, between "
             "the trials of a scenario (each a new simulated dialogue) and between the judgings of one dialogue "
-            "(the panel's judges, each judge's mean offset removed, or one judge again with another seed): "
+            "(the panel's judges, each judge's mean offset removed): "
             "method-of-moments estimates of a nested random-effects model, unbiased and so below 0 at times "
             "when a component is small; – where the run cannot tell a level from the one above (one trial: "
             "the dialogue's variance is inside the scenario's; one user: the users' inside the scenarios'). "
-            f"95% intervals resample users, expanded percentile ({boot.resamples} resamples, seed {boot.seed}).",
+            "95% intervals resample users (a run of one user: its scenarios; n counts the resampled units), expanded "
+            f"percentile ({boot.resamples} resamples, seed {boot.seed}).",
             "Detectable difference: the smallest difference from another run on as many users that compare's "
             f"t-test over users finds with {POWER:.0%} power at level {ALPHA:g} (one test, no Holm correction). "
             "Independent: the other run shares no user or scenario effect with this one; Same scenarios: it "
