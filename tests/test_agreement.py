@@ -317,6 +317,14 @@ def test_cli_exports_scores_and_writes_table5(run, tmp_path, sample_root):
     assert "Table 5" in proc.stdout and "| Task Completion | 1.000 [1.000, 1.000] (n=6)" in proc.stdout
     for ext in ("md", "csv", "tex"):
         assert (out / f"table5.{ext}").stat().st_size > 0
+    # the paper's published values beside the lab's, from data/paper_table5.csv
+    from personalens.data.paper import paper_table5
+
+    published = paper_table5()
+    with open(out / "table5.csv", newline="") as f:
+        rows = {r["metric"]: r for r in csv.DictReader(f)}
+    assert float(rows["Coherence (U)"]["paper_cohen"]) == published[("coherence", "user")].cohen
+    assert float(rows["Task Completion"]["paper_fleiss"]) == published[("task_completion", "")].fleiss
     bad = run_cli(
         "agreement",
         "score",

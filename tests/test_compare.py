@@ -289,7 +289,7 @@ def test_compare_marks_a_large_effect_at_20_users_and_plans_its_power(tmp_path):
     the differences asked, as the power functions compute them from the printed per-user SD."""
     from test_compare_stats import _raised_pair
 
-    from personalens.compare.power import users_needed
+    from personalens.tables.power import users_needed
 
     a, b = _raised_pair(tmp_path, 20)
     out = tmp_path / "out"

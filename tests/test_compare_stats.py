@@ -16,8 +16,9 @@ from test_compare import save_configs
 
 from personalens.compare import build_comparison
 from personalens.compare.paired import Arm, Comparison, MetricDifference, correct
-from personalens.compare.power import detectable, intra_user_correlation, power, users_needed
+from personalens.compare.power import intra_user_correlation
 from personalens.store.metrics import TCR
+from personalens.tables.power import detectable, power, users_needed
 from personalens.tables.stats import Bootstrap, clustered_mean, holm
 
 BOOT = Bootstrap(1000, 0)

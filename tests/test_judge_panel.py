@@ -120,6 +120,16 @@ def test_the_report_gives_table3_per_judge_their_agreement_and_the_panel_score(t
     assert weights == {"TCR (%)": "none", **{m: "quadratic" for m in weights if m != "TCR (%)"}} and len(weights) == 6
     p = next(r for r in rows if r["metric"] == "P")
     assert float(p["kappa_mean"]) < 1 and p["kappa_n"] == "4"  # the warm judge moved some scores
+    # the paper's judge-human kappa beside the judges' own, and what to add against self-preference
+    from personalens.data.paper import paper_table5
+
+    assert float(p["paper_cohen"]) == paper_table5()[("personalization", "")].cohen
+    assert "Add a judge of another family (" in md
+    # two judgings of every dialogue: the report splits each metric's noise down to the judge
+    with open(report / "noise.csv") as f:
+        noise = {r["metric"]: r for r in csv.DictReader(f)}
+    assert float(noise["P"]["judgings"]) == 2.0 and float(noise["P"]["trials"]) == 1.0
+    assert noise["P"]["judging_mean"] != "" and noise["P"]["trial_mean"] == ""  # one trial: not split off
     # the report's own Table 3 holds model@judge's rows alone: as many dialogues as one judge scored
     with open(report / "table3.csv") as f, open(report / "table3_judge.csv") as g:
         assert next(csv.DictReader(f))["SD_TCR_n"] == next(csv.DictReader(g))["SD_TCR_n"]

@@ -9,8 +9,9 @@ import csv
 import json
 import re
 import struct
-from collections import Counter
+from collections import Counter, defaultdict
 
+import numpy as np
 import pytest
 from cli_helpers import REPO, read_rows, run_cli
 from omegaconf import OmegaConf
@@ -282,3 +283,39 @@ def test_plan_counts_what_the_run_counted(pipeline, tmp_path):
     )
     rates = calibrated["time"]["rates_tokens_per_s"]
     assert rates["generate"] > 0 and rates["judge"] > 0 and calibrated["time"]["generate_s"]["all"] > 0
+
+
+def test_a_second_trial_and_a_second_judging_split_each_scores_noise(pipeline, tmp_path):
+    """The pipeline's run continued with `trials=2` and a second judge (the embedded model again at
+    temperature 0.8): generate adds the second trial, model@judge judges it, the new judge judges
+    both, and the report splits each Table 3 metric's variance down to the judge (report/noise.py)."""
+    import shutil
+
+    from cli_helpers import ENGINE_CORE_HERE
+
+    out = tmp_path / "run"
+    shutil.copytree(pipeline[0], out)  # its first trial, judged once: reused, not generated again
+    again = "judges=[{name: again, sampling: {temperature: 0.8}}]"
+    run_cli("run", *SELECTION, "trials=2", again, f"run.out_dir={out}", "report.bootstrap=200", env=ENGINE_CORE_HERE)
+    judgments = [j for j in read_rows(out / "judgments") if j["turn"] == -1]
+    assert len({(j["user_id"], j["task_id"], j["trial"]) for j in judgments}) == 2 * len(
+        read_rows(pipeline[0] / "dialogues")
+    )
+    assert len({j["judge_key"] for j in judgments}) == 2
+    rows = {(r["kind"], r["metric"]): r for r in csv_rows(out / "report" / "noise.csv")}
+    assert {kind for kind, _ in rows} == {"SD", "MD"} and len(rows) == 8
+    for row in rows.values():
+        assert (row["users"], float(row["trials"]), float(row["judgings"])) == ("1", 2.0, 2.0)
+        assert row["user_mean"] == "" and row["mde"] == ""  # one user: its scenarios are the resampled units
+        assert all(row[f"{level}_mean"] != "" for level in ("scenario", "trial", "judging"))
+    # the judge's share recomputed here: the pooled variance of a dialogue's two judgings around
+    # their mean, each judge's mean offset removed first (one degree of freedom for the second judge)
+    p = [j for j in judgments if j["kind"] == "SD" and j["dimension"] == "personalization" and j["parsed"]]
+    offset = {k: np.mean([j["score"] for j in p if j["judge_key"] == k]) for k in {j["judge_key"] for j in p}}
+    centred = defaultdict(list)
+    for j in p:
+        centred[(j["task_id"], j["trial"])].append(j["score"] - offset[j["judge_key"]])
+    squares = sum(sum((x - np.mean(xs)) ** 2 for x in xs) for xs in centred.values())
+    df = sum(len(xs) - 1 for xs in centred.values()) - (len(offset) - 1)
+    assert float(rows[("SD", "P")]["judging_mean"]) == pytest.approx(squares / df, abs=1e-9)
+    assert "Where a score's noise comes from" in (out / "report" / "report.md").read_text()

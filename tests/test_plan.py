@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_helpers import REPO, run_cli
 from test_merge import turn_rows
@@ -102,6 +103,30 @@ def paper_models(tmp_path_factory) -> list[str]:
     return overrides
 
 
+def noisy_run(run_dir: Path) -> Path:
+    """A judged run of 6 users x 3 scenarios x 2 trials, each dialogue judged by two judges (keys k1,
+    k2): P varies by user, trial and judge; TC by trial alone (both judges agree on it)."""
+    from run_rows import dialogue_row, judgment_row
+    from test_report import write_run
+
+    rng = np.random.default_rng(0)
+    dialogues, judgments = [], []
+    for u in range(6):
+        level = rng.normal(0, 0.6)
+        for t in range(3):
+            for trial in range(2):
+                d = dialogue_row(f"user{u}", f"SD-Movies-task-{t}", "SD", ["Movies"], trial=trial)
+                dialogues.append(d)
+                done, p = float(rng.random() < 0.6), 2.5 + level + rng.normal(0, 0.5)
+                for key in ("k1", "k2"):
+                    score = float(np.clip(round(p + rng.normal(0, 0.7)), 1, 4))
+                    judgments += [
+                        {**judgment_row(d, "task_completion", done), "judge_key": key},
+                        {**judgment_row(d, "personalization", score), "judge_key": key},
+                    ]
+    return write_run(run_dir, dialogues, judgments, shards=1)
+
+
 def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_node(tmp_path, paper_models):
     out = tmp_path / "plan.json"
     args = [
@@ -110,6 +135,7 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
         "plan.gpu_memory_gib=80",
         "plan.tokens_per_s=500",
         "plan.time_limit=00:00:40",
+        f"plan.noise_from={noisy_run(tmp_path / 'noisy')}",
     ]
     # a judge panel: model@judge, and the 8B as a second judge, placed alone once the 70B is freed
     eight, tokenizer = (
@@ -161,6 +187,20 @@ def test_plan_places_an_8b_assistant_with_70b_user_agent_and_judge_on_a_4x80gb_n
     assert run.endswith("data.users=0-4 run.name=pilot") and all(m in run for m in paper_models)
     assert calibrated.endswith("plan.calibrate=runs/pilot") and "plan.gpus=4" in calibrated
     assert "the judge's replies: CAP BOUND" in proc.stdout and f"    {run}" in proc.stdout
+    # a Llama judge of a Llama assistant: named, with the judges of other families to add
+    assert any("Self-preference: judge judge (Llama-3.1-70B-Instruct)" in line for line in plan["self_preference"])
+    assert "Add a judge of another family (" in proc.stdout and "gemma3_27b (gemma)" in proc.stdout
+    # one more trial or one more judging, costed by the plan's time on the node's 4 GPUs
+    noise, time = plan["noise"], plan["time"]
+    # (the panel's two judges: the judge job's time is both judgings of the one trial)
+    assert (noise["trials"], noise["judgings"], noise["unit"]) == (1, 2, "GPU hours (4 GPUs a job)")
+    assert noise["trial_cost"] == pytest.approx((time["generate_s"]["all"] + time["judge_s"]["all"]) * 4 / 3600)
+    assert noise["judging_cost"] == pytest.approx(time["judge_s"]["all"] / 2 * 4 / 3600)
+    by_metric = {r["metric"]: r for r in noise["metrics"]}
+    # both judges agree on TC: a judging cuts nothing of its variance, a trial does
+    assert by_metric["TCR (%)"]["judging_cut"] == 0 and by_metric["TCR (%)"]["better"] == "trial"
+    assert 0 < by_metric["P"]["judging_cut"] and by_metric["P"]["variances"]["judging"] > 0
+    assert "noise: from" in proc.stdout and "a trial cuts" in proc.stdout
 
 
 def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_models):

@@ -31,15 +31,18 @@ def agreement(cfg: DictConfig) -> int:
         print("\n".join(f"  {path}" for path in done.files))
         return 0
     from personalens.agreement import score_sheets
+    from personalens.agreement.reference import with_paper
     from personalens.tables import render
     from personalens.tables.render import write_tables
 
-    table = score_sheets(
-        out_dir,
-        [Path(p) for p in cfg.agreement.sheets],
-        run_dir,
-        Bootstrap(int(cfg.report.bootstrap), int(cfg.seed)),
-        [str(j) for j in cfg.agreement.get("judges") or ["judge"]],
+    table = with_paper(
+        score_sheets(
+            out_dir,
+            [Path(p) for p in cfg.agreement.sheets],
+            run_dir,
+            Bootstrap(int(cfg.report.bootstrap), int(cfg.seed)),
+            [str(j) for j in cfg.agreement.get("judges") or ["judge"]],
+        )
     )
     print(render.markdown([table]))
     print(f"written: {', '.join(map(str, write_tables([table], out_dir)))}", file=console.err())

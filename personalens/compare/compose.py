@@ -14,6 +14,7 @@ from personalens.compare.comparable import CHECKS, mismatches, recorded, refusal
 from personalens.compare.figure import forest_plot
 from personalens.compare.judges import HEADING as JUDGES_HEADING
 from personalens.compare.judges import judge_comparisons
+from personalens.compare.length import scenario_lengths, with_length_control
 from personalens.compare.page import write_page
 from personalens.compare.paired import FAMILIES, Arm, Comparison, compare_arms, correct
 from personalens.compare.power import PowerPlan
@@ -22,6 +23,7 @@ from personalens.config.judges import RunJudges, run_judges
 from personalens.errors import PersonalensError
 from personalens.prompts.setting import setting_sort_key
 from personalens.store.metrics import TABLE3, TABLE4, TABLE12
+from personalens.store.replies import reply_words
 from personalens.store.results import load_runs
 from personalens.tables import render
 from personalens.tables.render import write_tables
@@ -92,6 +94,13 @@ def build_comparison(
         notes += [note] if note else []
     for d in dirs:
         comparisons += [compare_arms("settings", x, y, TABLE4, boot) for x, y in _setting_pairs(arms[d])]
+    words = {str(d): reply_words(d) for d in dirs}
+    comparisons = [
+        with_length_control(
+            c, *(scenario_lengths(words[str(x.run_dir)], x.assistant_model, x.setting) for x in (c.a, c.b)), boot
+        )
+        for c in comparisons
+    ]
     if not comparisons:
         raise PersonalensError(
             "compare: nothing to compare: give two or more runs, or a run with several prompt settings "

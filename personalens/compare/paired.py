@@ -75,6 +75,7 @@ class MetricDifference:
     left_out: int = 0
     per_user_variance: float = math.nan
     icc: float = math.nan
+    length_controlled: Estimate | None = None  # B - A at equal reply length, a control (compare/length.py)
 
     @property
     def name(self) -> str:

@@ -1,10 +1,7 @@
 """Power of `compare`'s test from a pilot: pure functions of how a metric's paired differences vary.
 
-The test is a t-test of the mean difference over n users with its cluster-robust standard error
-(tables/stats.py). For users like the pilot's (the same selection, so about as many scenarios each),
-that standard error is sqrt(V / n), V the variance one user adds (`ClusteredMean.per_cluster_variance`).
-A true difference d is then detected with the probability that a noncentral t on n - 1 degrees of
-freedom, noncentrality d / sqrt(V / n), falls beyond the test's critical value. The level is
+The test is a t-test of the mean difference over n users with its cluster-robust standard error;
+its power at n users follows from the variance one user adds (tables/power.py). The level is
 alpha / m for a family of m tests: the threshold Holm's correction applies to the smallest p, so the
 figure is Holm's power when the family's other metrics do not differ and conservative when some do.
 docs/compare.md gives the simulation that checks it."""
@@ -16,8 +13,6 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
-from scipy import stats as sps
 
 from personalens.tables.stats import codes_of
 
@@ -38,48 +33,6 @@ def intra_user_correlation(values: Sequence[float] | np.ndarray, users: Sequence
     n0 = (total - float(sizes @ sizes) / total) / (k - 1)
     denominator = between + (n0 - 1) * within
     return (between - within) / denominator if denominator > 0 else math.nan
-
-
-def power(difference: float, users: int, per_user_variance: float, level: float) -> float:
-    """The chance that the two-sided t-test at `level` finds a true `difference` with `users` users."""
-    if users < 2:
-        return math.nan
-    if per_user_variance == 0.0:
-        return 1.0 if difference != 0.0 else level
-    df = users - 1
-    critical = float(sps.t.isf(level / 2, df))
-    shift = abs(difference) / math.sqrt(per_user_variance / users)
-    # the far tail is below level / 2 and falls with the shift; scipy returns nan where it underflows
-    far = float(sps.nct.cdf(-critical, df, shift))
-    return float(sps.nct.sf(critical, df, shift)) + (0.0 if math.isnan(far) else far)
-
-
-def detectable(users: int, per_user_variance: float, level: float, target: float = 0.8) -> float:
-    """The smallest difference found with probability `target` at `users` users."""
-    if users < 2:
-        return math.nan
-    if per_user_variance == 0.0:
-        return 0.0
-    high = math.sqrt(per_user_variance / users)
-    while power(high, users, per_user_variance, level) < target:
-        high *= 2
-    return float(optimize.brentq(lambda d: power(d, users, per_user_variance, level) - target, 0.0, high))
-
-
-def users_needed(difference: float, per_user_variance: float, level: float, target: float = 0.8) -> int:
-    """The fewest users (at least 2) with which a true `difference` is found with probability `target`:
-    from the normal approximation, then stepped to the t-test's exact count."""
-    if difference == 0.0:
-        raise ValueError("no number of users finds a difference of 0")
-    if per_user_variance == 0.0:
-        return 2
-    z = float(sps.norm.isf(level / 2) + sps.norm.ppf(target))
-    n = max(2, math.ceil(z**2 * per_user_variance / difference**2))
-    while power(difference, n, per_user_variance, level) < target:
-        n += 1
-    while n > 2 and power(difference, n - 1, per_user_variance, level) >= target:
-        n -= 1
-    return n
 
 
 @dataclass(frozen=True)

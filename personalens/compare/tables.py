@@ -7,14 +7,16 @@ from __future__ import annotations
 import math
 
 from personalens.compare.paired import Comparison
-from personalens.compare.power import PowerPlan, detectable, power, users_needed
+from personalens.compare.power import PowerPlan
 from personalens.tables.model import Cell, Column, Table
+from personalens.tables.power import detectable, power, users_needed
 
 NAME = "compare"
 COLUMNS = (
     Column("a", "", "A", 2, holds="estimate"),
     Column("b", "", "B", 2, holds="estimate"),
     Column("difference", "", "B - A", 2, holds="estimate"),
+    Column("length_controlled", "", "B - A at equal length (control)", 2, holds="estimate"),
     Column("p", "", "p", 3, holds="value"),
     Column("p_holm", "", "p (Holm)", 3, holds="value"),
     Column("left_out", "", "Left out", holds="count"),
@@ -33,7 +35,7 @@ def comparison_table(c: Comparison, alpha: float, differences: tuple[str, ...] =
     rows = tuple(
         (
             (r.kind, r.name, "yes" if r.significant(alpha) else ""),
-            (r.a, r.b, r.difference, r.p, r.p_holm, r.left_out),
+            (r.a, r.b, r.difference, r.length_controlled, r.p, r.p_holm, r.left_out),
         )
         for r in c.rows
     )
@@ -50,6 +52,9 @@ def comparison_table(c: Comparison, alpha: float, differences: tuple[str, ...] =
             f"Left out: scenarios only one side has a score for; {c.only_a} scenarios were judged in A only "
             f"and {c.only_b} in B only. Significant: Holm p < {alpha:g}, over a family of {c.family} "
             "tests. TCR is in percent (its difference in percentage points).",
+            "B - A at equal length: a control, not the result: the difference with the assistants' reply-length "
+            "difference (words) regressed out, read at equal length (as AlpacaEval's length-controlled win rate, "
+            "arXiv 2404.04475; docs/compare.md#length-controlled-difference); – where the lengths never differ.",
             *differences,
         ),
     )

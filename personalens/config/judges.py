@@ -160,9 +160,26 @@ class RunJudges:
                     lines.append(
                         f"Self-preference: judge {judge.label} and assistant {assistant.get('name')} of {run} are "
                         f"both of the {ours.name} family (judge: {ours.source}; assistant: {theirs.source}); a judge "
-                        "may favour replies of its own family."
+                        f"may favour replies of its own family. {cross_family_advice(ours.name)}"
                     )
         return lines
+
+
+def cross_family_advice(family: str | None) -> str:
+    """What to add where a judge shares the assistant's family: conf/model's judges of other families,
+    one each, or a panel across families (as PoLL, arXiv 2404.18796, judges with several small models
+    of different families)."""
+    others: dict[str, str] = {}
+    for path in sorted((project_path("conf") / "model").glob("*.yaml")):
+        theirs = OmegaConf.load(path).get("family")
+        if theirs and str(theirs).lower() != family:
+            others.setdefault(str(theirs).lower(), path.stem)
+    named = ", ".join(f"{stem} ({name})" for name, stem in others.items())
+    return (
+        f"Add a judge of another family ({named}: judges=[{{name: other, model: <one of them>}}]), or a panel across "
+        "families (PoLL, arXiv 2404.18796), and hold the judges' agreement against the paper's Table 5 "
+        "(docs/validation.md#self-preference)."
+    )
 
 
 def run_judges(run_dirs: Sequence[Path]) -> RunJudges:

@@ -21,6 +21,9 @@ def plan(cfg: DictConfig) -> int:
     from personalens.engines.factory import ROLES, model_configs
     from personalens.engines.placement.gpus import visible_gpu_spec
     from personalens.plan.estimate import estimate
+    from personalens.plan.judges import self_preference
+    from personalens.plan.noise import advice
+    from personalens.plan.noise import lines as noise_lines
     from personalens.plan.text import lines
 
     options = PlanOptions.from_config(cfg)
@@ -52,7 +55,14 @@ def plan(cfg: DictConfig) -> int:
     servers = external(cfg, models, estimated["tokens"])
     if servers:
         result["servers"] = servers
-    for line in lines(result):
+    result["self_preference"] = self_preference(cfg)
+    if cfg.plan.get("noise_from"):
+        result["noise"] = advice(cfg, estimated, chosen["users"], sum(chosen["scenarios"].values()), options.gpus)
+    for line in [
+        *lines(result),
+        *result["self_preference"],
+        *(noise_lines(result["noise"]) if "noise" in result else []),
+    ]:
         print(line, file=console.out())
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -14,9 +14,11 @@ from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
 from personalens.report.length import length_table
+from personalens.report.noise import noise_table
 from personalens.report.panel import PANEL_FILES, panel_markdown, panel_tables
 from personalens.report.paper_tables import by_domain, by_turn, parse_failures, table3, table4, table12, table13
 from personalens.report.provenance import mixed_runs
+from personalens.report.reference import with_paper
 from personalens.report.result import CHECK_TABLES, Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
 from personalens.report.user_dialogues import FLAGS_FILE, CheckedDialogue, checked_dialogues, write_flags
@@ -57,6 +59,7 @@ def build_report(
     )
     # the report's own tables hold each run's model@judge; a panel's tables hold each judge's
     primary = judges.primary(keyed)
+    noise = noise_table(keyed, Bootstrap(bootstrap, seed))
     # the release's domains, and any a lab added that the runs hold
     domains = with_domains(d for j in primary for d in j.domains)
     unknown = [d for d in figure5_domains if d not in domains]
@@ -74,7 +77,8 @@ def build_report(
         self_preference=tuple(judges.self_preference(defaults)),
         incomplete=incomplete_runs(dirs, data),
     )
-    report = replace(report, panel=panel)
+    panel = panel and replace(panel, agreement=with_paper(panel.agreement))
+    report = replace(report, panel=panel, noise=noise)
     return replace(report, files=write_report(report, html_dialogues))
 
 
@@ -162,7 +166,7 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
     out = report.out_dir
     out.mkdir(parents=True, exist_ok=True)
     # Outputs that this report may not produce: drop any left by an earlier report into the same folder.
-    for stale in ("table4", "figure5", *CHECK_TABLES):
+    for stale in ("table4", "figure5", "noise", *CHECK_TABLES):
         for path in out.glob(f"{stale}.*"):
             path.unlink()
     for path in [p for stem in PANEL_FILES for p in out.glob(f"{stem}*.*")]:  # a panel's, per judge
@@ -188,6 +192,7 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
         files.append(write_flags(report.checked, out / FLAGS_FILE))
     if report.panel is not None:
         files += [f for table in report.panel.all for f in write_tables([table], out)]
+    files += write_tables([report.noise], out) if report.noise else []
     files.append(
         write_html(report, [f for f in files if f.suffix == ".png"], out / "report.html", dialogues=html_dialogues)
     )
@@ -262,4 +267,5 @@ def report_markdown(report: Report) -> str:
     parts += [render.markdown(tables) for tables in report.checks()]
     if report.panel is not None:
         parts.append(panel_markdown(report.panel))
+    parts += [render.markdown([report.noise])] if report.noise else []
     return "\n\n".join(p.rstrip() for p in parts) + "\n"

@@ -37,6 +37,7 @@ def write_html(report: Report, figures: Sequence[Path], path: Path, *, dialogues
         report.parse_failures,
         *(t for tables in report.checks() for t in tables),
         *(report.panel.all if report.panel is not None else ()),
+        *((report.noise,) if report.noise is not None else ()),
     ]
     browse = browsable(report.run_dirs, dialogues, report.bootstrap.seed)
     return render_page(

@@ -46,6 +46,7 @@ class Report:
     incomplete: tuple[str, ...] = ()  # runs whose last merge found shards missing, and why (completeness.py)
     files: tuple[Path, ...] = ()  # everything written, report.md last
     panel: PanelTables | None = None  # a judge panel's tables (panel.py); None with one judge
+    noise: Table | None = None  # where Table 3's noise comes from (noise.py); None without trials or judgings twice
 
     def checks(self) -> list[list[Table]]:
         """The checks' tables, each file's tables together: flags, Table 3 without the flagged

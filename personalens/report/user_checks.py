@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 
 from personalens.data.records import Turn
+from personalens.store.replies import words
 
 # each rule and how the report names it, in the report's order
 RULE_NAMES = {
@@ -43,7 +44,6 @@ LEAK_WORDS = 8  # consecutive words of the prompt that make a leak
 REPEAT_SIMILARITY = 0.9  # difflib's ratio over the words of two turns
 REPEAT_MIN_WORDS = 4  # shorter turns ("Yes, please.") may recur in a sound dialogue
 
-_WORD = re.compile(r"[a-z0-9]+")
 _TAG = re.compile(r"<+/?([A-Za-z_][A-Za-z0-9_-]*)>+")
 # an assistant label opening a line: "ASSISTANT:", "[ASSISTANT]:", "Assistant :" (both prompt sets' transcripts)
 _LABEL = re.compile(r"^[ \t*]*\[?assistant\]?[ \t]*:", re.IGNORECASE | re.MULTILINE)
@@ -88,11 +88,6 @@ def spans_of(text: str, n: int = LEAK_WORDS) -> frozenset[tuple[str, ...]]:
 def tags_of(text: str) -> frozenset[str]:
     """The names of the markup tags in `text` (`<query>`, `</user_profile>`, `<<query>>`), lower-cased."""
     return frozenset(name.lower() for name in _TAG.findall(text))
-
-
-def words(text: str) -> list[str]:
-    """The text's words, lower-cased, punctuation and markup dropped."""
-    return _WORD.findall(text.lower())
 
 
 def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:

@@ -13,14 +13,13 @@ import pyarrow.parquet as pq
 
 from personalens.data.records import Turn
 from personalens.errors import PersonalensError
-from personalens.report.user_checks import RULES, check, words
+from personalens.report.user_checks import RULES, check
 from personalens.report.user_prompts import run_prompts
+from personalens.store.replies import DialogueKey, dialogue_key, mean_reply_words
 from personalens.store.results import Judgment, part_files
 
 _COLUMNS = ("user_id", "task_id", "setting", "trial", "assistant_model", "user_model", "ended", "turns")
 _OPTIONAL = ("opening_terminate",)
-
-DialogueKey = tuple[str, str, str, str, int, str]  # (run, user_id, task_id, setting, trial, assistant_model)
 
 
 @dataclass(frozen=True)
@@ -48,11 +47,6 @@ def judgment_key(j: Judgment) -> DialogueKey:
     return (j.run, j.scenario.user_id, j.scenario.task_id, j.setting, j.scenario.trial, j.assistant_model)
 
 
-def mean_reply_words(turns: Sequence[Turn]) -> float | None:
-    lengths = [len(words(t.text)) for t in turns if t.role == "assistant"]
-    return sum(lengths) / len(lengths) if lengths else None
-
-
 def checked_dialogues(run_dirs: Sequence[Path]) -> tuple[tuple[CheckedDialogue, ...], tuple[str, ...]]:
     """Every dialogue of `run_dirs` checked, and why the leak rule could not be checked where it
     could not (one line per run)."""
@@ -77,14 +71,7 @@ def checked_dialogues(run_dirs: Sequence[Path]) -> tuple[tuple[CheckedDialogue, 
                 spans = prompts.spans.get((row["user_id"], row["task_id"]))
                 out.append(
                     CheckedDialogue(
-                        (
-                            str(run_dir),
-                            row["user_id"],
-                            row["task_id"],
-                            row["setting"],
-                            int(row["trial"]),
-                            row["assistant_model"],
-                        ),
+                        dialogue_key(run_dir, row),
                         row["user_model"] or "",
                         check(turns, ended=row["ended"], opening_terminate=bool(opening), prompt=spans),
                         spans is not None,
