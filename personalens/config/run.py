@@ -90,24 +90,24 @@ def history_reasoning(cfg: DictConfig, role: str) -> str:
 def sampling(cfg: DictConfig, role: str):
     """A role's sampling (config/sampling.py: the protocol's, its model card's over it, an explicit override
     over both) and the request made from it; a thinking_budget is refused where the role's model has no
-    reasoning_parser (vLLM counts thinking between that parser's markers, and refuses the budget without
-    one). What the choice calls for (greedy decoding against the card, no thinking budget) is said once on
+    reasoning_parser (which names the family's end-of-thinking marker, where a budget's thinking request
+    stops: engines/chat/budget.py). What the choice calls for (greedy decoding against the card, no thinking budget) is said once on
     stderr."""
-    from personalens.config.sampling import notes, request_section, role_sampling
+    from personalens.config.sampling import notes, role_sampling
     from personalens.engines.base import sampling_from
 
     chosen = role_sampling(cfg, role)
     parser = cfg[role].get("reasoning_parser")
     try:
-        sampling_from(chosen.section)  # checked as configured, before the budget widens it
-        request = sampling_from(request_section(chosen, parser))
+        # max_tokens the answer's, thinking_budget the thinking's: engines/chat/budget.py holds each
+        request = sampling_from(chosen.section)
     except PersonalensError as err:
         raise PersonalensError(f"protocol.{role}.{err}") from None
     budget = chosen.section.get("thinking_budget")
     if budget is not None and not parser:
         raise PersonalensError(
             f"protocol.{role}.thinking_budget={budget}: model {cfg[role].name} has no reasoning_parser, "
-            "which vLLM's thinking budget needs to know where its thinking starts and ends; set one or leave it null"
+            "which a thinking budget needs to know where its thinking ends; set one or leave it null"
         )
     for line in notes(role, str(cfg[role].name), chosen, parser):
         print(line, file=console.err())

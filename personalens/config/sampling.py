@@ -17,9 +17,6 @@ PROTOCOL, MODEL, OVERRIDE = "protocol", "model card", "override"
 # the values a model card may set over the protocol's (engines/models/sampling.py VALUES); max_tokens is
 # always the protocol's
 KEYS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty", "thinking_budget")
-# reasoning parsers whose thinking vLLM cannot end by force (their parser names no start and end markers, so
-# vLLM's ReasoningConfig stays off and refuses thinking_token_budget): the budget widens the request alone
-UNFORCED_BUDGET = ("openai_gptoss",)
 
 
 @dataclass(frozen=True)
@@ -35,16 +32,22 @@ class RoleSampling:
 
     @property
     def request_max_tokens(self) -> int:
-        """The tokens a request may generate: the thinking budget and the answer's max_tokens."""
+        """The most tokens a reply generates: its thinking, at most the budget, then its answer, at most
+        max_tokens (engines/chat/budget.py makes them two requests)."""
         return int(self.section["max_tokens"]) + int(self.section.get("thinking_budget") or 0)
 
     def identity(self) -> Any:
         """The role's sampling as a fingerprint holds it: as before model cards carried sampling where
         every value is the protocol's (runs started then still resume); else the values, their origins and,
-        with a thinking budget, the request's budget (an earlier rule counted the answer inside it)."""
+        with a thinking budget, the reply's most tokens and its answer's apart (runs whose answer the
+        budget's unspent tokens could lengthen were saved without `answer_max_tokens`, and do not resume)."""
         if not self.from_model and not self.section.get("thinking_budget"):
             return sampling_identity(self.section)
-        budget = {"request_max_tokens": self.request_max_tokens} if self.section.get("thinking_budget") else {}
+        budget = (
+            {"request_max_tokens": self.request_max_tokens, "answer_max_tokens": int(self.section["max_tokens"])}
+            if self.section.get("thinking_budget")
+            else {}
+        )
         return {**sampling_identity(self.section), "origins": dict(sorted(self.origins.items())), **budget}
 
     def record(self) -> dict[str, Any]:
@@ -96,15 +99,6 @@ def role_sampling(cfg: Any, role: str) -> RoleSampling:
     except PersonalensError as err:
         raise PersonalensError(f"model@{err}") from None
     return resolve(cfg.protocol[role], plain(model) or {}, overridden(role, hydra_overrides()))
-
-
-def request_section(chosen: RoleSampling, parser: str | None) -> dict[str, Any]:
-    """The protocol entry a request is made from: max_tokens the thinking budget and the answer's together;
-    the budget sent to vLLM only where it can force the thinking's end."""
-    section = dict(chosen.section, max_tokens=chosen.request_max_tokens)
-    if parser in UNFORCED_BUDGET:
-        section["thinking_budget"] = None
-    return section
 
 
 def notes(role: str, model: str, chosen: RoleSampling, parser: str | None) -> list[str]:

@@ -49,7 +49,8 @@ class Protocol:
     sampling: Mapping[Role, Sampling]  # user agent and assistant
     rules: EndRules = EndRules()  # how TERMINATE and the round cap end a dialogue
     # tokens a role's prompt must leave for its reply inside its model's context, else the dialogue
-    # ends on context (None: the role's max_tokens, so that no reply is cut by the context)
+    # ends on context (None: the role's reply_tokens, its thinking budget and max_tokens, so that no reply is
+    # cut by the context)
     context_room: int | None = None
 
     def max_rounds(self, scenario: Scenario) -> int:
@@ -57,7 +58,8 @@ class Protocol:
 
     def room(self) -> dict[Role, int]:
         return {
-            role: s.max_tokens if self.context_room is None else self.context_room for role, s in self.sampling.items()
+            role: s.reply_tokens if self.context_room is None else self.context_room
+            for role, s in self.sampling.items()
         }
 
 
