@@ -35,7 +35,13 @@ def in_process(thinker: Thinker) -> VllmEngine:
     """The in-process engine over a scripted vLLM (`ScriptedLLM`), no reasoning parser: the `<think>`
     families' markers, split on the text."""
     engine = object.__new__(VllmEngine)
-    engine.name, engine.kv_tokens, engine.max_num_seqs, engine.capped, engine.max_model_len = "m", None, 256, False, None
+    engine.name, engine.kv_tokens, engine.max_num_seqs, engine.capped, engine.max_model_len = (
+        "m",
+        None,
+        256,
+        False,
+        None,
+    )
     engine._stop, engine._sizes, engine._replies = Stop(), PromptSizes(), ReplySizes()
     engine._lock, engine._running, engine._done, engine._in_flight = TurnLock(), {}, {}, InFlight()
     engine._stepped_at, engine._refused, engine._next_refusal, engine._fatal = 0.0, [], 0, (MemoryError,)

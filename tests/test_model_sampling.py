@@ -16,7 +16,7 @@ from test_fidelity import PromptRecorder, config
 
 from personalens.config import run as R
 from personalens.config.core import quoted_value
-from personalens.config.sampling import MODEL, OVERRIDE, PROTOCOL, notes, overridden, request_section, resolve
+from personalens.config.sampling import MODEL, OVERRIDE, PROTOCOL, notes, overridden, resolve
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.serving.engine import chat_body
 from personalens.paths import PROJECT_ROOT
@@ -86,12 +86,12 @@ def test_the_card_wins_over_the_protocol_and_an_explicit_override_over_both():
     )
     assert overridden("judge", ["protocol.assistant.top_p=1"]) == set()
     assert "thinking_budget" in overridden("assistant", ["protocol.assistant={temperature: 0, max_tokens: 8}"])
-    # the request carries the budget beside the answer's 800; gpt-oss's parser cannot force the end of thinking
-    assert request_section(carded, "qwen3") == {**carded.section, "max_tokens": 800 + 512}
-    assert request_section(carded, "openai_gptoss")["thinking_budget"] is None
-    # a fingerprint as before where all is the protocol's; else with the origins and the request's budget
+    # a reply generates at most the budget's thinking and the answer's 800 (engines/chat/budget.py)
+    assert carded.request_max_tokens == 512 + 800 and carded.section["max_tokens"] == 800
+    # a fingerprint as before where all is the protocol's; else with the origins and the reply's budgets
     assert plain.identity() == {"temperature": 0.0, "max_tokens": 800, "top_p": 1.0}
-    assert carded.identity()["origins"]["top_k"] == MODEL and carded.identity()["request_max_tokens"] == 1312
+    assert carded.identity()["origins"]["top_k"] == MODEL
+    assert (carded.identity()["request_max_tokens"], carded.identity()["answer_max_tokens"]) == (1312, 800)
 
 
 def test_greedy_decoding_against_the_card_and_a_missing_budget_are_said():
@@ -143,7 +143,7 @@ def test_generate_runs_each_role_with_its_models_sampling_and_records_where_it_c
     assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
     assistant = [r.sampling for r in engine.requests if not r.messages[-1]["content"].startswith("<user_profile>")]
     assert {(s.temperature, s.top_p, s.top_k, s.min_p, s.thinking_budget, s.max_tokens) for s in assistant} == {
-        (0.6, 0.95, 20, 0.05, 4096, 4096 + 96)
+        (0.6, 0.95, 20, 0.05, 4096, 96)  # the thinking's budget beside the answer's max_tokens
     }
     saved = OmegaConf.load(tmp_path / "run" / "generate.yaml")
     assert saved.parts.protocol.assistant.origins.temperature == MODEL

@@ -196,6 +196,7 @@ def dialogue_row(
         "seconds": (dialogue.finished or 0.0) - (dialogue.started or 0.0),
         "config_hash": config_hash,
         "session_started": session_started,
+        "stopped_turn": vars(dialogue.stopped) if dialogue.stopped is not None else None,
     }
 
 
@@ -315,7 +316,7 @@ def generate(
                 cut[turn.role] = cut.get(turn.role, 0) + (turn.finish_reason == "length")
                 thinking[turn.role] = thinking.get(turn.role, 0) + (turn.reasoning_tokens or 0)
             if dialogue.stopped is not None:
-                role, tokens = dialogue.stopped
+                role, tokens = dialogue.stopped.role, dialogue.stopped.completion_tokens
                 stopped[role] = stopped.get(role, 0) + 1
                 thinking[role] = thinking.get(role, 0) + tokens
             dialogue.turns = []  # written: a shard's memory holds the text of running dialogues only

@@ -48,7 +48,7 @@ from personalens.engines.chat.reasoning import THINKING
 from personalens.engines.chat.token_ids import PromptIds
 from personalens.engines.placement.cohorts import auto_cohorts, least_share, window_share
 from personalens.errors import PersonalensError
-from personalens.simulate.dialogue import Dialogue
+from personalens.simulate.dialogue import Dialogue, TurnRecord
 from personalens.simulate.trace import CallTrace, call_trace
 from personalens.simulate.window import Window
 from personalens.simulate.workers import EngineWorkers
@@ -162,7 +162,12 @@ def answer(dialogue: Dialogue, role: Role, gen: Generation, now: float) -> None:
     """A reply's answer added to its dialogue (its thinking kept beside it); a reply that stopped
     inside its thinking, or a refused request, ends the dialogue instead."""
     if gen.error is None and gen.finish_reason == THINKING:
-        dialogue.stopped_in_thinking(role, gen.completion_tokens, now)
+        dialogue.stopped_in_thinking(
+            TurnRecord(
+                role, "", gen.prompt_tokens, gen.completion_tokens, THINKING, gen.reasoning, gen.reasoning_tokens
+            ),
+            now,
+        )
     elif gen.error is None:
         dialogue.add(
             role,

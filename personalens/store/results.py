@@ -8,7 +8,7 @@ small typed record so that the arithmetic in `tables` never touches pyarrow.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from personalens.engines.chat.reasoning import leaks
-from personalens.engines.chat.spans import thinking_found
+from personalens.engines.chat.spans import repeated_share, thinking_found
 from personalens.errors import PersonalensError
 from personalens.store.schema import ENDINGS, SCORE_RANGES
 
@@ -71,6 +71,17 @@ class Judgment:
 
 
 @dataclass(frozen=True)
+class Stopped:
+    """A reply that stopped inside its thinking (a dialogue that ended "thinking"), as its row keeps it."""
+
+    role: str
+    model: str  # the model of its role in the dialogue
+    prompt_tokens: int | None
+    thinking_tokens: int | None
+    repeated: float | None  # the share of its thinking's runs (engines/chat/spans.py) that it wrote more than once
+
+
+@dataclass(frozen=True)
 class Dialogue:
     scenario: Scenario
     assistant_model: str
@@ -93,6 +104,7 @@ class Dialogue:
     # per turn: whether a run of its thinking was found in a later turn's text, which prompts to the
     # other party and judge transcripts are made of (engines/chat/spans.py; False for every turn otherwise)
     thinking_found: tuple[bool, ...] = ()
+    stopped: Stopped | None = None  # its reply that stopped inside its thinking; None otherwise and in older runs
 
     @property
     def stopped_role(self) -> str | None:
@@ -108,9 +120,16 @@ class RunData:
     judgments: tuple[Judgment, ...]
 
 
-def load_runs(run_dirs: Sequence[Path], *, dialogues: bool = True) -> RunData:
+def load_runs(
+    run_dirs: Sequence[Path],
+    *,
+    dialogues: bool = True,
+    given: Mapping[str, Mapping[tuple[str, str], str]] | None = None,
+) -> RunData:
     """All dialogues (none with `dialogues=False`) and judgments of `run_dirs`, checked for the
-    fields the tables rely on."""
+    fields the tables rely on. `given`: per run directory and scenario (user id, task id), the text its
+    prompts are made of besides the dialogue (instructions, the user's data), which the content leak
+    check does not count (engines/chat/spans.py; none where not given)."""
     if not run_dirs:
         raise PersonalensError("no run directories given")
     dialogue_rows: list[tuple[Path, dict[str, Any]]] = []
@@ -122,9 +141,10 @@ def load_runs(run_dirs: Sequence[Path], *, dialogues: bool = True) -> RunData:
             dialogue_rows += _read_dataset(
                 run_dir / "dialogues",
                 _DIALOGUE_KEY + ("kind", "domains", "rounds"),
-                optional=("ended", "opening_terminate", "session_started"),
+                optional=("ended", "opening_terminate", "session_started", "stopped_turn"),
                 turns=("role", "text", "completion_tokens", "finish_reason", "reasoning", "reasoning_tokens"),
                 run=str(run_dir),
+                given=(given or {}).get(str(run_dir), {}),
             )
         judgment_rows += _read_dataset(
             run_dir / "judgments",
@@ -157,6 +177,7 @@ def _read_dataset(
     optional: Iterable[str] = (),
     turns: Iterable[str] = (),
     run: str = "",
+    given: Mapping[tuple[str, str], str] | None = None,
 ) -> list[tuple[Path, dict[str, Any]]]:
     """The rows of a table's part files with `columns` (required) and `optional` ones (None where a
     part was written before they existed); `turns`: fields of the turns (completion_tokens required;
@@ -179,7 +200,8 @@ def _read_dataset(
                 row["turns"] = [{f: t.get(f) for f in turns} for t in row["turns"] or ()]
                 if "reasoning" in turns:  # searched here and dropped: thinking can be far longer than answers
                     row["thinking_found"] = thinking_found(
-                        [(t.get("text") or "", t.pop("reasoning") or "") for t in row["turns"]]
+                        [(t.get("text") or "", t.pop("reasoning") or "") for t in row["turns"]],
+                        (given or {}).get((row.get("user_id"), row.get("task_id")), ""),
                     )
             row["run"] = run
             rows.append((path, row))
@@ -252,6 +274,18 @@ def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
         reasoning_tokens=tuple(t.get("reasoning_tokens") for t in row["turns"]),
         leaks=tuple(leaks(t.get("text") or "") for t in row["turns"]),
         thinking_found=row["thinking_found"],
+        stopped=_stopped(row),
+    )
+
+
+def _stopped(row: dict[str, Any]) -> Stopped | None:
+    reply = row.get("stopped_turn")
+    if not reply:
+        return None
+    model = row["assistant_model"] if reply["role"] == "assistant" else row.get("user_model") or ""
+    tokens = reply.get("reasoning_tokens")
+    return Stopped(
+        reply["role"], model, reply.get("prompt_tokens"), tokens, repeated_share(reply.get("reasoning") or "")
     )
 
 
