@@ -145,17 +145,15 @@ class _Handler(BaseHTTPRequestHandler):
         last = {"choices": [{"index": 0, "delta": {}, "text": "", "finish_reason": finish}]}
         usage = {"choices": [], "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)}}
         events = "".join(f"data: {json.dumps(e)}\n\n" for e in (first, last, usage)) + "data: [DONE]\n\n"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Content-Length", str(len(events.encode())))
-        self.end_headers()
-        self.wfile.write(events.encode())
+        self._send(events.encode(), "text/event-stream")
 
     def _json(self, value) -> None:
-        payload = json.dumps(value).encode()
+        self._send(json.dumps(value).encode(), "application/json")
+
+    def _send(self, payload: bytes, kind: str) -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
+        for header, value in (("Content-Type", kind), ("Content-Length", str(len(payload)))):
+            self.send_header(header, value)
         self.end_headers()
         self.wfile.write(payload)
 
