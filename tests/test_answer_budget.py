@@ -153,3 +153,29 @@ def test_no_stored_answer_exceeds_the_protocols_max_tokens_when_thinking_ends_ea
     assert turns and all(t["completion_tokens"] - t["reasoning_tokens"] <= cap for t in turns)
     assert all(t["reasoning"] == "hmm" and t["reasoning_tokens"] <= BUDGET for t in turns)
     assert all(t["text"].strip() == " ".join(["yes"] * cap) and t["finish_reason"] == "length" for t in turns)
+
+
+def test_gpt_oss_thinking_stops_at_its_final_channel_or_is_ended_there_by_force():
+    """gpt-oss's harmony channels, through openai_harmony's real encoding: a thinking request stops at the
+    final channel's header (the analysis then continued), one the budget cut has the analysis closed and
+    the final channel opened after it, so that the answer request's output is the final channel."""
+    pytest.importorskip("openai_harmony")
+    from personalens.engines.base import Generation
+    from personalens.engines.chat.harmony import encoding, split_harmony
+    from personalens.engines.chat.reasoning import with_split
+
+    enc, markers = encoding(), budget.markers("openai_gptoss")
+
+    def thought(text: str, finish: str):
+        ids = enc.encode(text, allowed_special="all")
+        return ids, with_split(Generation("", 10, len(ids), finish_reason=finish), split_harmony(ids, enc))
+
+    analysis = "<|channel|>analysis<|message|>Weigh the options."
+    _, ended = thought(f"{analysis}<|end|><|start|>assistant{markers.stops[0]}", "stop")
+    assert budget.step(request(), ended, cut=False) == budget.CONTINUE and ended.reasoning == "Weigh the options."
+    cut_ids, cut = thought(analysis, "length")
+    assert budget.step(request(), cut, cut=True) == budget.FORCE
+    answer = enc.encode("Take the train.<|return|>", allowed_special="all")
+    forced = budget.continued([], cut_ids, enc.encode(markers.forced, allowed_special="all"))
+    whole = split_harmony([*forced, *answer], enc)
+    assert (whole.answer, whole.reasoning) == ("Take the train.", "Weigh the options.")
