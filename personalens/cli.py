@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -247,12 +246,12 @@ def main(argv: list[str] | None = None) -> None:
         log_file = _route_library_output(command, label, cfg)
         console.show_personalens_logs()
         # a command that takes a `stop` (one that loads models) has one way to stop early
-        # (engines/stop.py): SIGTERM and SLURM's warning signal SIGUSR1 ask for it, its engines and
+        # (engines/stop.py): SIGTERM, Ctrl-C and SLURM's warning signal SIGUSR1 ask for it, its engines and
         # steps check it, and what it started is stopped when it ends, however it ends
         stop = Stop()
         stops = {"stop": stop} if "stop" in inspect.signature(function).parameters else {}
         try:
-            with stop.on_signals((signal.SIGTERM, signal.SIGUSR1)) if stops else nullcontext():
+            with stop.on_signals() if stops else nullcontext():
                 code = function(cfg, **stops)
         except Stopped as err:
             _last_word(f"personalens {label}: {err}; what was finished is written, run it again to resume", log_file)

@@ -6,6 +6,9 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# after each test module, nothing it started may still run (tests/leftovers.py)
+pytest_plugins = ["leftovers"]
+
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:

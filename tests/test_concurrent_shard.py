@@ -1,8 +1,11 @@
 """Two real `generate` invocations of one shard at once (the real CLI, vLLM on the embedded model):
-the second, started while the first is mid-run, waits for the first's lease (store/lease.py) and then
-finds the shard done; a third that will not wait is refused in one line naming the holder. Every
-stored dialogue is then one invocation's chain, each turn answering the turn before it
-(tests/test_shard_chains.py reads hand-made chains of two invocations)."""
+the first is frozen mid-run (SIGSTOP) past its lease; the second, started meanwhile, waits, then
+takes the lease over (store/lease.py) and finishes the shard, resuming the first's stored turns; a
+third that will not wait is refused in one line naming the holder. The first, resumed, stops with
+exit 2 naming who took its lease, and lands nothing more: every dialogue is stored once, and each
+stored dialogue's turns form one chain, each turn answering the turn before it
+(tests/test_shard_chains.py reads hand-made chains of two invocations; tests/test_lease_faults.py
+does the same to `generate` and `judge` with scripted engines)."""
 
 from __future__ import annotations
 
@@ -31,23 +34,26 @@ def wait_for(ready, proc: subprocess.Popen, log: Path, timeout: float = 600) -> 
         time.sleep(0.2)
 
 
-def test_a_second_invocation_of_a_running_shard_waits_for_it_and_no_dialogue_mixes_two(tmp_path):
+def test_a_holder_frozen_past_its_lease_is_taken_over_and_lands_nothing_when_it_resumes(tmp_path):
     out = tmp_path / "run"
     args = ["generate", "data.users=0", "data.kinds=SD", "protocol=quick", "protocol.user_agent.max_tokens=16",
-            "protocol.assistant.max_tokens=16", f"run.out_dir={out}", "progress=false"]  # fmt: skip
+            "protocol.assistant.max_tokens=16", f"run.out_dir={out}", "progress=false", "lease.stale_s=6"]  # fmt: skip
     turns = out / "turns" / "shard-000-of-001"
     first = start_cli(*args, log=tmp_path / "first.log", env=ENGINE_CORE_HERE)
     second = None
     try:
         wait_for(lambda: any(turns.glob("part-*.parquet")), first, tmp_path / "first.log")
-        os.killpg(first.pid, signal.SIGSTOP)  # held mid-run, its lease fresh, while the others start
+        os.killpg(first.pid, signal.SIGSTOP)  # held mid-run, while the others start
         try:
             second = start_cli(*args, log=tmp_path / "second.log", env=ENGINE_CORE_HERE)
             refused = run_cli(*args, "lease.wait_s=0", check=False, env=ENGINE_CORE_HERE)  # beside it
-            wait_for(lambda: "waiting up to" in (tmp_path / "second.log").read_text(), second, tmp_path / "second.log")
+            # its heartbeat frozen: unmoved for stale_s / 2 and stale_s old by the filesystem's clock
+            wait_for(
+                lambda: "took over the lease" in (tmp_path / "second.log").read_text(), second, tmp_path / "second.log"
+            )
         finally:
             os.killpg(first.pid, signal.SIGCONT)
-        assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-4000:]
+        assert first.wait(timeout=600) == 2, (tmp_path / "first.log").read_text()[-4000:]
         assert second.wait(timeout=600) == 0, (tmp_path / "second.log").read_text()[-4000:]
     finally:
         for proc in (first, second):
@@ -60,8 +66,13 @@ def test_a_second_invocation_of_a_running_shard_waits_for_it_and_no_dialogue_mix
     assert re.search(
         rf"generate of shard 0 of 1 in .* is being run by another invocation \(host .*, pid {first.pid}, since ", line
     )
-    waited = (tmp_path / "second.log").read_text()
-    assert f"pid {first.pid}" in waited and "0 dialogues simulated (4 already done" in waited
+    took = (tmp_path / "second.log").read_text()
+    assert "waiting up to 600 s for host" in took and "took over the lease of host" in took
+    assert re.search(rf"pid {first.pid}, since .*: its heartbeat is \d+ s old by the filesystem's clock", took)
+    stopped = (tmp_path / "first.log").read_text()
+    assert re.search(
+        rf"lost its lease .* to host .*, pid {second.pid}, since .*nothing more of this one's is written", stopped
+    )
 
     dialogues = read_rows(out / "dialogues")
     assert len(dialogues) == 4 and len({tuple(d[k] for k in KEY) for d in dialogues}) == 4
@@ -69,6 +80,5 @@ def test_a_second_invocation_of_a_running_shard_waits_for_it_and_no_dialogue_mix
     for d in dialogues:
         chain = chains[tuple(d[k] for k in KEY)]
         assert [t["text"] for t in chain] == [t["text"] for t in d["turns"]]
-        assert {t["session_started"] for t in chain} == {d["session_started"]}  # one invocation's
         assert [t["follows_session"] for t in chain] == [None] + [t["session_started"] for t in chain[:-1]]
     assert len(read_rows(turns)) == sum(len(d["turns"]) for d in dialogues)  # no turn stored twice

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -137,28 +138,42 @@ def test_a_partly_simulated_shard_says_how_many_of_its_missing_dialogues_resume_
     assert merged_files(tmp_path) == []
 
 
-def test_duplicated_dialogue_is_refused(tmp_path):
+def test_a_dialogue_stored_twice_is_merged_once_and_named_in_merge_json(tmp_path):
     write_run(tmp_path)
     again = ("user0", "MD-task-3", "base", 1)
-    # a re-submitted job that wrote the same dialogue again, with its judgments
-    write_part(tmp_path, "dialogues", 0, [dialogue_of(again)], part=7)
+    # a job that wrote the same dialogue again beside its resubmitted copy, with its judgments
+    write_part(tmp_path, "dialogues", 0, [{**dialogue_of(again), "seconds": 99.0}], part=7)
     write_part(tmp_path, "judgments", 0, judgment_rows(again), part=7)
 
     result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
-    assert not result.ok
-    assert [(p.index, p.duplicated_dialogues) for p in result.problems] == [(0, (again,))]
-    assert len(result.problems[0].duplicated_judgments) == JUDGMENTS_PER_DIALOGUE
-    assert "1 dialogues duplicated (user0: MD-task-3)" in result.format()
-    assert merged_files(tmp_path) == []
+    assert result.ok, result.format()
+    assert (result.dialogues, result.judgments) == (len(EXPECTED), len(EXPECTED) * JUDGMENTS_PER_DIALOGUE)
+    assert [c.key for c in result.duplicated_dialogues] == [again]
+    assert len(result.duplicated_judgments) == JUDGMENTS_PER_DIALOGUE
+    assert "1 dialogue(s) and 6 judgment(s) are stored more than once (user0 MD-task-3 base 1 in " in result.format()
+    merged = pq.read_table(tmp_path / "merged" / "dialogues.parquet").to_pylist()
+    copies = [d for d in merged if (d["user_id"], d["task_id"], d["setting"], d["trial"]) == again]
+    assert [d["seconds"] for d in copies] == [dialogue_of(again)["seconds"]]  # the first part's copy, kept
+    assert pq.read_table(tmp_path / "merged" / "judgments.parquet").num_rows == len(EXPECTED) * JUDGMENTS_PER_DIALOGUE
+    status = json.loads((tmp_path / "merge.json").read_text())
+    assert status["complete"] and status["dialogues"] == len(EXPECTED)
+    assert status["duplicates"]["dialogues"] == ["user0 MD-task-3 base 1 in dialogues/shard-000-of-002 (2 copies)"]
+    assert len(status["duplicates"]["judgments"]) == JUDGMENTS_PER_DIALOGUE
+    assert "the copy of the earliest invocation kept" in status["duplicates"]["note"]
 
 
-def test_same_dialogue_in_two_shard_folders_is_refused_in_both(tmp_path):
+def test_a_dialogue_in_two_shard_folders_keeps_the_earliest_invocations_copy(tmp_path):
     write_run(tmp_path)
     moved = ("user2", "SD-Alarm-task-1", "base", 0)
-    write_part(tmp_path, "dialogues", 0, [dialogue_of(moved)], part=7)
+    write_part(tmp_path, "dialogues", 0, [{**dialogue_of(moved), "session_started": 5.0, "seconds": 7.0}], part=7)
 
     result = merge(tmp_path, EXPECTED, DIMENSIONS, shard_count=2)
-    assert [(p.index, p.duplicated_dialogues) for p in result.problems] == [(0, (moved,)), (1, (moved,))]
+    assert result.ok, result.format()
+    assert result.duplicated_dialogues[0].places == ("dialogues/shard-000-of-002", "dialogues/shard-001-of-002")
+    merged = pq.read_table(tmp_path / "merged" / "dialogues.parquet").to_pylist()
+    assert [
+        d["seconds"] for d in merged if d["user_id"] == "user2" and d["trial"] == 0 and d["task_id"] == moved[1]
+    ] == [7.0]  # a recorded session_started before the copy written without one
 
 
 def test_missing_judgments_are_refused(tmp_path):

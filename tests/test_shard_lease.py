@@ -1,13 +1,15 @@
 """The shard lease (store/lease.py) on real files: one holder at a time, a second invocation refused
 in one line naming the holder, a lease taken over when its holder died here or its heartbeat went
-stale, and a holder told when its lease was taken (tests/test_concurrent_shard.py runs two real
-`generate` invocations of one shard at once)."""
+stale, and a holder told when its lease was taken (tests/test_lease_faults.py does what clusters
+do to it; tests/test_concurrent_shard.py runs two real `generate` invocations of one shard at once)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +20,7 @@ import time
 import pytest
 
 from personalens.errors import PersonalensError
+from personalens.store import lease as lease_module
 from personalens.store.lease import ShardLease, _me, lease_path
 
 
@@ -88,14 +91,51 @@ def test_a_reused_pid_does_not_keep_a_dead_holders_lease(tmp_path):
         pass
 
 
-def test_a_lease_of_another_host_is_kept_while_its_heartbeat_is_fresh_and_taken_when_stale(tmp_path):
+def test_a_lease_of_another_host_is_kept_while_its_heartbeat_is_fresh_and_taken_when_stale(tmp_path, caplog):
     path = lease_path(tmp_path, "generate", 0, 1)
     planted(path, host="node-elsewhere", pid=1)
     with pytest.raises(PersonalensError, match="host node-elsewhere, pid 1"), lease(path):
         pass
+    # stale by the filesystem's clock: taken once it has not moved for half of stale_s of watching
     planted(path, time.time() - 120, host="node-elsewhere", pid=1)
-    with lease(path) as mine:
+    with pytest.raises(PersonalensError, match="host node-elsewhere, pid 1"), lease(path, stale_s=2):
+        pass
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING), lease(path, wait_s=30, stale_s=2) as mine:
         assert json.loads(path.read_text())["token"] == mine.holder.token
+        assert 1 <= time.monotonic() - started < 3
+    assert re.search(r"its heartbeat is 12\d s old by the filesystem.s clock", caplog.text)
+
+
+def test_a_retried_link_answered_exists_is_ours_when_the_link_count_says_it_was_made(tmp_path, monkeypatch):
+    path = lease_path(tmp_path, "generate", 0, 1)
+    link = os.link
+
+    def made_then_exists(src, dst):  # the server made the link; the client's retry was told "exists"
+        link(src, dst)
+        raise FileExistsError(17, "File exists")
+
+    monkeypatch.setattr(lease_module.os, "link", made_then_exists)
+    started = time.monotonic()
+    with lease(path, wait_s=30) as mine:
+        assert json.loads(path.read_text())["token"] == mine.holder.token
+        assert time.monotonic() - started < 1  # not waiting on its own lease
+        monkeypatch.setattr(lease_module.os, "link", link)
+        with pytest.raises(PersonalensError, match="is being run by another invocation"), lease(path):
+            pass  # a link that was not made is still refused
+
+
+def test_a_takeover_that_finds_the_lease_renewed_since_it_looked_puts_it_back(tmp_path):
+    path = lease_path(tmp_path, "generate", 0, 1)
+    with lease(path) as holder:
+        seen = path.stat().st_mtime
+        os.utime(path, (seen - 1000, seen - 1000))  # what a waiter saw: stale
+        stale = path.stat().st_mtime
+        holder.confirm()  # renewed just before the waiter renames it away
+        waiter = lease(path)
+        waiter._take_over(holder.holder, stale, "its heartbeat is 1000 s old")
+        assert json.loads(path.read_text())["token"] == holder.holder.token
+        holder.confirm()  # still its own
 
 
 def test_a_heartbeat_that_stops_moving_is_taken_over_whatever_the_clocks_say(tmp_path):
@@ -140,3 +180,15 @@ def test_generate_and_judge_take_their_shards_lease_before_they_read_or_write_an
         path.unlink()
         assert command(config(f"run.out_dir={out}", "lease.wait_s=0"), engines) == 0
         assert not path.exists()  # released when it ended
+
+
+def test_a_holder_whose_lease_is_gone_stops_once_half_the_stale_time_passed(tmp_path):
+    path = lease_path(tmp_path, "generate", 0, 1)
+    lost = []
+    with lease(path, stale_s=1, on_lost=lost.append) as mine:
+        path.unlink()  # taken over and released by another invocation, or deleted by hand
+        started = time.monotonic()
+        with pytest.raises(PersonalensError, match="is gone .* another invocation took the shard over and ended"):
+            mine.confirm()  # retried until stale_s / 2 after the last renewal
+        assert time.monotonic() - started < 1
+    assert len(lost) == 1 and "is gone" in lost[0]

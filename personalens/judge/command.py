@@ -42,22 +42,29 @@ def judge(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: Stop
     for member in judges:
         by_model.setdefault(member.model, []).append(member)
     groups = list(by_model.values())
-    with R.shard_lease(cfg, "judge", stop):
+    with R.shard_lease(cfg, "judge", stop) as lease:
         for i, members in enumerate(groups):  # model@judge's group first
             shared = engines if engines is not None and i == 0 else None
-            _judge_group(members, shared, i + 1 < len(groups), scenarios, date, stop)
+            _judge_group(members, shared, i + 1 < len(groups), scenarios, date, stop, lease.confirm)
     return 0
 
 
 def _judge_group(
-    members: list, shared: Callable[[], dict] | None, more: bool, scenarios: list, date: str, stop: Stop | None
+    members: list,
+    shared: Callable[[], dict] | None,
+    more: bool,
+    scenarios: list,
+    date: str,
+    stop: Stop | None,
+    guard: Callable[[], None],
 ) -> None:
     """The judges of one model config, on `shared` engines (`run`'s) or on their own, closed after
-    them (`shared` too when `more` models are to load after them)."""
+    them (`shared` too when `more` models are to load after them); `guard`: the shard lease's check
+    before each part lands."""
     load = shared or R.engines(members[0].cfg, ("judge",), stop, first=next(iter(scenarios), None))
     try:
         for member in members:
-            judge_one(member.cfg, member.saved, member.name, load, scenarios, date, stop)
+            judge_one(member.cfg, member.saved, member.name, load, scenarios, date, stop, guard)
     finally:
         if shared is None or more:
             getattr(load, "close", lambda: None)()
@@ -81,10 +88,18 @@ def identity(cfg: DictConfig) -> tuple[str, dict]:
 
 
 def judge_one(
-    cfg: DictConfig, saved: str, name: str, load: Callable[[], dict], scenarios: list, date: str, stop: Stop | None
+    cfg: DictConfig,
+    saved: str,
+    name: str,
+    load: Callable[[], dict],
+    scenarios: list,
+    date: str,
+    stop: Stop | None,
+    guard: Callable[[], None] | None = None,
 ) -> None:
     """One judge of the panel: its config saved as `<saved>.yaml` (refused when that name was saved
-    under another judge) with the run's `date`, then what it has not judged yet."""
+    under another judge) with the run's `date`, then what it has not judged yet; `guard`: called
+    before each part of judgments lands (the shard lease's confirm, store/lease.py)."""
     from personalens.judge.run import judge as score
     from personalens.store import append_summary, read_table, shard_dir
 
@@ -120,8 +135,11 @@ def judge_one(
         stop=stop,
         judge_key=digest,
         legacy=saved == DEFAULT,
+        guard=guard,
     )
     if summary.judgments:
+        if guard is not None:
+            guard()
         append_summary(out_dir, "judge", cfg.shard.index, cfg.shard.count, summary)
 
 

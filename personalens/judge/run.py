@@ -130,16 +130,17 @@ def judge(
     stop: Stop | None = None,
     judge_key: str | None = None,
     legacy: bool = True,
+    guard: Callable[[], None] | None = None,
 ) -> JudgeSummary:
     """Judge what this judge (`judge_key`, written on its rows) has not judged yet; returns what was
     done. Rows without a key (runs written before judge panels) count as this judge's when `legacy`
     (the run's own judge, judge.yaml). `load_engine` is
     called only when there is something to judge; `formats` are the output grammars and parsers;
     each `chunk` judgments are one generate call and one part file. `stop` is checked after each
-    part file is written (engines/stop.py)."""
+    part file is written (engines/stop.py); `guard` before each part file lands (store/parts.py)."""
     for dim in dimensions:
         format_for(dim, formats)  # an unknown dimension fails before any model call
-    writer = PartWriter(folder, JUDGMENT_SCHEMA)
+    writer = PartWriter(folder, JUDGMENT_SCHEMA, guard)
     outside = sum((d["user_id"], d["task_id"]) not in scenarios for d in dialogues)
     if outside:
         log.warning(

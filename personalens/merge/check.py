@@ -4,7 +4,9 @@ merge writes what it found to `<run>/merge.json`, complete or not, which the rep
 
 Problems are grouped by shard so that a user knows which array task to re-run: missing items by
 the shard that should hold them, duplicated and unexpected ones by the folder they were found in;
-an incomplete shard also says how its steps last ended (why.py).
+an incomplete shard also says how its steps last ended (why.py). A dialogue or judgment stored more
+than once is no problem: the merged tables keep the copy every reader keeps (store/duplicates.py),
+and merge.json and the output name the copies.
 A missing dialogue with turns stored in its shard's `turns/` table was partly simulated by a run
 that stopped (store/turns.py): re-running the shard resumes it from those turns."""
 
@@ -12,8 +14,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from personalens.config.saved import read_judges
 from personalens.merge.why import shard_story
 from personalens.prompts.render import SPEAKERS
 from personalens.store import JUDGMENT_KEY, KEY_COLUMNS, partial_dialogues, read_table, shard_dir
+from personalens.store.duplicates import Copies, keep_first, warning
 from personalens.store.merge_status import write_merge_status
 
 DialogueKey = tuple[str, str, str, int]  # user_id, task_id, setting, trial
@@ -44,10 +47,8 @@ class ShardProblems:
     missing_dialogues: tuple[DialogueKey, ...] = ()
     partial_dialogues: int = 0  # of the missing dialogues, those with turns stored (a stopped run's)
     stored_turns: int = 0  # the turns stored for them
-    duplicated_dialogues: tuple[DialogueKey, ...] = ()
     unexpected_dialogues: tuple[DialogueKey, ...] = ()
     missing_judgments: tuple[JudgmentKey, ...] = ()
-    duplicated_judgments: tuple[JudgmentKey, ...] = ()
     unexpected_judgments: tuple[JudgmentKey, ...] = ()
     why: str = ""  # for an incomplete shard, how its steps' last starts ended (why.py)
 
@@ -67,10 +68,8 @@ class ShardProblems:
             f"{len(items)} {what} ({_examples(items)}){partly if what == 'dialogues missing' else ''}"
             for what, items in (
                 ("dialogues missing", self.missing_dialogues),
-                ("dialogues duplicated", self.duplicated_dialogues),
                 ("dialogues not in the selection", self.unexpected_dialogues),
                 ("judgments missing", self.missing_judgments),
-                ("judgments duplicated", self.duplicated_judgments),
                 ("judgments of dialogues not in the selection", self.unexpected_judgments),
             )
             if items
@@ -86,10 +85,13 @@ class MergeResult:
     out_dir: Path
     shard_count: int
     expected_dialogues: int
-    dialogues: int  # dialogue rows found across all shard folders
-    judgments: int  # judgment rows found across all shard folders
+    dialogues: int  # dialogues found across all shard folders, each counted once
+    judgments: int  # judgments found across all shard folders, each counted once
     problems: tuple[ShardProblems, ...]  # ordered by (count, index)
     written: tuple[Path, ...] = field(default=())
+    # rows stored more than once, of which one copy is kept (store/duplicates.py)
+    duplicated_dialogues: tuple[Copies, ...] = ()
+    duplicated_judgments: tuple[Copies, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -106,7 +108,19 @@ class MergeResult:
             "shard_count": self.shard_count,
             "problems": [p.format() for p in self.problems],
             "rerun": self.rerun,
+            "duplicates": {
+                "dialogues": [c.describe() for c in self.duplicated_dialogues],
+                "judgments": [c.describe() for c in self.duplicated_judgments],
+                "note": self.duplicates_line,
+            },
         }
+
+    @property
+    def duplicates_line(self) -> str:
+        """The warning about rows stored more than once ('' if none)."""
+        if not (self.duplicated_dialogues or self.duplicated_judgments):
+            return ""
+        return warning(self.duplicated_dialogues, self.duplicated_judgments)
 
     @property
     def rerun(self) -> str:
@@ -118,8 +132,9 @@ class MergeResult:
             f"{self.dialogues} dialogues and {self.judgments} judgments found for "
             f"{self.expected_dialogues} expected dialogues in {self.out_dir}"
         )
+        duplicates = [f"  warning: {self.duplicates_line}"] if self.duplicates_line else []
         if self.ok:
-            return "\n".join([f"merge: complete: {found}", *(f"  wrote {path}" for path in self.written)])
+            return "\n".join([f"merge: complete: {found}", *duplicates, *(f"  wrote {path}" for path in self.written)])
         rerun = self.rerun
         hint = (
             [
@@ -130,7 +145,12 @@ class MergeResult:
             else []
         )
         return "\n".join(
-            [f"merge: INCOMPLETE, nothing merged: {found}", *(f"  {p.format()}" for p in self.problems), *hint]
+            [
+                f"merge: INCOMPLETE, nothing merged: {found}",
+                *(f"  {p.format()}" for p in self.problems),
+                *duplicates,
+                *hint,
+            ]
         )
 
 
@@ -144,10 +164,10 @@ def merge(
     judgments = _read_shards(out_dir, "judgments")
     expected_shard = {key: (index, shard_count) for key, index in expected.items()}
 
-    found: dict[Shard, list[DialogueKey]] = {s: _keys(t, KEY_COLUMNS) for s, t in dialogues.items()}
     # a judge panel's judges each owe every judgment (docs/validation.md#judge-panels)
     judges = [saved.fingerprint or "" for saved in read_judges(out_dir).values()] or [""]
-    judged: dict[Shard, list[JudgmentKey]] = {s: _judged(t, judges) for s, t in judgments.items()}
+    dialogues, found, dialogue_copies = _once("dialogues", dialogues, lambda t: _keys(t, KEY_COLUMNS))
+    judgments, judged, judgment_copies = _once("judgments", judgments, lambda t: _judged(t, judges))
     wanted_judgments = {
         (*key, dim, speaker, -1, *([judge] if len(judges) > 1 else [])): shard
         for key, shard in expected_shard.items()
@@ -165,10 +185,8 @@ def merge(
         for key, shard in wanted.items():
             if key not in present:
                 problems[shard][f"missing_{name}"].append(key)
-        copies = Counter(key for keys in by_shard.values() for key in keys)
         for shard, keys in by_shard.items():
-            problems[shard][f"duplicated_{name}"].extend(k for k in dict.fromkeys(keys) if copies[k] > 1)
-            problems[shard][f"unexpected_{name}"].extend(k for k in dict.fromkeys(keys) if not in_selection(k))
+            problems[shard][f"unexpected_{name}"].extend(k for k in keys if not in_selection(k))
 
     report = tuple(
         ShardProblems(
@@ -191,6 +209,8 @@ def merge(
         dialogues=sum(map(len, found.values())),
         judgments=sum(map(len, judged.values())),
         problems=report,
+        duplicated_dialogues=tuple(dialogue_copies),
+        duplicated_judgments=tuple(judgment_copies),
     )
     if out_dir.is_dir():
         write_merge_status(out_dir, result.status())
@@ -212,6 +232,30 @@ def _read_shards(out_dir: Path, table: str) -> dict[Shard, pa.Table]:
         if data is not None and data.num_rows:
             tables[(int(match[1]), int(match[2]))] = data
     return tables
+
+
+def _once(
+    table: str, tables: dict[Shard, pa.Table], keys: Callable[[pa.Table], list[tuple]]
+) -> tuple[dict[Shard, pa.Table], dict[Shard, list[tuple]], list[Copies]]:
+    """Every shard's rows and their keys with one copy of each key across shards (the one every
+    reader keeps, store/duplicates.py), and the keys stored more than once."""
+    rows = [
+        (shard, i, key, session)
+        for shard, data in tables.items()
+        for i, (key, session) in enumerate(zip(keys(data), _sessions(data)))
+    ]
+    kept, copies = keep_first(rows, key=lambda r: r[2], where=lambda r: (r[3], str(shard_dir(Path(), table, *r[0]))))
+    by_shard: dict[Shard, list[tuple]] = defaultdict(list)
+    for row in kept:
+        by_shard[row[0]].append(row)
+    once = {shard: tables[shard].take(pa.array([r[1] for r in mine], pa.int64())) for shard, mine in by_shard.items()}
+    return once, {shard: [r[2] for r in mine] for shard, mine in by_shard.items()}, copies
+
+
+def _sessions(table: pa.Table) -> list[float | None]:
+    if "session_started" not in table.column_names:
+        return [None] * table.num_rows
+    return table.column("session_started").to_pylist()
 
 
 def _partly_simulated(out_dir: Path, shard: Shard, missing: Sequence[DialogueKey]) -> dict[str, int]:

@@ -75,7 +75,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
     # checks the models, their layout and chat templates before the config is saved
     load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
     count = cohorts_setting(cfg.lockstep.get("cohorts", "auto"), one=getattr(load, "in_process_core", False))
-    with R.shard_lease(cfg, "generate", stop):
+    with R.shard_lease(cfg, "generate", stop) as lease:
         resolved = {
             **R.resolved(cfg, ROLES, load),
             "sampling": {role: c.record() for role, c in chosen.items()},
@@ -100,9 +100,12 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
             ),
             trials=int(cfg.trials),
             seed=int(cfg.seed),
-            writer=PartWriter(folder, DIALOGUE_SCHEMA),
-            trace_writer=PartWriter(shard_dir(out_dir, "trace", cfg.shard.index, cfg.shard.count), TRACE_SCHEMA),
-            turn_writer=PartWriter(turns, TURNS_SCHEMA),
+            # each part lands only while the lease is still this invocation's (store/lease.py)
+            writer=PartWriter(folder, DIALOGUE_SCHEMA, lease.confirm),
+            trace_writer=PartWriter(
+                shard_dir(out_dir, "trace", cfg.shard.index, cfg.shard.count), TRACE_SCHEMA, lease.confirm
+            ),
+            turn_writer=PartWriter(turns, TURNS_SCHEMA, lease.confirm),
             stored=stored_turns(turns, skip=done),
             stop=stop,
             done=done,
@@ -122,6 +125,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
             ),
         )
         if summary.dialogues:
+            lease.confirm()
             append_summary(out_dir, "generate", cfg.shard.index, cfg.shard.count, summary)
     return 0
 

@@ -1,15 +1,16 @@
 """Parquet part-file datasets: results stream to disk as they finish, and a re-run resumes.
 
 A table is a folder `<name>/shard-KKK-of-NNN/` of part files. Each write is one whole file,
-written under a temporary name and renamed, so a killed run leaves only complete files; a write
-that fails (full disk, read-only folder) removes its temporary file and stops with a message, and a
+written under a temporary name and renamed, so a killed run leaves only complete files; a writer
+given a `guard` (the shard lease's `confirm`, store/lease.py) calls it just before the rename, so a
+part whose writer lost its lease never becomes visible; a write that fails (full disk, read-only folder) removes its temporary file and stops with a message, and a
 part file damaged by hand is named when the table is read."""
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,11 +25,13 @@ def shard_dir(out_dir: Path, table: str, index: int, count: int) -> Path:
 
 
 class PartWriter:
-    """Appends rows to a shard folder, one part file per `write` call."""
+    """Appends rows to a shard folder, one part file per `write` call; `guard` raises where the part
+    may no longer be written (it is then removed unseen)."""
 
-    def __init__(self, folder: Path, schema: pa.Schema):
+    def __init__(self, folder: Path, schema: pa.Schema, guard: Callable[[], None] | None = None):
         self.folder = Path(folder)
         self.schema = schema
+        self.guard = guard
         self._next: int | None = None  # the next part's number: the folder's parts counted once, then ours
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -46,7 +49,12 @@ class PartWriter:
         tmp = self.folder / f".{name}.tmp"
         try:
             pq.write_table(table, tmp)
+            if self.guard is not None:
+                self.guard()
             os.replace(tmp, self.folder / name)
+        except PersonalensError:
+            tmp.unlink(missing_ok=True)
+            raise
         except OSError as err:
             tmp.unlink(missing_ok=True)
             raise PersonalensError(

@@ -3,11 +3,14 @@ back as records: what `report` and `compare` compute from.
 
 Only the columns the tables need are read (dialogue text stays on disk), and every row becomes a
 small typed record so that the arithmetic in `tables` never touches pyarrow.
+
+A row stored more than once (two invocations of one shard that both wrote it, store/duplicates.py)
+is read once, the same copy by every reader, and named in one warning.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +21,15 @@ import pyarrow.parquet as pq
 from personalens.engines.chat.reasoning import leaks
 from personalens.engines.chat.spans import repeated_share, thinking_found
 from personalens.errors import PersonalensError
+from personalens.store.duplicates import Copies, keep_first, warning
 from personalens.store.schema import ENDINGS, SCORE_RANGES
+
+log = logging.getLogger(__name__)
 
 KINDS = ("SD", "MD")
 DIMENSIONS = ("task_completion", "personalization", "naturalness", "coherence")
 
-# Columns that identify one dialogue across runs; a repeat means the same run was given twice.
+# Columns that identify one dialogue across runs; a repeat is a row stored twice (store/duplicates.py).
 _DIALOGUE_KEY = ("run_id", "user_id", "task_id", "setting", "trial", "assistant_model", "user_model")
 _JUDGMENT_KEY = _DIALOGUE_KEY + ("dimension", "speaker", "turn", "judge_key")
 
@@ -132,6 +138,10 @@ def load_runs(
     check does not count (engines/chat/spans.py; none where not given)."""
     if not run_dirs:
         raise PersonalensError("no run directories given")
+    resolved = [Path(d).resolve() for d in run_dirs]
+    twice = sorted({str(d) for d in resolved if resolved.count(d) > 1})
+    if twice:
+        raise PersonalensError(f"run directory {twice[0]} is given more than once")
     dialogue_rows: list[tuple[Path, dict[str, Any]]] = []
     judgment_rows: list[tuple[Path, dict[str, Any]]] = []
     for run_dir in map(Path, run_dirs):
@@ -152,8 +162,10 @@ def load_runs(
             optional=("failure", "finish_reason", "session_started", "reasoning_tokens", "judge_key"),
             run=str(run_dir),
         )
-    _reject_repeats(dialogue_rows, _DIALOGUE_KEY, "dialogue")
-    _reject_repeats(judgment_rows, _JUDGMENT_KEY, "judgment")
+    dialogue_rows, dialogue_copies = _keep_one(dialogue_rows, _DIALOGUE_KEY)
+    judgment_rows, judgment_copies = _keep_one(judgment_rows, _JUDGMENT_KEY)
+    if dialogue_copies or judgment_copies:
+        log.warning(warning(dialogue_copies, judgment_copies))
     return RunData(
         dialogues=tuple(_dialogue(path, row) for path, row in dialogue_rows),
         judgments=tuple(_judgment(path, row) for path, row in judgment_rows),
@@ -222,15 +234,13 @@ def _turn_leaves(file: pq.ParquetFile, path: Path, fields: Iterable[str]) -> dic
     return leaves
 
 
-def _reject_repeats(rows: list[tuple[Path, dict[str, Any]]], key: tuple[str, ...], what: str) -> None:
-    counts = Counter(tuple(row[c] for c in key) for _, row in rows)
-    repeated = [k for k, c in counts.items() if c > 1]
-    if repeated:
-        first = dict(zip(key, repeated[0]))
-        raise PersonalensError(
-            f"{len(repeated)} {what}(s) appear more than once across the run directories, "
-            f"e.g. {first}; was a run directory given twice?"
-        )
+def _keep_one(
+    rows: list[tuple[Path, dict[str, Any]]], key: tuple[str, ...]
+) -> tuple[list[tuple[Path, dict[str, Any]]], list[Copies]]:
+    """`rows` with one copy of each key (store/duplicates.py's choice), and the keys stored twice."""
+    return keep_first(
+        rows, key=lambda r: tuple(r[1][c] for c in key), where=lambda r: (r[1]["session_started"], str(r[0]))
+    )
 
 
 def _scenario(row: dict[str, Any]) -> Scenario:

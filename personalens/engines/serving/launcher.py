@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -57,11 +58,16 @@ def stop_group(child: subprocess.Popen, grace: float) -> None:
 
 def watch(parent: int, grace: float, command: list[str]) -> int:
     asked: list[int] = []  # a flag, not an exception: a signal at any point is seen by the loop
+    # each signal also writes a byte to this pipe, which ends the loop's wait at once rather than at its
+    # next poll: personalens waits for this process when it stops its servers
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: asked.append(signum))
     child = subprocess.Popen(command, start_new_session=True)
     while child.poll() is None and not asked and os.getppid() == parent:  # re-parented: personalens is gone
-        time.sleep(POLL_S)
+        select.select([woken], [], [], POLL_S)
     ended = child.returncode
     # also what the command left running when it ended by itself: at once then, since a dead API
     # server's engine cores serve no one, and personalens learns of the exit only from this exit

@@ -136,7 +136,8 @@ class Servers:
         """Starts `command` behind the launcher, its output appended to `log`."""
         log.parent.mkdir(parents=True, exist_ok=True)
         watchdog = [sys.executable, "-m", "personalens.engines.serving.launcher", "--parent", str(os.getpid())]
-        with open(log, "a") as out:
+        # started and recorded in one piece, so that `stop_all` knows every launcher that runs
+        with self.stop.uninterrupted(), open(log, "a") as out:
             start = out.tell()
             # a session of its own: a Ctrl-C at the terminal reaches personalens, which stops it in order
             process = subprocess.Popen(
@@ -146,9 +147,9 @@ class Servers:
                 env=dict(env),
                 start_new_session=True,
             )
-        launched = Launched(name, process, log, port, key=key, model=model, log_start=start)
-        with self._lock:
-            self._running.append(launched)
+            launched = Launched(name, process, log, port, key=key, model=model, log_start=start)
+            with self._lock:
+                self._running.append(launched)
         return launched
 
     def wait_ready(
