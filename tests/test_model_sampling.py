@@ -16,7 +16,7 @@ from test_fidelity import PromptRecorder, config
 
 from personalens.config import run as R
 from personalens.config.core import quoted_value
-from personalens.config.sampling import CONFIG, MODEL, PAPER, notes, request_section, resolve
+from personalens.config.sampling import CONFIG, MODEL, PAPER, notes, resolve
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.serving.engine import chat_body
 from personalens.errors import PersonalensError
@@ -90,11 +90,10 @@ def test_the_card_fills_what_the_protocol_leaves_null_and_a_value_the_config_wri
     }
     with pytest.raises(PersonalensError, match=r"protocol.judge.max_tokens: None: the answer's cap is the protocol's"):
         resolve("judge", {**ENTRY, "max_tokens": None}, model)
-    # the request carries the budget beside the answer's 800; gpt-oss's parser cannot force the end of thinking
-    assert request_section(carded, "qwen3") == {**carded.section, "max_tokens": 800 + 512}
-    assert request_section(carded, "openai_gptoss")["thinking_budget"] is None
+    # a reply generates at most the budget's thinking and the answer's 800 (engines/chat/budget.py)
+    assert carded.request_max_tokens == 512 + 800 and carded.section["max_tokens"] == 800
     # a fingerprint as before where all is the paper's; else with the origins (as fingerprints named them
-    # before this rule: the config's an override, the paper's the protocol's) and the request's budget
+    # before this rule: the config's an override, the paper's the protocol's) and the reply's budgets
     assert plain.identity() == {"temperature": 0.0, "max_tokens": 800, "top_p": 1.0}
     assert carded.identity()["origins"] == {
         "min_p": MODEL,
@@ -103,7 +102,8 @@ def test_the_card_fills_what_the_protocol_leaves_null_and_a_value_the_config_wri
         "top_k": MODEL,
         "top_p": "protocol",
     }
-    assert kept.identity()["origins"]["temperature"] == "override" and carded.identity()["request_max_tokens"] == 1312
+    assert kept.identity()["origins"]["temperature"] == "override"
+    assert (carded.identity()["request_max_tokens"], carded.identity()["answer_max_tokens"]) == (1312, 800)
 
 
 def test_greedy_decoding_against_the_card_and_a_missing_budget_are_said():
@@ -156,7 +156,7 @@ def test_generate_runs_each_role_with_its_models_sampling_and_records_where_it_c
     assert simulate_command.generate(cfg, lambda: {"user_agent": engine, "assistant": engine}) == 0
     assistant = [r.sampling for r in engine.requests if not r.messages[-1]["content"].startswith("<user_profile>")]
     assert {(s.temperature, s.top_p, s.top_k, s.min_p, s.thinking_budget, s.max_tokens) for s in assistant} == {
-        (0.6, 0.95, 20, 0.05, 4096, 4096 + 96)
+        (0.6, 0.95, 20, 0.05, 4096, 96)  # the thinking's budget beside the answer's max_tokens
     }
     saved = OmegaConf.load(tmp_path / "run" / "generate.yaml")
     assert saved.parts.protocol.assistant.origins.temperature == MODEL

@@ -165,22 +165,32 @@ def test_span_hashes_are_the_polynomial_hashes_of_every_run():
     assert span_hashes("x" * (SPAN - 1)).size == 0
 
 
-def test_thinking_is_found_by_a_run_of_its_own_in_a_later_text():
+def test_thinking_is_found_in_its_own_answer_or_a_later_text_past_what_its_prompt_showed():
     from personalens.engines.chat.spans import SPAN, thinking_found
 
     own = "the museum's night opening on fridays is worth suggesting"
     quoted = "I want a quiet museum visit with my two children next week"
-    drafted = "Try the science museum on a weekday morning"
-    thinking = f"They said: {quoted}. Maybe {own}. Draft: {drafted}."
+    profile = "Enjoys modern art and visits galleries on most weekends"
+    thinking = f"They said: {quoted}. Their profile: {profile}. Maybe {own}."
     assert len(own) > SPAN
-    # quoted from an earlier text, or drafted into its own answer, and said again later: not a leak
-    turns = [(quoted, ""), (f"{drafted}.", thinking), (f"{quoted}, and {drafted.lower()}?", "")]
-    assert thinking_found(turns) == (False, False, False)
-    # a run of its own in a later text, however spaced
+    # what it quoted from its prompt (an earlier turn, the profile), said again later: no leak
+    clean = [(quoted, ""), ("Try the science museum.", thinking), (f"{quoted}. {profile}.", "")]
+    assert thinking_found(clean, given=profile) == (False, False, False)
+    assert thinking_found(clean) == (False, True, False)  # without the profile it showed, the line counts
+    # a run it did not read, planted into its own answer, or into a later text however spaced: found
+    assert thinking_found([clean[0], (f"Sure: {own}.", thinking), clean[2]], given=profile) == (False, True, False)
     said = own.replace(" ", "\n  ")
-    assert thinking_found([*turns[:2], (f"So {said}?", "")]) == (False, True, False)
+    assert thinking_found([*clean[:2], (f"So {said}?", "")], given=profile) == (False, True, False)
     # a run one character short of SPAN is not searched
-    assert thinking_found([*turns[:2], (f"So:{own[: SPAN - 1]}", "")]) == (False, False, False)
+    assert thinking_found([*clean[:2], (f"So:{own[: SPAN - 1]}", "")], given=profile) == (False, False, False)
+
+
+def test_the_share_of_thinking_that_repeats_itself():
+    from personalens.engines.chat.spans import SPAN, repeated_share
+
+    assert repeated_share("x" * (SPAN - 1)) is None
+    assert repeated_share("Let me check the dates again. " * 20) > 0.9  # a loop
+    assert repeated_share("".join(chr(0x4E00 + i) for i in range(400))) == 0.0
 
 
 def test_a_reply_cut_after_its_thinking_with_no_answer_ends_in_thinking_in_every_engine():

@@ -1,8 +1,8 @@
 """A per-role thinking budget (`protocol.<role>.thinking_budget`, or the role's model's
 `sampling.thinking_budget`): read and checked before anything loads, refused for a model without a
-reasoning parser, sent to vLLM as `thinking_token_budget` (in process in SamplingParams, to a server in
-the request's body) beside the answer's own max_tokens (the request carries both), part of a run's
-fingerprint only when set. tests/test_reasoning_vllm.py runs it through a real `vllm serve`."""
+reasoning parser, carried by each request beside the answer's own max_tokens, held by the engines in two
+requests (tests/test_answer_budget.py), part of a run's fingerprint only when set.
+tests/test_reasoning_vllm.py runs it through a real `vllm serve`."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def test_a_roles_budget_is_read_checked_and_needs_a_reasoning_parser():
     assert R.sampling(cfg, "judge")[0].thinking_budget == 0  # answer at once
     assert R.sampling(cfg, "user_agent")[0].thinking_budget is None
     # the request carries the budget beside the answer's max_tokens (quick protocol: 96)
-    assert R.sampling(cfg, "assistant")[0].max_tokens == 64 + 96
+    assert R.sampling(cfg, "assistant")[0].max_tokens == 96
+    assert R.sampling(cfg, "assistant")[0].reply_tokens == 64 + 96
     for bad in ("-1", "true", "'many'"):
         with pytest.raises(
             PersonalensError, match="protocol.assistant.thinking_budget: expected a whole number >= 0 or null"
@@ -53,13 +54,17 @@ def test_the_budget_reaches_each_roles_requests_and_the_fingerprint_only_when_se
     budgets = {
         (user, r.sampling.thinking_budget, r.sampling.max_tokens) for user, r in zip(user_agent, engine.requests)
     }
-    assert budgets == {(False, 48, 48 + 96), (True, None, 64)}  # the assistant's requests, the user agent's
+    assert budgets == {(False, 48, 96), (True, None, 64)}  # the assistant's requests, the user agent's
     # a budget left at null is no part of the fingerprint, so runs saved before the setting resume
     plain = config()
     assert R.sampling(plain, "assistant")[1].identity() == {"temperature": 0.0, "max_tokens": 96, "top_p": 1.0}
     assert sampling_identity(cfg.protocol.assistant)["thinking_budget"] == 48
     saved = OmegaConf.load(tmp_path / "run" / "generate.yaml")
-    assert saved.parts.protocol.assistant.request_max_tokens == 48 + 96  # the rule is part of the identity
+    # the rule is part of the identity: a reply of at most 48 + 96 tokens, its answer at most 96
+    assert (saved.parts.protocol.assistant.request_max_tokens, saved.parts.protocol.assistant.answer_max_tokens) == (
+        48 + 96,
+        96,
+    )
     assert saved.resolved.sampling.assistant.origins == {"temperature": "paper", "top_p": "paper"} | {
         "thinking_budget": "config"
     }
@@ -70,12 +75,13 @@ def test_the_budget_reaches_each_roles_requests_and_the_fingerprint_only_when_se
     assert not (tmp_path / "no").exists()
 
 
-def test_the_budget_goes_to_vllm_as_its_thinking_token_budget():
+def test_no_request_asks_vllm_for_its_thinking_token_budget():
+    """The budget is held by the thinking request's max_tokens (engines/chat/budget.py), so it works where
+    vLLM's own cannot (gpt-oss, a server without --reasoning-parser): vLLM's field is never sent."""
     from personalens.engines.vllm.local import sampling_params
 
-    request = chat("Hi", max_tokens=64)
     budgeted = chat("Hi", max_tokens=64, thinking_budget=16)
-    assert "thinking_token_budget" not in chat_body("m", request, system_role=True)
-    assert chat_body("m", budgeted, system_role=True)["thinking_token_budget"] == 16
-    assert sampling_params(request).thinking_token_budget is None
-    assert sampling_params(budgeted).thinking_token_budget == 16
+    assert "thinking_token_budget" not in chat_body("m", budgeted, system_role=True)
+    assert sampling_params(budgeted).thinking_token_budget is None
+    thinking = sampling_params(budgeted, ("</think>",))
+    assert (thinking.max_tokens, thinking.stop, thinking.skip_special_tokens) == (16, ["</think>"], False)

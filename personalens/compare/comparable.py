@@ -36,6 +36,7 @@ _ASSISTANT_OWN = {
     "thinking_budget",
     "origins",
     "request_max_tokens",
+    "answer_max_tokens",
 }
 _SHOWN = 4  # differing settings named per check
 
@@ -92,7 +93,7 @@ def _assistants_own(gen: SavedStep) -> dict[str, Any]:
     """The assistant's sampling as it ran (with where each value came from) and its template kwargs."""
     entry = _part(gen, "protocol", lambda c: c["protocol"]) or {}
     own = entry.get("assistant") if isinstance(entry, Mapping) else None
-    shown = _ASSISTANT_OWN - {"origins", "request_max_tokens"}  # what the values are, not how they were set
+    shown = _ASSISTANT_OWN - {"origins", "request_max_tokens", "answer_max_tokens"}  # the values, not the rule
     sampling = {k: v for k, v in (own or {}).items() if k in shown and v is not None}
     kwargs = (gen.config.get("assistant") or {}).get("chat_template_kwargs") or {}
     return {"sampling": sampling, "chat_template_kwargs": dict(kwargs)}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from personalens.config.sampling import KEYS, RoleSampling, notes, request_section, role_sampling
+from personalens.config.sampling import KEYS, RoleSampling, notes, role_sampling
 from personalens.errors import PersonalensError
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class Role:
             "reasoning_parser": self.parser,
             "sampling": {k: {"value": v, "from": self.sampling.origins[k]} for k, v in values.items()},
             "answer_max_tokens": int(self.sampling.section["max_tokens"]),
-            "request_max_tokens": self.request.max_tokens,
+            "request_max_tokens": self.sampling.request_max_tokens,
             "thinking_budget_sent": self.request.thinking_budget,
             "card": self.sampling.source if self.sampling.from_model else None,
         }
@@ -67,8 +67,8 @@ def lines(resolved: dict[str, Any]) -> list[str]:
     for name, r in resolved["roles"].items():
         values = ", ".join(f"{k} {v['value']} ({v['from']})" for k, v in r["sampling"].items())
         budget = r["sampling"].get("thinking_budget", {}).get("value")
-        request = f"request max_tokens {r['request_max_tokens']:,}" + (
-            f" (thinking budget {budget:,} + answer {r['answer_max_tokens']:,})" if budget else ""
+        request = f"a reply of at most {r['request_max_tokens']:,} tokens" + (
+            f" (thinking budget {budget:,}, then the answer in a request of its own)" if budget else ""
         )
         parser = f" (reasoning parser {r['reasoning_parser']})" if r["reasoning_parser"] else ""
         out += [
@@ -88,15 +88,15 @@ def role(cfg: DictConfig, role: str, name: str | None = None) -> Role:
     chosen = role_sampling(cfg, role)
     parser = cfg[role].get("reasoning_parser")
     try:
-        sampling_from(chosen.section)  # checked as configured, before the budget widens it
-        request = sampling_from(request_section(chosen, parser))
+        # max_tokens the answer's, thinking_budget the thinking's: engines/chat/budget.py holds each
+        request = sampling_from(chosen.section)
     except PersonalensError as err:
         raise PersonalensError(f"protocol.{role}.{err}") from None
     budget = chosen.section.get("thinking_budget")
     if budget is not None and not parser:
         raise PersonalensError(
             f"protocol.{role}.thinking_budget={budget}: model {cfg[role].name} has no reasoning_parser, "
-            "which vLLM's thinking budget needs to know where its thinking starts and ends; set one or leave it null"
+            "which a thinking budget needs to know where its thinking ends; set one or leave it null"
         )
     said = notes(role, str(cfg[role].name), chosen, parser, str(cfg.fidelity.name))
     return Role(role, name or role, str(cfg[role].name), parser, chosen, request, tuple(said))

@@ -31,9 +31,6 @@ PAPERS = {
 # the origins as fingerprints have named them since model cards carried sampling, so runs whose values are
 # unchanged keep their fingerprint: a value the config sets was an explicit override, the paper's the protocol's
 _FINGERPRINTED = {CONFIG: "override", MODEL: MODEL, PAPER: "protocol"}
-# reasoning parsers whose thinking vLLM cannot end by force (their parser names no start and end markers, so
-# vLLM's ReasoningConfig stays off and refuses thinking_token_budget): the budget widens the request alone
-UNFORCED_BUDGET = ("openai_gptoss",)
 
 
 @dataclass(frozen=True)
@@ -49,16 +46,23 @@ class RoleSampling:
 
     @property
     def request_max_tokens(self) -> int:
-        """The tokens a request may generate: the thinking budget and the answer's max_tokens."""
+        """The most tokens a reply generates: its thinking, at most the budget, then its answer, at most
+        max_tokens (engines/chat/budget.py makes them two requests)."""
         return int(self.section["max_tokens"]) + int(self.section.get("thinking_budget") or 0)
 
     def identity(self) -> Any:
         """The role's sampling as a fingerprint holds it: the values alone where none is the card's and no
         thinking budget is set (as before model cards carried sampling, so such runs still resume); else the
-        values, their origins and, with a thinking budget, the request's budget."""
+        values, their origins and, with a thinking budget, the reply's most tokens and its answer's apart
+        (runs whose answer the budget's unspent tokens could lengthen were saved without `answer_max_tokens`,
+        and do not resume)."""
         if not self.from_model and not self.section.get("thinking_budget"):
             return sampling_identity(self.section)
-        budget = {"request_max_tokens": self.request_max_tokens} if self.section.get("thinking_budget") else {}
+        budget = (
+            {"request_max_tokens": self.request_max_tokens, "answer_max_tokens": int(self.section["max_tokens"])}
+            if self.section.get("thinking_budget")
+            else {}
+        )
         origins = {k: _FINGERPRINTED[v] for k, v in sorted(self.origins.items())}
         return {**sampling_identity(self.section), "origins": origins, **budget}
 
@@ -163,15 +167,6 @@ def checked(role: str, chosen: RoleSampling) -> RoleSampling:
         if rule.refuses(value):
             raise PersonalensError(f"protocol.{role}.{key}: expected {rule.describe()}, got {value!r}")
     return chosen
-
-
-def request_section(chosen: RoleSampling, parser: str | None) -> dict[str, Any]:
-    """The protocol entry a request is made from: max_tokens the thinking budget and the answer's together;
-    the budget sent to vLLM only where it can force the thinking's end."""
-    section = dict(chosen.section, max_tokens=chosen.request_max_tokens)
-    if parser in UNFORCED_BUDGET:
-        section["thinking_budget"] = None
-    return section
 
 
 def notes(role: str, model: str, chosen: RoleSampling, parser: str | None, fidelity: str = "") -> list[str]:

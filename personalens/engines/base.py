@@ -20,14 +20,19 @@ class Sampling:
     top_p: float = 1.0
     seed: int | None = None
     min_tokens: int = 0  # benchmarks set min_tokens == max_tokens to fix every reply's length
-    # a reasoning model's most thinking tokens (vLLM's thinking_token_budget: its end-of-thinking marker is
-    # forced once they are spent); max_tokens counts the thinking and the answer together. None: no budget
+    # a reasoning model's most thinking tokens, before an answer of at most max_tokens (the reply is then two
+    # requests: engines/chat/budget.py). None: no budget, the thinking counts against max_tokens
     thinking_budget: int | None = None
     # the rest of a model card's sampling (config/sampling.py); None leaves vLLM's default and is not sent
     top_k: int | None = None
     min_p: float | None = None
     presence_penalty: float | None = None
     repetition_penalty: float | None = None
+
+    @property
+    def reply_tokens(self) -> int:
+        """The most tokens a reply generates: its thinking budget and its answer's max_tokens."""
+        return self.max_tokens + (self.thinking_budget or 0)
 
     def extras(self) -> dict[str, float | int]:
         """The optional sampling values that are set, by vLLM's names (SamplingParams and the server's

@@ -95,7 +95,7 @@ def prompt_chars(request: Request) -> int:
 
 def _kind(request: Request) -> tuple[int, bool]:
     """What tells requests of one role apart: their reply budget and whether a grammar constrains it."""
-    return request.sampling.max_tokens, request.grammar is not None
+    return request.sampling.reply_tokens, request.grammar is not None
 
 
 @dataclass
@@ -112,9 +112,9 @@ class ReplySizes:
             self.seen[_kind(request)] = (replies + 1, tokens + completion_tokens)
 
     def expect(self, request: Request) -> int:
-        """The mean of its kind's replies so far, at most its max_tokens; max_tokens before any."""
+        """The mean of its kind's replies so far, at most its reply_tokens; reply_tokens before any."""
         replies, tokens = self.seen.get(_kind(request), (0, 0))
-        budget = request.sampling.max_tokens
+        budget = request.sampling.reply_tokens
         return min(budget, max(1, round(tokens / replies))) if replies else budget
 
 

@@ -9,7 +9,15 @@ from pathlib import Path
 from personalens.config.judges import run_judges
 from personalens.data.records import with_domains
 from personalens.report.completeness import incomplete_runs
-from personalens.report.endings import context_note, cut_replies, endings, found_in_prompts, leaked, thinking
+from personalens.report.endings import (
+    context_note,
+    cut_replies,
+    endings,
+    found_in_prompts,
+    leaked,
+    stopped_replies,
+    thinking,
+)
 from personalens.report.errors import ReportError
 from personalens.report.figures import plot_by_domain, plot_by_turn
 from personalens.report.html import write_html
@@ -23,6 +31,7 @@ from personalens.report.result import CHECK_TABLES, Report
 from personalens.report.setup import RunSetup, common_fidelity, published_table3, read_setup
 from personalens.report.user_dialogues import FLAGS_FILE, CheckedDialogue, checked_dialogues, write_flags
 from personalens.report.user_flags import flag_counts, without_flagged
+from personalens.report.user_prompts import prompt_texts
 from personalens.store.results import KINDS, RunData, load_runs
 from personalens.store.turns import continued_dialogues
 from personalens.tables import render
@@ -46,7 +55,9 @@ def build_report(
     if html_dialogues < 0:
         raise ReportError(f"html_dialogues: must be >= 0, got {html_dialogues}")
     dirs = tuple(Path(d) for d in run_dirs)
-    data = load_runs(dirs)  # every judge's rows: merge.json counted them all
+    # every judge's rows (merge.json counted them all); the content leak check leaves out what each
+    # dialogue's prompts were made of besides the dialogue
+    data = load_runs(dirs, given={str(d): prompt_texts(d) for d in dirs})
     judges = run_judges(dirs)
     defaults = [judges.default[str(d)] for d in dirs]
     keyed = judges.keyed(data.judgments)
@@ -134,6 +145,7 @@ def compute_report(
         endings=endings(data.dialogues),
         cut_replies=cut_replies(data.dialogues, j),
         thinking=thinking(data.dialogues, j),
+        stopped=stopped_replies(data.dialogues),
         leaks=leaked(data.dialogues),
         found=found_in_prompts(data.dialogues),
         setups=setups,
@@ -176,6 +188,7 @@ def write_report(report: Report, html_dialogues: int = 500) -> tuple[Path, ...]:
         *write_tables([report.endings], out),
         *write_tables([report.cut_replies], out),
         *write_tables([report.thinking], out),
+        *write_tables([report.stopped], out),
         *write_tables(report.table4, out),
         *write_tables([report.table12], out),
         *write_tables([report.table13], out),
@@ -235,13 +248,14 @@ def report_markdown(report: Report) -> str:
             else ""
         ),
         f"**Leak check: {report.leaks} thinking markers** in the texts sent to another party, and **{report.found} "
-        "thinking found in prompts**: replies whose thinking was found by content in what was sent on after them "
-        "(both 0 unless a reasoning model's thinking reached the other party or the judge; per role in the thinking "
-        "table).",
+        "thinking found in what was sent on**: replies whose thinking was found by content in their own answer or a "
+        "later turn, past what their prompt showed them (both 0 unless a reasoning model's thinking reached the "
+        "other party or the judge; per role in the thinking table).",
         render.markdown([report.table3]),
         render.markdown([report.endings]),
         render.markdown([report.cut_replies]),
         render.markdown([report.thinking]),
+        *([render.markdown([report.stopped])] if report.stopped.rows else []),
         render.markdown(report.table4)
         if report.table4
         else "### Table 4\n\nNot shown: no assistant model was run in more than one prompt setting.\n",

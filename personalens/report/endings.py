@@ -104,7 +104,8 @@ def thinking(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Ta
     """Per run and role, a reasoning model's thinking: its tokens (of the replies that counted them),
     the replies that stopped inside it, and the leak checks, which must both be 0: thinking markers
     (`<think>`, `[THINK]`, `<|channel|>`, ...) in the texts each role sent to another party, and the
-    replies whose thinking was found by content in what was sent on after it (engines/chat/spans.py)."""
+    replies whose thinking was found by content in their own answer or what was sent on after it, past
+    what their prompt showed them (engines/chat/spans.py)."""
     columns = (
         Column("replies", "", "Replies", holds="count"),
         Column("thinking_tokens", "", "Thinking tokens", holds="count"),
@@ -112,7 +113,7 @@ def thinking(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Ta
         Column("stopped", "", "Stopped in thinking", holds="count"),
         Column("stopped_share", "", "Stopped (%)", digits=1, holds="value"),
         Column("leaks", "", "Thinking markers sent on", holds="count"),
-        Column("found", "", "Thinking found in prompts", holds="count"),
+        Column("found", "", "Thinking found sent on", holds="count"),
     )
     rows = []
     for run in sorted({d.run for d in dialogues} | {j.run for j in judgments}):
@@ -155,12 +156,61 @@ def thinking(dialogues: Sequence[Dialogue], judgments: Sequence[Judgment]) -> Ta
             "only answers reach the other party and the judge. Thinking tokens count the replies' tokens before their "
             "answer; not counted: replies whose thinking was seen in their text only (no reasoning parser), or runs "
             "written before thinking was recorded. Thinking markers sent on: markers found in the answers each role "
-            "sent to the other party and to the judge (0 unless thinking leaked). Thinking found in prompts: replies "
-            f"whose thinking has a run of {SPAN} characters (whitespace collapsed) of its own, in no text of the "
-            "dialogue up to its answer, that a later turn's text holds, and with it a later prompt or the judge's "
-            "transcript (0 unless thinking leaked).",
+            "sent to the other party and to the judge (0 unless thinking leaked). Thinking found sent on: replies "
+            f"whose thinking has a run of {SPAN} characters (whitespace collapsed) that their prompt did not show "
+            "them (in no earlier turn, template or user data), which their own answer or a later turn's text holds, "
+            "and with it a later prompt or the judge's transcript (0 unless thinking leaked).",
         ),
     )
+
+
+def stopped_replies(dialogues: Sequence[Dialogue]) -> Table:
+    """Per run, role and model, the replies that stopped inside their thinking, kept on record with no
+    answer (never sent on nor judged): how many, of how many dialogues, how long their prompts and their
+    thinking were, and how much their thinking repeated itself (a loop), so that a lab can read why a model
+    never answered (a loop, a long plan, a budget too small)."""
+    columns = (
+        Column("dialogues", "", "Dialogues", holds="count"),
+        Column("stopped", "", "Stopped in thinking", holds="count"),
+        Column("prompt_tokens", "", "Prompt tokens (mean)", digits=0, holds="value"),
+        Column("thinking_tokens", "", "Thinking tokens (mean)", digits=0, holds="value"),
+        Column("thinking_most", "", "Thinking tokens (most)", holds="count"),
+        Column("repeated", "", "Thinking repeated (%)", digits=1, holds="value"),
+    )
+    rows = []
+    for run in sorted({d.run for d in dialogues}):
+        ds = [d for d in dialogues if d.run == run]
+        stops = [d.stopped for d in ds if d.stopped is not None]
+        for role, model in sorted({(s.role, s.model) for s in stops}):
+            mine = [s for s in stops if (s.role, s.model) == (role, model)]
+            of = sum(d.assistant_model == model for d in ds) if role == "assistant" else len(ds)
+            thought = [s.thinking_tokens for s in mine if s.thinking_tokens is not None]
+            cells: tuple[Cell, ...] = (
+                of,
+                len(mine),
+                _mean([s.prompt_tokens for s in mine if s.prompt_tokens is not None]),
+                _mean(thought),
+                max(thought) if thought else None,
+                _mean([100.0 * s.repeated for s in mine if s.repeated is not None]),
+            )
+            rows.append(((run_label(run), _ROLE_NAMES[role], model), cells))
+    return Table(
+        "stopped_thinking",
+        "Replies stopped inside their thinking, per model",
+        ("Run", "Role", "Model"),
+        columns,
+        tuple(rows),
+        notes=(
+            "Each reply that stopped inside its thinking is kept in its dialogue's `stopped_turn` with its thinking "
+            "and no text; it ended its dialogue and was never sent on nor judged. Thinking repeated: the share of its "
+            "40-character runs that it wrote more than once (near 100% for thinking caught in a loop). Runs written "
+            "before the reply was kept have no rows here (their count is in the thinking table).",
+        ),
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def leaked(dialogues: Sequence[Dialogue]) -> int:
@@ -169,7 +219,7 @@ def leaked(dialogues: Sequence[Dialogue]) -> int:
 
 
 def found_in_prompts(dialogues: Sequence[Dialogue]) -> int:
-    """Replies whose thinking was found by content in what was sent on after them (must be 0)."""
+    """Replies whose thinking was found by content in their answer or later texts (must be 0)."""
     return sum(sum(d.thinking_found) for d in dialogues)
 
 

@@ -29,6 +29,7 @@ def write_html(report: Report, figures: Sequence[Path], path: Path, *, dialogues
         report.endings,
         report.cut_replies,
         report.thinking,
+        report.stopped,
         *report.table4,
         report.table12,
         report.table13,

@@ -33,6 +33,7 @@ class Report:
     endings: Table  # how dialogues ended, per run and kind (endings.py)
     cut_replies: Table  # replies cut at max_tokens, per run and role
     thinking: Table  # reasoning models' thinking tokens, replies stopped in thinking, the leak check
+    stopped: Table  # the replies stopped inside their thinking, per model (endings.stopped_replies)
     leaks: int  # thinking markers in texts sent to another party (the leak check; 0 unless thinking leaked)
     found: int  # replies whose thinking was found by content in later prompts (0 unless thinking leaked)
     setups: tuple[RunSetup, ...] = ()  # per run: fidelity option and models
@@ -60,7 +61,7 @@ class Report:
     def leak_line(self) -> str:
         """The leak checks in one line, printed beside Table 3 as a Markdown note (in italics, as
         the table's notes are), so that stdout stays one Markdown document."""
-        return f"_Leak check: {self.leaks} thinking markers sent on, {self.found} thinking found in prompts._"
+        return f"_Leak check: {self.leaks} thinking markers sent on, {self.found} thinking found in what was sent on._"
 
     @property
     def unparsed(self) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 from personalens.config.fidelity import Fidelity
 from personalens.config.saved import read_saved
 from personalens.data import load_scenarios
+from personalens.data.records import Scenario
 from personalens.errors import PersonalensError
 from personalens.prompts.render import user_agent_profile
 from personalens.prompts.templates import Templates, load_templates
@@ -34,10 +35,11 @@ def instruction_text(templates: Templates) -> str:
     return "\n".join(templates.render(name, **blank) for name in USER_AGENT_TEMPLATES if name in templates.sources)
 
 
-def run_prompts(run_dir: Path) -> RunPrompts:
+def _loaded(run_dir: Path) -> tuple[Templates, list[Scenario]] | str:
+    """The template set and scenarios the run's saved generate.yaml names, or why they cannot be had."""
     saved = read_saved(run_dir).get("generate")
     if saved is None:
-        return RunPrompts({}, f"{run_dir}: no generate.yaml to rebuild the user agent's prompts from")
+        return f"{run_dir}: no generate.yaml to rebuild the user agent's prompts from"
     cfg = saved.config
     try:
         option = Fidelity.from_saved(cfg)
@@ -49,7 +51,27 @@ def run_prompts(run_dir: Path) -> RunPrompts:
             Path(str(data.get("root"))), data.get("users", "all"), data.get("kinds", "both"), strict=False
         )
     except (PersonalensError, ValueError, TypeError) as err:
-        return RunPrompts({}, f"{run_dir}: the user agent's prompts cannot be rebuilt ({err})")
+        return f"{run_dir}: the user agent's prompts cannot be rebuilt ({err})"
+    return templates, list(scenarios)
+
+
+def prompt_texts(run_dir: Path) -> dict[tuple[str, str], str]:
+    """Per scenario (user id, task id) of a run, what its prompts are made of besides the dialogue: every
+    template of the set and the user's data as the set writes it (the profile both parties are shown),
+    which the content leak check does not count (engines/chat/spans.py); none where it cannot be rebuilt."""
+    loaded = _loaded(run_dir)
+    if isinstance(loaded, str):
+        return {}
+    templates, scenarios = loaded
+    told = "\n".join(templates.sources.values())
+    return {s.key: "\n".join([told, *user_agent_profile(templates, s).values()]) for s in scenarios}
+
+
+def run_prompts(run_dir: Path) -> RunPrompts:
+    loaded = _loaded(run_dir)
+    if isinstance(loaded, str):
+        return RunPrompts({}, loaded)
+    templates, scenarios = loaded
     told = instruction_text(templates)
     instruction, tags = spans_of(told), tags_of(told)
     spans = {}

@@ -85,7 +85,7 @@ def run_continuous(
             f"scheduling=continuous needs engines that take requests while they run (in-process vLLM); "
             f"{', '.join(missing)} does not: use scheduling=lockstep"
         )
-    room = {role: s.max_tokens for role, s in sampling.items()} if room is None else room
+    room = {role: s.reply_tokens for role, s in sampling.items()} if room is None else room
     kept = token_prompts(engines) if keep_ids else {}
     waiting = deque(d for d in dialogues if d.waiting_on is not None)
     running: dict[tuple[int, str], tuple[Dialogue, Role, _Submission]] = {}

@@ -85,7 +85,7 @@ class Dialogue:
     error: str | None = None  # why the engine refused its last request ("failed", some "context"), or
     # which reply stopped inside its thinking ("thinking")
     opening_terminate: bool = False
-    stopped: tuple[Role, int] | None = None  # the role and tokens of a reply that stopped inside its thinking
+    stopped: TurnRecord | None = None  # a reply that stopped inside its thinking: no text, its thinking kept
     terminating: bool = False  # the user said TERMINATE; one assistant reply is still due
     started: float | None = None
     finished: float | None = None
@@ -169,14 +169,16 @@ class Dialogue:
         self.error = error
         self._end("context", now)
 
-    def stopped_in_thinking(self, role: Role, completion_tokens: int, now: float) -> None:
-        """The `role`'s reply stopped inside its thinking: no answer, the dialogue ends with what it has."""
-        if role != self.waiting_on:
-            raise ValueError(f"dialogue {self.key} is waiting on {self.waiting_on}, got a {role} reply")
+    def stopped_in_thinking(self, reply: TurnRecord, now: float) -> None:
+        """A reply stopped inside its thinking: no answer, the dialogue ends with what it has; the reply is
+        kept on record (`stopped`), never a turn (never sent on nor judged)."""
+        if reply.role != self.waiting_on:
+            raise ValueError(f"dialogue {self.key} is waiting on {self.waiting_on}, got a {reply.role} reply")
         self.error = (
-            f"the {role}'s reply stopped inside its thinking after {completion_tokens} tokens, before any answer"
+            f"the {reply.role}'s reply stopped inside its thinking after {reply.completion_tokens} tokens, "
+            "before any answer"
         )
-        self.stopped = (role, completion_tokens)
+        self.stopped = reply
         self._end("thinking", now)
 
     def fail(self, error: str, now: float) -> None:

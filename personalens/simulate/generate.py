@@ -49,7 +49,8 @@ class Protocol:
     sampling: Mapping[Role, Sampling]  # user agent and assistant
     rules: EndRules = EndRules()  # how TERMINATE and the round cap end a dialogue
     # tokens a role's prompt must leave for its reply inside its model's context, else the dialogue
-    # ends on context (None: the role's max_tokens, so that no reply is cut by the context)
+    # ends on context (None: the role's reply_tokens, its thinking budget and max_tokens, so that no reply is
+    # cut by the context)
     context_room: int | None = None
 
     def max_rounds(self, scenario: Scenario) -> int:
@@ -57,7 +58,8 @@ class Protocol:
 
     def room(self) -> dict[Role, int]:
         return {
-            role: s.max_tokens if self.context_room is None else self.context_room for role, s in self.sampling.items()
+            role: s.reply_tokens if self.context_room is None else self.context_room
+            for role, s in self.sampling.items()
         }
 
 
@@ -194,6 +196,7 @@ def dialogue_row(
         "seconds": (dialogue.finished or 0.0) - (dialogue.started or 0.0),
         "config_hash": config_hash,
         "session_started": session_started,
+        "stopped_turn": vars(dialogue.stopped) if dialogue.stopped is not None else None,
     }
 
 
@@ -313,7 +316,7 @@ def generate(
                 cut[turn.role] = cut.get(turn.role, 0) + (turn.finish_reason == "length")
                 thinking[turn.role] = thinking.get(turn.role, 0) + (turn.reasoning_tokens or 0)
             if dialogue.stopped is not None:
-                role, tokens = dialogue.stopped
+                role, tokens = dialogue.stopped.role, dialogue.stopped.completion_tokens
                 stopped[role] = stopped.get(role, 0) + 1
                 thinking[role] = thinking.get(role, 0) + tokens
             dialogue.turns = []  # written: a shard's memory holds the text of running dialogues only

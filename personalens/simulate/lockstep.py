@@ -48,7 +48,7 @@ from personalens.engines.chat.reasoning import THINKING
 from personalens.engines.chat.token_ids import PromptIds
 from personalens.engines.placement.cohorts import auto_cohorts, least_share, window_share
 from personalens.errors import PersonalensError
-from personalens.simulate.dialogue import Dialogue
+from personalens.simulate.dialogue import Dialogue, TurnRecord
 from personalens.simulate.trace import CallTrace, call_trace
 from personalens.simulate.window import Window
 from personalens.simulate.workers import EngineWorkers
@@ -162,7 +162,12 @@ def answer(dialogue: Dialogue, role: Role, gen: Generation, now: float) -> None:
     """A reply's answer added to its dialogue (its thinking kept beside it); a reply that stopped
     inside its thinking, or a refused request, ends the dialogue instead."""
     if gen.error is None and gen.finish_reason == THINKING:
-        dialogue.stopped_in_thinking(role, gen.completion_tokens, now)
+        dialogue.stopped_in_thinking(
+            TurnRecord(
+                role, "", gen.prompt_tokens, gen.completion_tokens, THINKING, gen.reasoning, gen.reasoning_tokens
+            ),
+            now,
+        )
     elif gen.error is None:
         dialogue.add(
             role,
@@ -238,7 +243,7 @@ def run_lockstep(
     """Run every dialogue to its end. `on_finished` receives each step's finished dialogues
     (so the caller can write them out at once); `on_step` receives per-step statistics.
     `keep_ids=False` sends chat messages even to engines that could take token ids. `room`: the
-    tokens a role's prompt must leave for its reply (default: its sampling's max_tokens).
+    tokens a role's prompt must leave for its reply (default: its sampling's reply_tokens).
 
     The dialogues are dealt round-robin into `cohorts` cohorts (0: `cohort_count`'s choice); each
     cohort's next step is queued as soon as its previous one finished, its calls to each engine
@@ -250,7 +255,7 @@ def run_lockstep(
     window's size, again whenever its dialogues end (window.py)."""
     if all(d.waiting_on is None for d in dialogues):
         return  # nothing to simulate: `generate` loads no engines then
-    room = {role: s.max_tokens for role, s in sampling.items()} if room is None else room
+    room = {role: s.reply_tokens for role, s in sampling.items()} if room is None else room
     kept = token_prompts(engines) if keep_ids else {}
     locks = {key: threading.Lock() for key in kept}  # a worker makes ids while the caller forgets some
     numbers: dict[int, int] = {}

@@ -11,7 +11,7 @@ is read once, the same copy by every reader, and named in one warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from personalens.engines.chat.reasoning import leaks
-from personalens.engines.chat.spans import thinking_found
+from personalens.engines.chat.spans import repeated_share, thinking_found
 from personalens.errors import PersonalensError
 from personalens.store.duplicates import Copies, keep_first, warning
 from personalens.store.schema import ENDINGS, SCORE_RANGES
@@ -77,6 +77,17 @@ class Judgment:
 
 
 @dataclass(frozen=True)
+class Stopped:
+    """A reply that stopped inside its thinking (a dialogue that ended "thinking"), as its row keeps it."""
+
+    role: str
+    model: str  # the model of its role in the dialogue
+    prompt_tokens: int | None
+    thinking_tokens: int | None
+    repeated: float | None  # the share of its thinking's runs (engines/chat/spans.py) that it wrote more than once
+
+
+@dataclass(frozen=True)
 class Dialogue:
     scenario: Scenario
     assistant_model: str
@@ -99,6 +110,7 @@ class Dialogue:
     # per turn: whether a run of its thinking was found in a later turn's text, which prompts to the
     # other party and judge transcripts are made of (engines/chat/spans.py; False for every turn otherwise)
     thinking_found: tuple[bool, ...] = ()
+    stopped: Stopped | None = None  # its reply that stopped inside its thinking; None otherwise and in older runs
 
     @property
     def stopped_role(self) -> str | None:
@@ -114,9 +126,16 @@ class RunData:
     judgments: tuple[Judgment, ...]
 
 
-def load_runs(run_dirs: Sequence[Path], *, dialogues: bool = True) -> RunData:
+def load_runs(
+    run_dirs: Sequence[Path],
+    *,
+    dialogues: bool = True,
+    given: Mapping[str, Mapping[tuple[str, str], str]] | None = None,
+) -> RunData:
     """All dialogues (none with `dialogues=False`) and judgments of `run_dirs`, checked for the
-    fields the tables rely on."""
+    fields the tables rely on. `given`: per run directory and scenario (user id, task id), the text its
+    prompts are made of besides the dialogue (instructions, the user's data), which the content leak
+    check does not count (engines/chat/spans.py; none where not given)."""
     if not run_dirs:
         raise PersonalensError("no run directories given")
     resolved = [Path(d).resolve() for d in run_dirs]
@@ -132,9 +151,10 @@ def load_runs(run_dirs: Sequence[Path], *, dialogues: bool = True) -> RunData:
             dialogue_rows += _read_dataset(
                 run_dir / "dialogues",
                 _DIALOGUE_KEY + ("kind", "domains", "rounds"),
-                optional=("ended", "opening_terminate", "session_started"),
+                optional=("ended", "opening_terminate", "session_started", "stopped_turn"),
                 turns=("role", "text", "completion_tokens", "finish_reason", "reasoning", "reasoning_tokens"),
                 run=str(run_dir),
+                given=(given or {}).get(str(run_dir), {}),
             )
         judgment_rows += _read_dataset(
             run_dir / "judgments",
@@ -169,6 +189,7 @@ def _read_dataset(
     optional: Iterable[str] = (),
     turns: Iterable[str] = (),
     run: str = "",
+    given: Mapping[tuple[str, str], str] | None = None,
 ) -> list[tuple[Path, dict[str, Any]]]:
     """The rows of a table's part files with `columns` (required) and `optional` ones (None where a
     part was written before they existed); `turns`: fields of the turns (completion_tokens required;
@@ -191,7 +212,8 @@ def _read_dataset(
                 row["turns"] = [{f: t.get(f) for f in turns} for t in row["turns"] or ()]
                 if "reasoning" in turns:  # searched here and dropped: thinking can be far longer than answers
                     row["thinking_found"] = thinking_found(
-                        [(t.get("text") or "", t.pop("reasoning") or "") for t in row["turns"]]
+                        [(t.get("text") or "", t.pop("reasoning") or "") for t in row["turns"]],
+                        (given or {}).get((row.get("user_id"), row.get("task_id")), ""),
                     )
             row["run"] = run
             rows.append((path, row))
@@ -262,6 +284,18 @@ def _dialogue(path: Path, row: dict[str, Any]) -> Dialogue:
         reasoning_tokens=tuple(t.get("reasoning_tokens") for t in row["turns"]),
         leaks=tuple(leaks(t.get("text") or "") for t in row["turns"]),
         thinking_found=row["thinking_found"],
+        stopped=_stopped(row),
+    )
+
+
+def _stopped(row: dict[str, Any]) -> Stopped | None:
+    reply = row.get("stopped_turn")
+    if not reply:
+        return None
+    model = row["assistant_model"] if reply["role"] == "assistant" else row.get("user_model") or ""
+    tokens = reply.get("reasoning_tokens")
+    return Stopped(
+        reply["role"], model, reply.get("prompt_tokens"), tokens, repeated_share(reply.get("reasoning") or "")
     )
 
 

@@ -45,6 +45,9 @@ DIALOGUE_SCHEMA = pa.schema(
         ("seconds", pa.float64()),
         ("config_hash", pa.string()),
         ("session_started", pa.float64()),  # the writing invocation's start (its trace rows' too)
+        # the reply that stopped inside its thinking (ended "thinking"): its role, tokens and thinking, finish_reason
+        # "thinking" and no text; never sent on nor judged (null otherwise, and in older runs)
+        ("stopped_turn", TURN_TYPE),
     ]
 )
 

@@ -42,13 +42,14 @@ grammar to the end of the thinking only with `--reasoning-parser`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from personalens.engines.base import Generation, OnFinished, Request, check_refusals, rejected
-from personalens.engines.chat import harmony
+from personalens.engines.chat import budget, harmony
 from personalens.engines.chat.messages import format_messages
 from personalens.engines.chat.reasoning import opens_thinking
 from personalens.engines.chat.token_ids import ChatTokenizer
@@ -99,6 +100,8 @@ class ServerEngine:
         self._opened: bool | None = None  # whether the generation prompt opens the thinking (`_opens`)
         self._fields_checked = False  # the first call answered has been looked at for `reasoning` fields
         self._fields_lock = threading.Lock()  # concurrent first calls: one looks
+        self._markers = budget.markers(config.reasoning_parser)  # of replies with a thinking budget
+        self._marker_ids: dict[str, list[int]] = {}  # the markers' ids, as the server's /tokenize gives them
 
     @property
     def max_model_len(self) -> int | None:
@@ -144,9 +147,12 @@ class ServerEngine:
             async def one(request: Request) -> Generation:
                 await self._in_flight.take(each)
                 try:
-                    generation = await client.complete(
-                        chat_body(model, request, self._system_role, self._template_kwargs), opened
-                    )
+                    if budget.budgeted(request):
+                        generation = await self._thought(client, model, request, opened)
+                    else:
+                        generation = await client.complete(
+                            chat_body(model, request, self._system_role, self._template_kwargs), opened
+                        )
                 except Refused as refusal:
                     return rejected(str(refusal))
                 except Failed as failure:
@@ -173,6 +179,47 @@ class ServerEngine:
             self._check_reasoning_fields(requests, generations, client.reasoning_fields)
             return generations
 
+    async def _thought(self, client: ServerClient, model: str, request: Request, opened: bool) -> Generation:
+        """A reply with a thinking budget, in two requests (engines/chat/budget.py): the thinking as a chat
+        completion that returns its token ids, then the answer as a completion of those ids."""
+        kwargs = self._template_kwargs
+        if not request.sampling.thinking_budget:  # 0: the answer at once, after an empty thinking
+            messages = format_messages(request.messages, self._system_role)
+            tokenize = {"model": model, "messages": messages, "add_generation_prompt": True}
+            ids = await client.tokens({**tokenize, **({"chat_template_kwargs": kwargs} if kwargs else {})})
+            ids += await self._marker(client, model, self._markers.forced if opened else self._markers.skip)
+            return budget.joined(Generation("", len(ids), 0), await self._answer(client, model, request, ids))
+        plain = dataclasses.replace(request, grammar=None, sampling=budget.thinking_sampling(request.sampling))
+        body = chat_body(model, plain, self._system_role, kwargs) | thinking_fields(self._markers)
+        first, reply = await client.completed(body, opened)
+        choice = reply["choices"][0]
+        action = budget.step(request, first, choice.get("finish_reason") == "length")
+        if action in (budget.END, budget.KEEP):
+            return first
+        if action == budget.AGAIN:
+            again = budget.answer_request(request, None)
+            return await client.complete(chat_body(model, again, self._system_role, kwargs), opened)
+        if reply.get("prompt_token_ids") is None:
+            raise ServerError(f"{self._server.base_url} returned no token ids (vLLM's return_token_ids)")
+        forced = await self._marker(client, model, self._markers.forced) if action == budget.FORCE else []
+        ids = budget.continued(reply["prompt_token_ids"], choice["token_ids"], forced)
+        return budget.joined(first, await self._answer(client, model, request, ids))
+
+    async def _answer(self, client: ServerClient, model: str, request: Request, ids: list[int]) -> Generation:
+        """The answer request continuing `ids`, on the server's /completions (a refusal answers for it)."""
+        try:
+            body = completion_body(model, budget.answer_request(request, ids))
+            return (await client.completed(body, route="/completions"))[0]
+        except Refused as refusal:
+            return rejected(str(refusal))
+
+    async def _marker(self, client: ServerClient, model: str, text: str) -> list[int]:
+        """A marker's token ids, asked of the server once."""
+        if text not in self._marker_ids:
+            tokenize = {"model": model, "prompt": text, "add_special_tokens": False}
+            self._marker_ids[text] = await client.tokens(tokenize)
+        return self._marker_ids[text]
+
     def _opens(self, request: Request) -> bool:
         """Whether the chat template's generation prompt leaves the model inside its thinking, read once
         from the first prompt rendered by the chat tokenizer (the generation prompt is the same for every
@@ -197,7 +244,8 @@ class ServerEngine:
             f"returned no `reasoning` field in {len(answered)} replies (started without --reasoning-parser "
             f"{self._parser}?)"
         )
-        if any(r.grammar for r in requests) and self._parser != harmony.PARSER:
+        # a judge with a thinking budget gets its grammar in its answer request alone (engines/chat/budget.py)
+        if any(r.grammar and not budget.budgeted(r) for r in requests) and self._parser != harmony.PARSER:
             raise ModelConfigError(
                 f"{why}: such a server applies a grammar from the first token, so this judge would never think; "
                 f"start it with --reasoning-parser {self._parser}"
@@ -264,9 +312,6 @@ def chat_body(
     body.update(s.extras())  # top_k, min_p, repetition_penalty: vLLM's extensions; presence_penalty: OpenAI's
     if s.min_tokens:
         body["min_tokens"] = s.min_tokens  # a vLLM extension, sent only when asked for
-    if s.thinking_budget is not None:
-        # vLLM's extension too; its server takes it where it runs a reasoning parser
-        body["thinking_token_budget"] = s.thinking_budget
     if request.grammar:
         body["structured_outputs"] = {"grammar": request.grammar}
     if template_kwargs:
@@ -276,3 +321,23 @@ def chat_body(
             # from the template kwargs; templates that render it read the kwargs
             body["reasoning_effort"] = template_kwargs["reasoning_effort"]
     return body
+
+
+def thinking_fields(markers: budget.Markers) -> dict[str, Any]:
+    """What makes a chat body a thinking request (engines/chat/budget.py), beside its sampling's: stopped
+    at (and keeping) an end-of-thinking marker, special tokens kept in the text, its prompt's and
+    output's token ids returned (vLLM's extensions)."""
+    return {
+        "stop": list(markers.stops),
+        "include_stop_str_in_output": True,
+        "skip_special_tokens": False,
+        "return_token_ids": True,
+    }
+
+
+def completion_body(model: str, request: Request) -> dict[str, Any]:
+    """The JSON body of a completion of `request.prompt_ids` (an answer request): the chat body's
+    sampling and grammar, its prompt the ids."""
+    body = chat_body(model, request, True)
+    del body["messages"]
+    return {**body, "prompt": list(request.prompt_ids or ())}

@@ -98,8 +98,26 @@ class ServerClient:
         """One chat completion, streamed, retried; a refused request raises `Refused`, one that
         failed after its retries `Failed`. `opened`: the prompt left the model inside its thinking
         (what a reply without a `reasoning` field is split by)."""
+        return (await self.completed(body, opened))[0]
+
+    async def completed(
+        self, body: dict[str, Any], opened: bool = False, route: str = "/chat/completions"
+    ) -> tuple[Generation, dict[str, Any]]:
+        """`complete` on `route` (/completions: a prompt of token ids, whose text is the answer), with
+        the reply as read: its `prompt_token_ids` and its choice's `token_ids` where the body asked for
+        them (vLLM's `return_token_ids`)."""
         streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        return await self._retried(f"POST {self._url('/chat/completions')}", lambda: self._stream(streamed, opened))
+        return await self._retried(f"POST {self._url(route)}", lambda: self._stream(streamed, opened, route))
+
+    async def tokens(self, body: dict[str, Any]) -> list[int]:
+        """vLLM's POST /tokenize (beside /v1) of a text or of chat messages: their token ids, retried."""
+
+        async def once():
+            response = await self._http.post(f"{self._root()}/tokenize", json=body)
+            _check(response, "POST", "/tokenize")
+            return list(response.json()["tokens"])
+
+        return await self._retried(f"POST {self._root()}/tokenize", once)
 
     async def metrics(self) -> str | None:
         """The server's Prometheus text (GET /metrics beside /v1), or None where it has none; optional
@@ -124,8 +142,7 @@ class ServerClient:
                 self._health = (now, ok)
             return self._health[1]
 
-    async def _stream(self, body: dict[str, Any], opened: bool) -> Generation:
-        route = "/chat/completions"
+    async def _stream(self, body: dict[str, Any], opened: bool, route: str) -> tuple[Generation, dict[str, Any]]:
         async with self._http.stream("POST", route, json=body) as response:
             if response.status_code != 200:
                 await response.aread()
@@ -134,13 +151,17 @@ class ServerClient:
                 reply = json.loads(await response.aread())
             else:
                 reply = await self._read_events(_lines(response))
+        if "text" in reply["choices"][0]:  # a (non-streamed) reply of /completions
+            reply["choices"][0]["message"] = {"content": reply["choices"][0]["text"]}
         generation = _generation(reply, self._server.base_url, opened)
         self.reasoning_fields += bool(_reasoning_of(reply["choices"][0]["message"]))  # read by _generation
-        return generation
+        return generation, reply
 
     async def _read_events(self, lines: AsyncIterator[str | None]) -> dict[str, Any]:
         text: list[str] = []
         thinking: list[str] = []
+        ids: list[int] = []
+        prompt_ids = None
         usage, finish, started = None, None, False
         pending: asyncio.Future | None = None
         try:
@@ -177,10 +198,13 @@ class ServerClient:
                         raise Refused(f"HTTP {error['code']} in the stream: {message}")
                     raise _Retryable(f"error in the stream: {message}")
                 started = True
+                prompt_ids = chunk.get("prompt_token_ids") or prompt_ids
                 for choice in chunk.get("choices") or ():
                     delta = choice.get("delta") or {}
-                    text.append(delta.get("content") or "")
+                    text.append(delta.get("content") or choice.get("text") or "")
                     thinking.append(_reasoning_of(delta))
+                    ids += choice.get("token_ids") or ()
+                    prompt_ids = choice.get("prompt_token_ids") or prompt_ids  # /completions: in the choice
                     finish = choice.get("finish_reason") or finish
                 usage = chunk.get("usage") or usage
         finally:
@@ -190,7 +214,8 @@ class ServerClient:
         if finish == "abort":  # the server stopped the request (vLLM: its engine aborted it): no reply
             raise _Retryable("the server aborted the request mid-reply")
         message = {"content": "".join(text), "reasoning": "".join(thinking)}
-        return {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
+        choice = {"message": message, "finish_reason": finish, "token_ids": ids}
+        return {"choices": [choice], "usage": usage, "prompt_token_ids": prompt_ids}
 
     async def _retried(self, what: str, once: Callable[[], Awaitable[T]]) -> T:
         """`once()`, attempted again after a connection error, a cut body, a stall, 429 or 5xx."""

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from personalens.engines.base import Generation, OnFinished, Request, check_refusals, dropped, rejected
-from personalens.engines.chat import harmony
+from personalens.engines.chat import budget, harmony
 from personalens.engines.chat.dates import strftime_now
 from personalens.engines.chat.harmony import split_harmony
 from personalens.engines.chat.messages import format_messages, resolve_system_role
@@ -51,6 +51,7 @@ from personalens.engines.models.embedded import model_path
 from personalens.engines.stop import Stop
 from personalens.engines.vllm.args import engine_args
 from personalens.engines.vllm.check import check_in_process
+from personalens.engines.vllm.params import generation, sampling_params
 from personalens.engines.vllm.turn_lock import TurnLock
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,15 @@ class VllmEngine:
         self._fatal = (EngineDeadError, EngineGenerateError, MemoryError)
         self._refused: list[tuple[str, Generation]] = []
         self._next_refusal = 0
+        # replies with a thinking budget, in two requests (engines/chat/budget.py)
+        self._chains = budget.Chains()
+        parser = self._parser
+        self._markers = budget.markers(
+            config.reasoning_parser,
+            getattr(parser, "reasoning_start_str", None),
+            getattr(parser, "reasoning_end_str", None),
+        )
+        self._forced = tokenizer.encode(self._markers.forced, add_special_tokens=False)
         log.info(
             f"loaded {self.name}: {self.dtype.describe()}, on {current_platform.device_type}, "
             f"in {time.monotonic() - started:.1f} s"
@@ -202,8 +212,8 @@ class VllmEngine:
         return not self._llm.llm_engine.has_unfinished_requests()
 
     def _abort(self, queued: dict[str, int]) -> None:
-        """Ends an interrupted call: its requests still in vLLM aborted, its replies not taken
-        dropped; the other calls' go on."""
+        """Ends an interrupted call: its requests still in vLLM aborted (a thinking request's answer
+        request where one runs), its replies not taken dropped; the other calls' go on."""
         with self._lock:
             running = [request_id for request_id in queued if request_id in self._running]
             for request_id in queued:
@@ -211,7 +221,7 @@ class VllmEngine:
             if running:
                 # the ids kept are those LLM.enqueue gave (external: vLLM's own, internal ids add a
                 # random suffix, so internal=True would match none and abort nothing)
-                self._llm.llm_engine.abort_request(running, internal=False)
+                self._llm.llm_engine.abort_request(self._chains.forget(running), internal=False)
             for request_id in running:
                 self._in_flight.give(self._running.pop(request_id))
 
@@ -261,7 +271,36 @@ class VllmEngine:
         (the caller holds the lock). A finished output that cannot be read (its thinking split, its
         text decoded) is answered as refused, alone: the step's other replies are handed on."""
         self._stop.check()
-        return [(out.request_id, self._read(out)) for out in self._llm.llm_engine.step() if out.finished]
+        done = []
+        for out in self._llm.llm_engine.step():
+            if out.finished:
+                done += self._chained(out, self._read(out))
+        return done
+
+    def _chained(self, out, gen: Generation) -> list[tuple[str, Generation]]:
+        """A finished request's reply as its caller takes it: an answer request's joined to its thinking
+        (under the thinking request's id); a thinking request's, unless its answer request is queued
+        now (engines/chat/budget.py), which then answers for it."""
+        joined = self._chains.finished(out.request_id, gen)
+        request = self._chains.thinking.pop(out.request_id, None)
+        if joined is not None or request is None:
+            return [joined or (out.request_id, gen)]
+        action = budget.step(request, gen, out.outputs[0].finish_reason == "length")
+        if action in (budget.END, budget.KEEP):
+            return [(out.request_id, gen)]
+        forced = self._forced if action == budget.FORCE else ()
+        ids = (
+            None if action == budget.AGAIN else budget.continued(out.prompt_token_ids, out.outputs[0].token_ids, forced)
+        )
+        return self._answer(out.request_id, budget.answer_request(request, ids), gen)
+
+    def _answer(self, first_id: str, request: Request, first: Generation) -> list[tuple[str, Generation]]:
+        """Queues the answer request of thinking request `first_id` (a refusal answers for it at once)."""
+        answer_id, refusal = self._queue(request)
+        if refusal is not None:
+            return [(first_id, budget.joined(first, refusal))]
+        self._chains.answering(answer_id, first_id, first)
+        return []
 
     def _read(self, out) -> Generation:
         try:
@@ -284,7 +323,7 @@ class VllmEngine:
 
     def _split(self, out) -> Generation:
         """The reply of a finished request, its thinking split from its answer (engines/chat/reasoning.py)."""
-        gen = _generation(out)
+        gen = generation(out)
         if gen.error is not None:
             return gen
         reply = out.outputs[0]
@@ -309,7 +348,9 @@ class VllmEngine:
         added alone so that one refusal costs only itself."""
         from vllm.inputs import TokensPrompt
 
-        params = sampling_params(request)
+        if budget.budgeted(request) and not request.sampling.thinking_budget:
+            return self._unthought(request)
+        params = sampling_params(request, self._markers.stops if budget.budgeted(request) else None)
         try:
             if request.prompt_ids is not None:
                 ids = self._llm.enqueue(
@@ -328,7 +369,24 @@ class VllmEngine:
             return f"refused-{self._next_refusal}", rejected(f"{type(err).__name__}: {err}", prompt)
         # vLLM makes each id unique inside the engine ("<id>-<8 random characters>") and reports
         # outputs under the id it was given
-        return ids[0].rsplit("-", 1)[0], None
+        request_id = ids[0].rsplit("-", 1)[0]
+        if budget.budgeted(request):
+            self._chains.thinking[request_id] = request
+        return request_id, None
+
+    def _unthought(self, request: Request) -> tuple[str, Generation | None]:
+        """A budget of 0: the answer request at once, after the family's empty thinking (its end
+        marker where the prompt opened the thinking)."""
+        ids = list(
+            request.prompt_ids if request.prompt_ids is not None else self.chat_tokenizer.encode_chat(request.messages)
+        )
+        tokenizer = self.chat_tokenizer.tokenizer
+        opened = opens_thinking(tokenizer.decode(ids[-_PROMPT_TAIL:], skip_special_tokens=False))
+        ids += tokenizer.encode(self._markers.forced if opened else self._markers.skip, add_special_tokens=False)
+        answer_id, refusal = self._queue(budget.answer_request(request, ids))
+        if refusal is None:
+            self._chains.answering(answer_id, answer_id, Generation("", len(ids), 0))
+        return answer_id, refusal
 
     def reset_prefix_cache(self) -> None:
         """Forget cached prompt prefixes (benchmarks start each phase cold)."""
@@ -339,36 +397,3 @@ class VllmEngine:
         """Stops vLLM's engine processes and frees their memory now, not at interpreter exit."""
         self._llm = None
         gc.collect()  # the LLM sits in reference cycles; its finalizers stop the processes
-
-
-def _generation(out) -> Generation:
-    reply = out.outputs[0]
-    prompt = len(out.prompt_token_ids)
-    if reply.finish_reason not in ("stop", "length"):  # aborted, or an error inside the engine
-        return rejected(f"vLLM ended the request: {reply.finish_reason} ({reply.stop_reason!r})", prompt)
-    return Generation(
-        text=reply.text,
-        prompt_tokens=prompt,
-        completion_tokens=len(reply.token_ids),
-        cached_tokens=out.num_cached_tokens or 0,
-        finish_reason=reply.finish_reason,
-    )
-
-
-def sampling_params(request: Request):
-    """vLLM's SamplingParams for one request, grammar-constrained when it carries a grammar."""
-    from vllm import SamplingParams
-    from vllm.sampling_params import StructuredOutputsParams
-
-    s = request.sampling
-    return SamplingParams(
-        temperature=s.temperature,
-        top_p=s.top_p,
-        max_tokens=s.max_tokens,
-        min_tokens=s.min_tokens,
-        seed=s.seed,
-        structured_outputs=StructuredOutputsParams(grammar=request.grammar) if request.grammar else None,
-        # asked only when set: vLLM refuses it unless the engine has a reasoning parser (vllm/args.py)
-        **({"thinking_token_budget": s.thinking_budget} if s.thinking_budget is not None else {}),
-        **s.extras(),
-    )
