@@ -132,7 +132,7 @@ SUBCOMMANDS = (
     Subcommand("run", "generate, judge and report in one process, then print the Table 3 layout",
                "personalens.cli:run", _run_dir, reads=(*_JUDGING, "report")),
     Subcommand("plan", "a dry run loading no model: selection, shards, each model's placement and memory, tokens, time",
-               "personalens.plan.command:plan", reads=("plan", *_JUDGING)),
+               "personalens.plan.command:plan", reads=("plan", "report", *_JUDGING)),
     Subcommand("roles", "each role's model, sampling (with each value's origin) and request budget; loads no model",
                "personalens.plan.roles:roles", positional=None, reads=_JUDGING),
     Subcommand("stats", "print and write Table 1, Tables 6-9 and Figure 3 of the data (res/schema.json for 8-9)",

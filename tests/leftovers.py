@@ -2,8 +2,8 @@
 pytest process and no thread of its own is alive that was not alive before the module, except what
 session fixtures started (a shared engine, the test cluster), which lives until the session ends. A
 thread is its own when it runs personalens' or the tests' code, or is not a daemon (it would keep the
-process from exiting); a library's daemon threads (tqdm's monitor, an engine's helpers) are the
-library's to end. A module that leaves one fails at its last test's teardown, naming the process or
+process from exiting); a library's daemon threads (tqdm's monitor, an engine's helpers) and its thread
+pools' idle workers (ended at exit by concurrent.futures) are the library's to end. A module that leaves one fails at its last test's teardown, naming the process or
 thread and the test during which it appeared. Processes are read from /proc (Linux), threads from
 `threading`."""
 
@@ -52,11 +52,13 @@ def descendants() -> dict[int, str]:
 
 def own(thread: threading.Thread) -> bool:
     """Whether `thread` runs personalens' or the tests' code (a module of the pytest root's, not an
-    installed package), or would keep the process alive."""
+    installed package), or would keep the process alive: a library's non-daemon thread, but for a
+    thread pool's idle worker, which concurrent.futures ends at exit."""
     code = getattr(thread, "_target", None) or type(thread).run
-    where = Path(getattr(sys.modules.get(getattr(code, "__module__", "")), "__file__", None) or "/")
+    module = getattr(code, "__module__", "") or ""
+    where = Path(getattr(sys.modules.get(module), "__file__", None) or "/")
     mine = where.is_relative_to(TRACKER.root) and "site-packages" not in where.parts
-    return not thread.daemon or mine
+    return mine or (not thread.daemon and module != "concurrent.futures.thread")
 
 
 def threads() -> dict[int, str]:

@@ -206,6 +206,9 @@ class SeededSubmitting(Seeded):
         done, self.pending = self.pending[: self.per_step], self.pending[self.per_step :]
         return done
 
+    def idle(self):
+        return not self.pending
+
 
 def test_a_stopped_continuous_generate_resumes_from_the_turns_it_stored(tokenizer, never_stopped, tmp_path):
     want, _ = never_stopped  # the replies depend on the seeds alone: continuous gives lockstep's dialogues

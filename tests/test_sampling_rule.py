@@ -160,7 +160,7 @@ def test_roles_prints_each_value_with_its_origin_loading_nothing_and_warns_once_
     assert "user_agent: Qwen3-8B (reasoning parser qwen3)" in out
     assert "temperature 0.6 (model card), top_p 1.0 (config)" in out
     assert "  judge warm: Qwen3-8B" in out and "temperature 0.7 (config)" in out
-    assert "request max_tokens 8,096 (thinking budget 4,096 + answer 4,000)" in out
+    assert "a reply of at most 8,096 tokens (thinking budget 4,096, then the answer in a request of its own)" in out
     assert "assistant: SmolLM2-135M-Instruct\n    temperature 0.0 (paper), top_p 1.0 (paper)" in out
     warned = [line for line in proc.stderr.splitlines() if "not the released code's" in line]
     assert [line.split(":")[0] for line in warned] == ["user_agent", "judge"], proc.stderr
