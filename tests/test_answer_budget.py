@@ -155,6 +155,29 @@ def test_no_stored_answer_exceeds_the_protocols_max_tokens_when_thinking_ends_ea
     assert all(t["text"].strip() == " ".join(["yes"] * cap) and t["finish_reason"] == "length" for t in turns)
 
 
+class Restating(Thinker):
+    """A `Thinker` whose answer writes the end-of-thinking marker again after two words of answer."""
+
+    def _token(self, answering: bool, position: int) -> int:
+        return END if answering and position == 2 else super()._token(answering, position)
+
+
+@pytest.mark.parametrize("engine_kind", ["in process", "server with a parser", "server without one"])
+def test_an_end_marker_inside_the_answer_keeps_the_answer_whole(engine_kind):
+    """The answer request's text is all answer: a `</think>` that the model writes in it is removed, not
+    read as the end of a thinking whose answer would then be the words after it (or none)."""
+    thinker = Restating(1)
+    server = ScriptedServer(thinker, parser=engine_kind.endswith("parser")) if "server" in engine_kind else None
+    try:
+        [gen] = (served(server.url) if server else in_process(thinker)).generate([request()])
+    finally:
+        if server:
+            server.close()
+    assert gen.error is None and gen.finish_reason == "length" and gen.reasoning == "hmm", gen
+    assert gen.text.split() == ["yes"] * (ANSWER - 1) and not any(m in gen.text for m in MARKERS)
+    assert gen.answer_tokens == ANSWER  # the marker written in the answer is one of its tokens
+
+
 def test_gpt_oss_thinking_stops_at_its_final_channel_or_is_ended_there_by_force():
     """gpt-oss's harmony channels, through openai_harmony's real encoding: a thinking request stops at the
     final channel's header (the analysis then continued), one the budget cut has the analysis closed and

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from personalens.engines.base import Generation, Request, Sampling
 from personalens.engines.chat import harmony
-from personalens.engines.chat.reasoning import PAIRS, THINKING, Split, with_split
+from personalens.engines.chat.reasoning import PAIRS, THINKING, Split, with_split, without_markers
 
 CONTINUE, FORCE, END, KEEP, AGAIN = "continue", "force", "end", "keep", "again"
 
@@ -107,16 +107,21 @@ def continued(prompt_ids: Sequence[int], output_ids: Sequence[int], forced: Sequ
 class Chains:
     """An engine's two-request replies in flight, by request id: the thinking requests with the request
     each was made for, the answer requests with the thinking request's id and reply, and the id of the
-    request that now runs for each thinking request's id (what an interrupted call aborts)."""
+    request that now runs for each thinking request's id (what an interrupted call aborts), and the
+    answer requests that continue a thinking's ids (their replies are read whole: `read_answer`)."""
 
     def __init__(self) -> None:
         self.thinking: dict[str, Request] = {}
         self.answers: dict[str, tuple[str, Generation]] = {}
         self.running: dict[str, str] = {}
+        self.continuing: set[str] = set()
 
-    def answering(self, answer_id: str, first_id: str, first: Generation) -> None:
+    def answering(self, answer_id: str, first_id: str, first: Generation, continues: bool = True) -> None:
+        """`continues`: the answer request continues the thinking's ids (not the prompt asked again)."""
         self.answers[answer_id] = (first_id, first)
         self.running[first_id] = answer_id
+        if continues:
+            self.continuing.add(answer_id)
 
     def finished(self, request_id: str, gen: Generation) -> tuple[str, Generation] | None:
         """An answer request's reply joined to its thinking, under the thinking request's id; None
@@ -125,6 +130,7 @@ class Chains:
             return None
         first_id, first = self.answers.pop(request_id)
         self.running.pop(first_id, None)
+        self.continuing.discard(request_id)
         return first_id, joined(first, gen)
 
     def forget(self, request_ids: Sequence[str]) -> list[str]:
@@ -134,8 +140,18 @@ class Chains:
             self.thinking.pop(request_id, None)
             running = self.running.pop(request_id, request_id)
             self.answers.pop(running, None)
+            self.continuing.discard(running)
             out.append(running)
         return out
+
+
+def read_answer(gen: Generation) -> Generation:
+    """An answer request's reply as read: all its text is the answer, since it follows the thinking's
+    end (split again, an end marker the model wrote inside its answer would make the words before it
+    thinking, and an answer with nothing after the marker no answer); markers in it are removed."""
+    if gen.error is not None:
+        return gen
+    return dataclasses.replace(gen, text=without_markers(gen.text))
 
 
 def joined(thinking: Generation, answer: Generation) -> Generation:

@@ -62,9 +62,9 @@ def split_text(text: str, opened: bool = False) -> Split:
     for start, end in PAIRS:
         if end in text:  # the answer follows the last end marker
             head, _, answer = text.rpartition(end)
-            return Split(answer.lstrip(), _without_markers(head))
+            return Split(answer.lstrip(), without_markers(head))
         if start in text:
-            return Split("", _without_markers(text), closed=False)
+            return Split("", without_markers(text), closed=False)
     if opened:
         return Split("", text.strip(), closed=False)
     return Split(text)
@@ -103,10 +103,10 @@ def split_ids(
     if parser.is_reasoning_end(ids):
         answer = list(parser.extract_content_ids(ids))
         thinking = ids[: len(ids) - len(answer)]
-        return Split(decode(answer).lstrip(), _without_markers(decode(thinking)), True, len(thinking))
+        return Split(decode(answer).lstrip(), without_markers(decode(thinking)), True, len(thinking))
     start = getattr(parser, "reasoning_start_str", None)
     if opened or (start and start in decode_raw(parser, ids)):
-        return Split("", _without_markers(decode(ids)), closed=False, reasoning_tokens=len(ids))
+        return Split("", without_markers(decode(ids)), closed=False, reasoning_tokens=len(ids))
     return Split(decode(ids), reasoning_tokens=0)
 
 
@@ -115,7 +115,8 @@ def decode_raw(parser: Any, ids: Sequence[int]) -> str:
     return parser.model_tokenizer.decode(list(ids), skip_special_tokens=False)
 
 
-def _without_markers(text: str) -> str:
+def without_markers(text: str) -> str:
+    """The text with every thinking marker (MARKERS) removed, stripped."""
     for marker in MARKERS:
         text = text.replace(marker, "")
     return text.strip()

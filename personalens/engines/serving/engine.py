@@ -209,7 +209,7 @@ class ServerEngine:
         """The answer request continuing `ids`, on the server's /completions (a refusal answers for it)."""
         try:
             body = completion_body(model, budget.answer_request(request, ids))
-            return (await client.completed(body, route="/completions"))[0]
+            return budget.read_answer((await client.completed(body, route="/completions"))[0])
         except Refused as refusal:
             return rejected(str(refusal))
 

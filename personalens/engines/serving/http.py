@@ -153,7 +153,8 @@ class ServerClient:
                 reply = await self._read_events(_lines(response))
         if "text" in reply["choices"][0]:  # a (non-streamed) reply of /completions
             reply["choices"][0]["message"] = {"content": reply["choices"][0]["text"]}
-        generation = _generation(reply, self._server.base_url, opened)
+        # a /completions reply continues token ids after the thinking: its text is left whole (budget.py)
+        generation = _generation(reply, self._server.base_url, opened, split=route != "/completions")
         self.reasoning_fields += bool(_reasoning_of(reply["choices"][0]["message"]))  # read by _generation
         return generation, reply
 
@@ -276,10 +277,11 @@ def _reasoning_of(message: dict) -> str:
     return message.get("reasoning") or message.get("reasoning_content") or ""
 
 
-def _generation(reply: dict, where: str, opened: bool = False) -> Generation:
-    """A reply as a generation, its thinking split from its answer: by the server's reasoning parser
-    where the reply has a `reasoning` field, else on its text, knowing whether the prompt `opened` the
-    thinking (a reply cut inside thinking that a template opened carries no marker at all)."""
+def _generation(reply: dict, where: str, opened: bool = False, split: bool = True) -> Generation:
+    """A reply as a generation, its thinking split from its answer (unless not `split`): by the
+    server's reasoning parser where the reply has a `reasoning` field, else on its text, knowing whether
+    the prompt `opened` the thinking (a reply cut inside thinking that a template opened carries no
+    marker at all)."""
     try:
         usage = reply["usage"]
         choice = reply["choices"][0]
@@ -295,6 +297,8 @@ def _generation(reply: dict, where: str, opened: bool = False) -> Generation:
         counted = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
     except (KeyError, IndexError, TypeError) as err:
         raise ServerError(f"{where}: unexpected reply {reply!r}") from err
+    if not split:
+        return generation
     if not thinking:  # a server without a reasoning parser: the text fallback
         return with_split(generation, split_text(generation.text, opened))
     # split by the server's parser; a reply cut before a word of answer ends in its thinking (with_split)

@@ -15,8 +15,7 @@ factory) keeps in flight only as many requests as its KV cache holds, by the rul
 server copies (engines/flow.py), over all its calls together, the next queued as one finishes; any
 other queues them all.
 
-vLLM starts worker processes; a script that builds this engine needs an
-`if __name__ == "__main__":` guard.
+vLLM starts worker processes; a script that builds this engine needs an `if __name__ == "__main__":` guard.
 """
 
 from __future__ import annotations
@@ -110,12 +109,8 @@ class VllmEngine:
         self._next_refusal = 0
         # replies with a thinking budget, in two requests (engines/chat/budget.py)
         self._chains = budget.Chains()
-        parser = self._parser
-        self._markers = budget.markers(
-            config.reasoning_parser,
-            getattr(parser, "reasoning_start_str", None),
-            getattr(parser, "reasoning_end_str", None),
-        )
+        start, end = (getattr(self._parser, f"reasoning_{at}_str", None) for at in ("start", "end"))
+        self._markers = budget.markers(config.reasoning_parser, start, end)
         self._forced = tokenizer.encode(self._markers.forced, add_special_tokens=False)
         log.info(
             f"loaded {self.name}: {self.dtype.describe()}, on {current_platform.device_type}, "
@@ -292,18 +287,23 @@ class VllmEngine:
         ids = (
             None if action == budget.AGAIN else budget.continued(out.prompt_token_ids, out.outputs[0].token_ids, forced)
         )
-        return self._answer(out.request_id, budget.answer_request(request, ids), gen)
+        return self._answer(out.request_id, budget.answer_request(request, ids), gen, ids is not None)
 
-    def _answer(self, first_id: str, request: Request, first: Generation) -> list[tuple[str, Generation]]:
-        """Queues the answer request of thinking request `first_id` (a refusal answers for it at once)."""
+    def _answer(
+        self, first_id: str, request: Request, first: Generation, continues: bool
+    ) -> list[tuple[str, Generation]]:
+        """Queues the answer request of thinking request `first_id` (a refusal answers for it at once);
+        `continues`: it continues the thinking's ids (budget.py's `Chains.answering`)."""
         answer_id, refusal = self._queue(request)
         if refusal is not None:
             return [(first_id, budget.joined(first, refusal))]
-        self._chains.answering(answer_id, first_id, first)
+        self._chains.answering(answer_id, first_id, first, continues)
         return []
 
     def _read(self, out) -> Generation:
         try:
+            if out.request_id in self._chains.continuing:  # an answer request's text is all answer
+                return budget.read_answer(generation(out))
             return self._split(out)
         except self._fatal:
             raise
