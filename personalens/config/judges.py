@@ -101,7 +101,7 @@ def _merged(base: DictConfig, overrides: Any, where: str, extra: tuple[str, ...]
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise PersonalensError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
-    merged = base.copy()
+    merged = copy.deepcopy(base)
     with open_dict(merged):
         merged.merge_with(overrides)
     return merged
