@@ -101,9 +101,15 @@ def _override_key(override: str) -> str:
 
 
 def _names(key: str, section: str) -> bool:
-    """Whether an override of `key` (`model@judge`, `judge.path`, `protocol=quick`) sets `section`."""
+    """Whether an override of `key` (`model@judge`, `engine@judge`, `judge.path`, `protocol=quick`) sets
+    `section`."""
     where = section.split("@", 1)[-1]
-    return key in (section, where) or key.startswith(f"{where}.") or key.startswith(f"{section}/")
+    return (
+        key in (section, where)
+        or key.startswith(f"{where}.")
+        or key.startswith(f"{section}/")
+        or ("@" in key and key.split("@", 1)[-1] == where)
+    )
 
 
 def _run_dir(cfg: DictConfig) -> str:

@@ -244,11 +244,24 @@ def options(paths: Iterable[Path], top: Iterable[str], repo: Path = REPO) -> lis
     return found
 
 
-def unresolved(found: Iterable[DocOption], config_dir: Path = REPO / "conf") -> list[DocOption]:
-    """The option names that are not keys of the whole composed config, `conf/config.yaml` with
-    every command's sections (each command composes a part of it: personalens/cli.py SECTIONS)."""
+# group options whose keys the default composition lacks: a role's server block (conf/engine/server.yaml)
+# and continuous scheduling's own settings (conf/scheduling/continuous.yaml)
+WITH_THEIR_KEYS = (
+    *(f"engine@{role}=server" for role in ("assistant", "user_agent", "judge", "builder")),
+    "scheduling=continuous",
+)
+
+
+def _whole(config_dir: Path) -> dict:
+    """`conf/config.yaml` with every command's sections (each command composes a part of it:
+    personalens/cli.py SECTIONS) and the group options of WITH_THEIR_KEYS."""
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-        whole = OmegaConf.to_container(compose("config"), resolve=False)
+        return OmegaConf.to_container(compose("config", overrides=list(WITH_THEIR_KEYS)), resolve=False)
+
+
+def unresolved(found: Iterable[DocOption], config_dir: Path = REPO / "conf") -> list[DocOption]:
+    """The option names that are not keys of the whole composed config (`_whole`)."""
+    whole = _whole(config_dir)
     out = []
     for option in found:
         node = whole
@@ -263,5 +276,4 @@ def unresolved(found: Iterable[DocOption], config_dir: Path = REPO / "conf") -> 
 
 
 def top_level_keys(config_dir: Path = REPO / "conf") -> list[str]:
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-        return list(compose("config").keys())
+    return list(_whole(config_dir))

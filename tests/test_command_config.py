@@ -27,11 +27,12 @@ def test_generate_prints_its_own_configuration_only():
     done = _cfg_job("generate")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    # 454 lines when every command composed every section; the two dialogue models are 51 lines each
-    # (issue 57 asked for under 150: not reached while generate reads both whole model configs)
-    assert len(lines) <= 161, len(lines)
+    # under 150 lines: the sections and groups generate reads, an in-process model's config without the
+    # server block of conf/engine/server.yaml, the lockstep scheduling without continuous's settings
+    assert len(lines) < 150, len(lines)
     shown = yaml.safe_load(done.stdout)
     assert {"assistant", "user_agent", "protocol", "fidelity", "data", "lockstep"} <= set(shown)
+    assert "server" not in shown["assistant"] and "continuous" not in shown
     for section in ("personalbench", "datagen", "builder", "judge", "judging", "report", "plan", "compare"):
         assert section not in shown, section
     assert "judge" not in shown["protocol"] and "assistant" in shown["protocol"]
@@ -58,3 +59,24 @@ def test_a_section_an_override_names_is_composed_and_checked():
     assert bad.returncode != 0 and "temprature" in bad.stderr
     assert cli.COMMANDS["generate"].dropped(["protocol=quick"]) == cli.COMMANDS["generate"].dropped([])
     assert "~protocol.judge" not in cli.COMMANDS["generate"].dropped(["protocol.judge.temperature=0.2"])
+
+
+def test_a_served_role_and_continuous_scheduling_compose_their_own_settings():
+    done = _cfg_job(
+        "generate", "engine@user_agent=server", "user_agent.server.base_url=http://gpu-node-7:8000/v1",
+        "scheduling=continuous", "continuous.in_flight=8",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = yaml.safe_load(done.stdout)
+    served = shown["user_agent"]
+    assert served["engine"] == "server" and served["server"]["base_url"] == "http://gpu-node-7:8000/v1"
+    assert served["family"] == "smollm" and "server" not in shown["assistant"]
+    scheduling = (shown["scheduling"], shown["continuous"]["in_flight"], shown["lockstep"]["token_ids"])
+    assert scheduling == ("continuous", 8, True)
+    # an in-process model has no server block: the override that forgets the group is refused by Hydra
+    bare = _cfg_job("generate", "user_agent.server.base_url=http://gpu-node-7:8000/v1")
+    assert bare.returncode != 0 and "user_agent.server.base_url" in bare.stderr
+    # generate leaves the judge out, but keeps it where an override names its engine
+    assert cli.COMMANDS["generate"].dropped(["engine@judge=server"]) == [
+        s for s in cli.COMMANDS["generate"].dropped([]) if s != "~model@judge"
+    ]

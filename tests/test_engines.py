@@ -174,6 +174,10 @@ def test_server_config_needs_base_url_and_loads_when_set():
         ModelConfig.from_mapping(raw)
     raw.server.base_url = "http://node:8000/v1"
     config = ModelConfig.from_mapping(raw)
+    served = OmegaConf.merge(_yaml("smollm2"), OmegaConf.load(MODEL_CONF.parent / "engine" / "server.yaml"))
+    served.server.base_url = "http://node:8000/v1"
+    assert ModelConfig.from_mapping(served).server.base_url == "http://node:8000/v1"
+    assert ModelConfig.from_mapping(_yaml("smollm2")).server is None
     assert config.server.base_url == "http://node:8000/v1" and config.server.retries == 3
     with pytest.raises(ModelConfigError, match=r"server\.base_url: required"):
         ModelConfig.from_mapping({"name": "remote", "engine": "server"})

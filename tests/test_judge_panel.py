@@ -157,6 +157,15 @@ def test_bad_panels_are_refused_in_one_line(override, message):
         panel(config(override))
 
 
+def test_a_panel_judge_on_a_server_the_lab_runs_takes_the_server_block_its_model_config_lacks():
+    served = "{engine: server, server: {base_url: 'http://gpu-node-8:8000/v1', api_key_env: LAB_KEY}}"
+    default, remote = panel(config(f"judges=[{{name: remote, model: llama31_8b, set: {served}}}]"))
+    assert "server" not in default.cfg.judge and remote.cfg.judge.engine == "server"
+    assert (remote.cfg.judge.server.base_url, remote.cfg.judge.family) == ("http://gpu-node-8:8000/v1", "llama")
+    with pytest.raises(PersonalensError, match=r"judges\[0\]\.set: unknown field\(s\) \['servr'\]"):
+        panel(config("judges=[{name: remote, set: {servr: {base_url: x}}}]"))
+
+
 def test_the_same_judge_twice_is_refused_before_any_work(tmp_path):
     out, _ = generated(tmp_path)
     cfg = config(f"run.out_dir={out}", "data.kinds=SD", "judges=[{name: again}]")

@@ -190,7 +190,7 @@ def test_sampling_and_server_keys_of_a_family_config_are_overrides():
     cfg = config(
         "model@assistant=qwen3_8b",
         "assistant.sampling.temperature=0.7",
-        "assistant.engine=server",
+        "engine@assistant=server",
         "assistant.server.base_url=http://gpu-node:8000/v1",
     )
     assert (cfg.assistant.sampling.temperature, cfg.assistant.reasoning_parser) == (0.7, "qwen3")

@@ -503,9 +503,9 @@ def test_the_70b_served_by_the_lab_and_what_its_server_needs(tmp_path, paper_mod
     that holds its longest prompt at the cap and its reply (the judge's: a 4,000-token reply)."""
     out = tmp_path / "plan.json"
     served = [
-        f"{role}.{key}"
+        override
         for role in ("user_agent", "judge")
-        for key in ("engine=server", "server.base_url=http://gpu-node-7:8000/v1")
+        for override in (f"engine@{role}=server", f"{role}.server.base_url=http://gpu-node-7:8000/v1")
     ]
     proc = run_cli(
         "plan", *paper_models, *served, "judge.server.api_key_env=LAB_KEY", "plan.gpus=1", "plan.gpu_memory_gib=80",

@@ -76,7 +76,7 @@ def _view(cfg: DictConfig, entry: Mapping[str, Any], where: str) -> DictConfig:
     model = cfg.judge if entry.get("model") is None else _model_file(str(entry["model"]), where)
     view = copy.deepcopy(cfg)
     with open_dict(view):
-        view.judge = _merged(model, entry.get("set"), f"{where}.set")
+        view.judge = _merged(model, entry.get("set"), f"{where}.set", ("server",))
         view.protocol.judge = _merged(cfg.protocol.judge, entry.get("sampling"), f"{where}.sampling")
         view.judges = []
     return view
@@ -90,15 +90,21 @@ def _model_file(name: str, where: str) -> DictConfig:
     return OmegaConf.load(path)
 
 
-def _merged(base: DictConfig, overrides: Any, where: str) -> DictConfig:
+def _merged(base: DictConfig, overrides: Any, where: str, extra: tuple[str, ...] = ()) -> DictConfig:
+    """`base` with `overrides` merged in: fields of `base`, or of `extra` (a model's `server`, which only a
+    model on a server the lab runs has: conf/engine/server.yaml)."""
     if overrides is None:
         return base.copy()
     if not isinstance(overrides, Mapping):
         raise PersonalensError(f"{where}: expected a mapping of fields, got {overrides!r}")
-    unknown = sorted(set(overrides) - set(base))
+    known = set(base) | set(extra)
+    unknown = sorted(set(overrides) - known)
     if unknown:
-        raise PersonalensError(f"{where}: unknown field(s) {unknown}; known: {sorted(base)}")
-    return OmegaConf.merge(base, overrides)
+        raise PersonalensError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
+    merged = copy.deepcopy(base)
+    with open_dict(merged):
+        merged.merge_with(overrides)
+    return merged
 
 
 # ---- the judges of stored runs (report, compare) ---------------------------------------------------

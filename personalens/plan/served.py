@@ -1,4 +1,4 @@
-"""What a server the lab runs itself needs for a role given as `X.engine=server X.server.base_url=...`:
+"""What a server the lab runs itself needs for a role given as `engine@X=server X.server.base_url=...`:
 its `vllm serve` command line, with the smallest context that holds the plan's longest prompt of that
 role at the protocol's cap and its reply, and what the run expects of it besides. Pure."""
 

@@ -104,7 +104,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
                 str(cfg.scheduling),
                 int(cfg.lockstep.max_requests_per_call),
                 bool(cfg.lockstep.token_ids),
-                int(cfg.continuous.in_flight),
+                int(cfg.continuous.in_flight) if "continuous" in cfg else 0,  # scheduling=continuous's alone
                 count,
                 in_flight(cfg.lockstep.get("in_flight", "auto")),
                 tuple(getattr(load, "caches", ())),  # the layout's (engines/factory.py); none without GPUs

@@ -175,7 +175,9 @@ class ModelConfig:
             speculative=speculative,
         )
         if config.engine == "server" and config.server is None:
-            raise ModelConfigError(f"{where}.server.base_url: required when engine is server")
+            role = where.removeprefix("model@")
+            how = f" (engine@{role}=server {role}.server.base_url=http://host:8000/v1)" if role != where else ""
+            raise ModelConfigError(f"{where}.server.base_url: required when engine is server{how}")
         if config.placement not in PLACEMENTS:
             raise ModelConfigError(f"{where}.placement: expected one of {PLACEMENTS}, got {config.placement!r}")
         if config.engine == "server" and (config.placement != "auto" or config.gpus is not None):
@@ -299,8 +301,8 @@ def _check_snapshot(snapshot: HubSnapshot, key: str, config: ModelConfig, where:
 
 
 def _server(raw: Mapping[str, Any] | None, where: str) -> ServerConfig | None:
-    """The endpoint of an engine: server; a block whose base_url is null (every family config's, so that
-    `X.server.base_url=...` is one override) names none."""
+    """The endpoint of an engine: server (conf/engine/server.yaml's block, or a model config's own); none
+    for a block whose base_url is null."""
     if raw is None or (isinstance(raw, Mapping) and raw.get("base_url") is None):
         return None
     if not isinstance(raw, Mapping):
