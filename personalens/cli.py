@@ -236,9 +236,28 @@ def _hydra_args(rest: list[str], command: str = "validate", positional: Position
             f"personalens {command}: error: {removed}: a sampling key is not removed; "
             f"{removed[1:]}=null leaves it to the model's own value, else the paper's (docs/models.md)"
         )
+    _check_served(command, rest[k:])
     return [*(positional.overrides(command, rest[:k]) if positional else []), *rest[k:], *strict]
 
 
+def _check_served(command: str, overrides: list[str]) -> None:
+    """A role's server keys need the option that composes its server block (conf/engine/server.yaml,
+    conf/model/server.yaml), which Hydra's own message for the missing key does not name; an
+    experiment config may compose it, so only overrides without one are checked."""
+    if any(arg.lstrip("+").startswith("experiment=") for arg in overrides):
+        return
+    for arg in overrides:
+        served = _SERVER_KEY.match(arg)
+        role = served and served.group(1)
+        if role and not any(arg.lstrip("+") in (f"engine@{role}=server", f"model@{role}=server") for arg in overrides):
+            raise UsageError(
+                f"personalens {command}: error: {arg}: {role}'s server block comes with engine@{role}=server "
+                f"(its model config on a server the lab runs, docs/cluster.md); give it before {role}.server keys"
+            )
+
+
+# an override of a role's server block
+_SERVER_KEY = re.compile(r"(user_agent|assistant|judge|builder)\.server\.")
 # the protocol's sampling keys that are null unless a config sets them (conf/protocol/*.yaml)
 _NULL_SAMPLING = re.compile(r"~protocol\.(user_agent|assistant|judge)\.(temperature|top_p|thinking_budget)")
 

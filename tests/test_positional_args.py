@@ -80,3 +80,18 @@ def test_removing_a_null_sampling_key_is_refused_with_one_line():
         "personalens generate: error: ~protocol.judge.top_p: a sampling key is not removed; "
         "protocol.judge.top_p=null leaves it to the model's own value, else the paper's (docs/models.md)"
     ]
+
+
+def test_a_server_key_without_the_option_that_composes_the_server_block_is_refused_with_one_line():
+    """`X.server.base_url=` alone names `engine@X=server`, which composes X's server block; with it (or
+    `model@X=server`) the same key composes."""
+    url = "assistant.server.base_url=http://gpu-node-7:8000/v1"
+    refused = run_cli("generate", url, "--cfg", "job", check=False)
+    assert refused.returncode == 2 and refused.stdout == ""
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith(
+        f"personalens generate: error: {url}: assistant's server block comes with engine@assistant=server"
+    )
+    for option in ("engine@assistant=server", "model@assistant=server"):
+        composed = run_cli("generate", option, url, "--cfg", "job")
+        assert "base_url: http://gpu-node-7:8000/v1" in composed.stdout
