@@ -148,16 +148,19 @@ def modelled_rates(placed: dict, gpu_type: str):
     from personalens.plan.schedule import Rates
 
     def rate(job: str) -> float | None:
-        rows = ((placed.get("jobs") or {}).get(job) or {}).get("throughput", {}).get("layouts", [])
+        modelled = ((placed.get("jobs") or {}).get(job) or {}).get("throughput", {})
+        rows = modelled.get("alternatives") or modelled.get("layouts", [])  # the fastest layout, where compared
         return next((row.get("tokens_per_s") for row in rows if row["chosen"] and row["fits"]), None)
 
+    compared = any("alternatives" in (job.get("throughput") or {}) for job in (placed.get("jobs") or {}).values())
+    chosen = "fastest" if compared else "chosen"
     generate, judge = rate("generate"), rate("judge")
     if generate is None and judge is None:
         generate = judge = rate("run")
         if generate is None:
             return None
-        return Rates(generate, judge, f"modelled for the run job's chosen layout ({gpu_type} figures)")
-    return Rates(generate, judge, f"modelled for each job's chosen layout ({gpu_type} figures)")
+        return Rates(generate, judge, f"modelled for the run job's {chosen} layout ({gpu_type} figures)")
+    return Rates(generate, judge, f"modelled for each job's {chosen} layout ({gpu_type} figures)")
 
 
 def placement(
@@ -167,6 +170,7 @@ def placement(
     layouts it could take; a layout that cannot fit is shown refused, with the largest max_model_len
     at which it would fit and, from a calibration run, the share of its dialogues that would end on
     context there."""
+    from personalens.engines.placement.alternatives import alternatives
     from personalens.engines.placement.layout import fitting_max_model_len, plan_layout
 
     if gpus is None:
@@ -196,7 +200,8 @@ def placement(
             continue
         jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
         if workload is not None:
-            jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options, cfg)
+            tried = alternatives(configs, gpus, in_process, R.work(cfg, roles))
+            jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options, cfg, tried)
     if {"judge", "run"} & set(options.jobs):
         jobs.update(panel_phases(cfg, gpus))
     return {"planned": True, "gpus": gpus.describe(), "jobs": jobs}
@@ -252,9 +257,13 @@ def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:
     return {"on": True, "mode": mode.name, "env": dict(mode.env), "cost": mode.cost, "here": here}
 
 
-def throughput(job: str, layout, models: dict, workload, largest: dict, options: PlanOptions, cfg: DictConfig) -> dict:
-    """The job's layouts modelled on a sample of the largest shard's dialogues (plan/throughput.py)."""
+def throughput(
+    job: str, layout, models: dict, workload, largest: dict, options: PlanOptions, cfg: DictConfig, tried=()
+) -> dict:
+    """The job's layouts modelled on a sample of the largest shard's dialogues (plan/throughput.py), and
+    the layouts `tried` for its bottleneck model beside the configured one (plan/layouts.py)."""
     from personalens.engines.placement.cohorts import setting as cohorts
+    from personalens.plan.layouts import compared as compared_layouts
     from personalens.plan.limit import node_limit
     from personalens.plan.throughput import GPUS, TURN_ROLES, compare, dialogues, sampled
 
@@ -276,6 +285,9 @@ def throughput(job: str, layout, models: dict, workload, largest: dict, options:
         if "seconds" in row:  # the sample's time scaled to the largest shard's dialogues
             row["largest_shard_s"] = row["seconds"] * of / len(shapes)
     compared["node_limit"] = limit
+    if tried:
+        settings = (lockstep.get("in_flight", "auto"), cohorts(lockstep.get("cohorts", "auto")))
+        compared["alternatives"] = compared_layouts(layout, tried, gpu, work, of / len(shapes), *settings)
     return {"gpu": gpu.name, "dialogues": len(shapes), "of": of, "basis": workload.source, **compared}
 
 

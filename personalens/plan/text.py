@@ -104,6 +104,7 @@ def _throughput(t: Mapping | None) -> list[str]:
         out.append(
             f"      {row['name']}{chosen}{best}: " + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})")
         )
+    out += _alternatives(t.get("alternatives", ()))
     if "node_limit" in t:
         out.append(_limit(t["node_limit"]))
     if "decode_step" in t:
@@ -123,6 +124,33 @@ def _throughput(t: Mapping | None) -> list[str]:
                 )
             )
         )
+    return out
+
+
+def _alternatives(rows) -> list[str]:
+    """The layouts tried for the bottleneck model, one line each, the chosen one with its overrides."""
+    if not rows:
+        return []
+    out = ["    layouts for the job's bottleneck model (engines/placement/alternatives.py), as the run takes each:"]
+    for row in rows:
+        name = row["name"]
+        if not row["overrides"] and row["fits"]:
+            name += f" ({row['tp']} GPU(s) per engine, {row['engines']} engine(s))"
+        if not row["fits"]:
+            why = row["why"].split(". Ways out")[0]  # plan.json has it whole, with the sizes
+            if why.startswith("these models do not fit"):
+                why = why.split(": ")[0]
+            out.append(f"      {name}: does not fit ({why})")
+            continue
+        hours = (
+            f"{row['tokens_per_s']:,.0f} generated tokens/s ({row['seconds']:,.0f} s, the largest shard "
+            f"{duration(row['largest_shard_s'])})"
+            if "seconds" in row
+            else "nothing to model"
+        )
+        chosen = " (chosen: the fastest that fits)" if row["chosen"] else ""
+        runs = f"; generate runs it with {' '.join(row['overrides'])}" if row["chosen"] and row["overrides"] else ""
+        out.append(f"      {name}{chosen}: {hours}{runs}")
     return out
 
 

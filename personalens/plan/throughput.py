@@ -252,8 +252,7 @@ def compare(
     planned = tuple(p for p in layout.placements if p.planned)
     longest = longest_sequences(work[0]) if work and work[0] else {}
     limit = in_flight(planned, longest) if longest else None
-    auto = run_window(planned, longest) if longest else None
-    run = {"auto": auto, "all": None}.get(in_flight_setting, in_flight_setting)  # type: ignore[arg-type]
+    run = _run_window(planned, work, in_flight_setting)
     dialogues = max(1, len(work[0])) if work and work[0] else 1
     window = _below(run, dialogues)
     with_copies = any(p.copies for p in planned)
@@ -324,6 +323,32 @@ def compare(
         "run_in_flight": window,
         **({"in_flight": limit} if limit is not None else {}),
     }
+
+
+def as_run(
+    layout: Layout,
+    gpu: GpuFigures,
+    work: Sequence[Sequence[Sequence[Turn]]],
+    in_flight_setting: str | int = "auto",
+    cohorts_setting: int = 0,
+) -> Modelled | None:
+    """`layout` modelled as the run takes it, as `compare`'s chosen row: its copies, the dialogues in
+    flight `lockstep.in_flight` gives it, its cohorts."""
+    planned = tuple(p for p in layout.placements or () if p.planned)
+    dialogues = max(1, len(work[0])) if work and work[0] else 1
+    window = _below(_run_window(planned, work, in_flight_setting), dialogues)
+    dealt = cohorts_of(planned, cohorts_setting, dialogues, window)
+    return modelled(_engines({n.key: n for n in layout.needs}, planned, gpu), work, window, dealt)
+
+
+def _run_window(
+    planned: Sequence[Placement], work: Sequence[Sequence[Sequence[Turn]]], in_flight_setting: str | int
+) -> int | None:
+    """The dialogues in flight `lockstep.in_flight` gives the run (auto: `run_window` for the tokens
+    the modelled dialogues keep at their longest; all: None)."""
+    longest = longest_sequences(work[0]) if work and work[0] else {}
+    auto = run_window(planned, longest) if longest else None
+    return {"auto": auto, "all": None}.get(in_flight_setting, in_flight_setting)  # type: ignore[arg-type, return-value]
 
 
 def _cohorts_row(dealt: Cohorts) -> dict:
