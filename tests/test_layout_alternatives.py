@@ -20,8 +20,8 @@ from personalens.engines.placement.alternatives import alternatives, bottleneck
 from personalens.engines.placement.gpus import simulated
 from personalens.engines.placement.layout import plan_layout
 from personalens.plan.engine_model import Turn
+from personalens.plan.gpu_model import GPUS
 from personalens.plan.layouts import compared
-from personalens.plan.throughput import GPUS
 
 sys.path.insert(0, str(REPO / "scripts"))
 import cluster_printouts as cp  # noqa: E402

@@ -30,7 +30,8 @@ from personalens.engines.placement.gpus import simulated
 from personalens.engines.placement.layout import plan_layout
 from personalens.plan import gpu_model, throughput
 from personalens.plan.budget import Fixed, Turns, Workload
-from personalens.plan.throughput import GPUS, compare, dialogues, sampled
+from personalens.plan.gpu_model import GPUS
+from personalens.plan.throughput import compare, dialogues, sampled
 
 # measured: KV tokens vLLM gave, generated tokens/s, share of prompt tokens from the prefix cache
 MEASURED = {

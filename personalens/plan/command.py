@@ -86,7 +86,7 @@ def described(options: PlanOptions):
     import dataclasses
 
     from personalens.engines.placement.gpus import simulated
-    from personalens.plan.throughput import GPUS
+    from personalens.plan.gpu_model import GPUS
 
     gpus = simulated(options.gpus, options.gpu_memory_gib)
     return dataclasses.replace(gpus, capabilities=(GPUS[options.gpu_type].capability,) * gpus.count)
@@ -201,7 +201,8 @@ def placement(
         jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
         if workload is not None:
             tried = alternatives(configs, gpus, in_process, R.work(cfg, roles))
-            jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options, cfg, tried)
+            spec = calibration.spec_decode if calibration is not None else {}
+            jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options, cfg, tried, spec)
     if {"judge", "run"} & set(options.jobs):
         jobs.update(panel_phases(cfg, gpus))
     return {"planned": True, "gpus": gpus.describe(), "jobs": jobs}
@@ -258,14 +259,24 @@ def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:
 
 
 def throughput(
-    job: str, layout, models: dict, workload, largest: dict, options: PlanOptions, cfg: DictConfig, tried=()
+    job: str,
+    layout,
+    models: dict,
+    workload,
+    largest: dict,
+    options: PlanOptions,
+    cfg: DictConfig,
+    tried=(),
+    spec=None,
 ) -> dict:
     """The job's layouts modelled on a sample of the largest shard's dialogues (plan/throughput.py), and
-    the layouts `tried` for its bottleneck model beside the configured one (plan/layouts.py)."""
+    the layouts `tried` for its bottleneck model beside the configured one (plan/layouts.py); its
+    speculative models as the calibration run measured them (`spec`, plan/speculative.py)."""
     from personalens.engines.placement.cohorts import setting as cohorts
+    from personalens.plan.gpu_model import GPUS
     from personalens.plan.layouts import compared as compared_layouts
     from personalens.plan.limit import node_limit
-    from personalens.plan.throughput import GPUS, TURN_ROLES, compare, dialogues, sampled
+    from personalens.plan.throughput import TURN_ROLES, compare, dialogues, sampled
 
     served = [role for role in JOBS[job] if models[role].engine == "server"]
     if served:
@@ -278,16 +289,16 @@ def throughput(
     work = {"generate": [turns], "judge": [judged], "run": [turns, judged]}[job]
     gpu = GPUS[options.gpu_type]
     lockstep = cfg.get("lockstep", {})
-    compared = compare(layout, gpu, work, lockstep.get("in_flight", "auto"), cohorts(lockstep.get("cohorts", "auto")))
+    settings = (lockstep.get("in_flight", "auto"), cohorts(lockstep.get("cohorts", "auto")))
+    compared = compare(layout, gpu, work, *settings, spec)
     of = sum(largest.values())
-    limit = node_limit(layout.needs, work, gpu, layout.gpus.count)
+    limit = node_limit(layout.needs, work, gpu, layout.gpus.count, spec)
     for row in [*compared["layouts"], limit]:
         if "seconds" in row:  # the sample's time scaled to the largest shard's dialogues
             row["largest_shard_s"] = row["seconds"] * of / len(shapes)
     compared["node_limit"] = limit
     if tried:
-        settings = (lockstep.get("in_flight", "auto"), cohorts(lockstep.get("cohorts", "auto")))
-        compared["alternatives"] = compared_layouts(layout, tried, gpu, work, of / len(shapes), *settings)
+        compared["alternatives"] = compared_layouts(layout, tried, gpu, work, of / len(shapes), *settings, spec)
     return {"gpu": gpu.name, "dialogues": len(shapes), "of": of, "basis": workload.source, **compared}
 
 

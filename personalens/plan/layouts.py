@@ -5,12 +5,14 @@ that fits is chosen, with the overrides under which `generate` builds it. Pure."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from personalens.engines.placement.alternatives import Alternative, places
 from personalens.engines.placement.placed import Layout
 from personalens.plan.engine_model import Turn
-from personalens.plan.throughput import GpuFigures, as_run
+from personalens.plan.gpu_model import GpuFigures
+from personalens.plan.speculative import SpecDecode
+from personalens.plan.throughput import as_run
 
 
 def compared(
@@ -21,12 +23,13 @@ def compared(
     scale: float,
     in_flight_setting: str | int = "auto",
     cohorts_setting: int = 0,
+    spec: Mapping[str, SpecDecode] | None = None,
 ) -> list[dict]:
     """One row per layout: the configured one first, then each alternative that is not the same
     placements, with its GPUs per engine, engines, and modelled seconds (`largest_shard_s`: the
     sample's times `scale`) or why it does not fit; the fastest that fits is `chosen`. A row's
-    `overrides` make `generate` build it (none for the configured layout)."""
-    rows = [_row("as configured", configured, (), gpu, work, scale, in_flight_setting, cohorts_setting)]
+    `overrides` make `generate` build it (none for the configured layout). `spec`: as `compare`'s."""
+    rows = [_row("as configured", configured, (), gpu, work, scale, in_flight_setting, cohorts_setting, spec)]
     if alternatives:
         rows[0] |= _shape(configured, alternatives[0].model)
     for a in alternatives:
@@ -38,7 +41,9 @@ def compared(
                 {"name": a.name, **shape, "fits": False, "chosen": False, "overrides": list(a.overrides), "why": a.why}
             )
             continue
-        rows.append(_row(a.name, a.layout, a.overrides, gpu, work, scale, in_flight_setting, cohorts_setting) | shape)
+        rows.append(
+            _row(a.name, a.layout, a.overrides, gpu, work, scale, in_flight_setting, cohorts_setting, spec) | shape
+        )
     timed = [r for r in rows if "seconds" in r]
     if timed:
         min(timed, key=lambda r: r["seconds"])["chosen"] = True
@@ -60,9 +65,10 @@ def _row(
     scale: float,
     in_flight_setting: str | int,
     cohorts_setting: int,
+    spec: Mapping[str, SpecDecode] | None,
 ) -> dict:
     row = {"name": name, "fits": True, "overrides": list(overrides), "chosen": False}
-    result = as_run(layout, gpu, work, in_flight_setting, cohorts_setting)
+    result = as_run(layout, gpu, work, in_flight_setting, cohorts_setting, spec)
     if result is not None:
         row |= {
             "tokens_per_s": result.tokens_per_s,

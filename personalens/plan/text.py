@@ -109,6 +109,7 @@ def _throughput(t: Mapping | None) -> list[str]:
         out.append(_limit(t["node_limit"]))
     if "decode_step" in t:
         out.append("    per decode step, each engine reads per GPU: " + "; ".join(map(_step, t["decode_step"].items())))
+        out += [_speculative(item) for item in t["decode_step"].items() if item[1].get("speculative")]
     if "in_flight" in t:
         out.append(
             f"    dialogues in flight whose histories the dialogue models' KV caches keep: {t['in_flight']:,} "
@@ -171,14 +172,24 @@ def _step(item: tuple[str, Mapping]) -> str:
     key, d = item
     quantized = f" ({d['quantization']})" if d["quantization"] else ""
     arithmetic = "FP8" if d["fp8_compute"] else "16-bit"
-    drafted = (
-        f" (speculative {d['speculative']} not modelled: no measured acceptance rate; as without it)"
-        if d.get("speculative")
-        else ""
-    )
     return (
         f"{key} {d['weights_per_gpu'] / GIB:.1f} GiB of weights{quantized}, then its KV; "
-        f"{arithmetic} arithmetic at {d['tflops']:,.0f} TFLOPS peak{drafted}"
+        f"{arithmetic} arithmetic at {d['tflops']:,.0f} TFLOPS peak"
+    )
+
+
+def _speculative(item: tuple[str, Mapping]) -> str:
+    """One line per speculative model: the acceptance it is modelled at, or that none is known."""
+    key, d = item
+    head = f"    speculative decoding ({d['speculative']}) of {key}: "
+    if "tokens_per_step" not in d:
+        return head + (
+            "no measured acceptance rate, so modelled as without it (a calibration run that recorded vLLM's "
+            "spec-decode counters gives one: plan.calibrate=)"
+        )
+    return head + (
+        f"{d['tokens_per_step']:.2f} tokens a verifying step ({d['acceptance']:.0%} of {d['drafted']:.1f} drafted "
+        f"accepted), measured by {d['measured_by']}"
     )
 
 
