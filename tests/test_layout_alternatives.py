@@ -102,6 +102,17 @@ def test_the_fastest_layout_that_fits_is_chosen_and_the_configured_one_is_shown(
     assert all(not r["fits"] and r["why"] for r in rows if r not in timed)
 
 
+def test_the_widths_tried_are_those_vllm_shards_the_attention_over(tmp_path):
+    """DeepSeek-R1-Distill-Qwen-7B's 28 heads divide over 7 GPUs, its 4 KV heads do not: not tried."""
+    raw = conf(tmp_path, "llama31_8b") | {
+        "name": "r1-7b",
+        "path": str(model_dir(tmp_path, "deepseek_r1_distill_qwen_7b")),
+    }
+    tried = alternatives(model_configs({"assistant": raw}), NODE_8X80)
+    assert [(a.tp, a.engines, a.alone) for a in tried] == [(1, 8, True), (2, 4, True), (4, 2, True)]
+    assert tried[0].name == "r1-7b: 8 engines of 1 GPU(s)"
+
+
 def test_a_pinned_bottleneck_or_no_local_model_has_no_alternatives(tmp_path):
     raw = _release_models(tmp_path)
     raw["user_agent"] |= {"gpus": [0, 1, 2, 3]}

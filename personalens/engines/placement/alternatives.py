@@ -5,8 +5,8 @@ the other models beside it by memory share. Each is a set of model options (`ten
 that layout; `personalens plan` models them (plan/layouts.py) and says which is fastest and the
 overrides that run it. Pure but for `plan_layout`'s reading of model directories.
 
-For the bottleneck model, each tensor-parallel width its attention heads divide, up to the job's
-GPUs, is tried two ways:
+For the bottleneck model, each tensor-parallel width its attention heads divide (`_splits`), up to
+the job's GPUs, is tried two ways:
 - **own GPUs**: as many engines of that width as the GPUs leave beside the other models' own
   (`replicas: N`), the other models on GPUs of their own and their copies on whatever is left;
 - **beside**: engines of that width on every GPU, the other models in this process beside its first
@@ -41,7 +41,6 @@ class Alternative:
     overrides: tuple[str, ...]  # the command-line overrides under which plan_layout makes `layout`
     layout: Layout | None  # None: it does not fit
     why: str = ""  # why it does not fit
-
     alone: bool = False  # the job's only local model
 
     @property
@@ -96,7 +95,7 @@ def alternatives(
     others = {c for c in configs.values() if c.engine == "vllm" and c != chosen}
     own_gpus = sum(c.tensor_parallel_size for c in others)
     out = []
-    for tp in (t for t in range(1, gpus.count + 1) if arch.heads % t == 0):
+    for tp in (t for t in range(1, gpus.count + 1) if _splits(arch.heads, arch.kv_heads, t)):
         ways = [(False, (gpus.count - own_gpus) // tp)]
         if others:
             ways.append((True, gpus.count // tp))
@@ -104,6 +103,12 @@ def alternatives(
             if engines >= 1:
                 out.append(_tried(configs, chosen, tp, engines, beside, gpus, in_process, work))
     return out
+
+
+def _splits(heads: int, kv_heads: int, tp: int) -> bool:
+    """Whether vLLM shards the attention over `tp` GPUs: the heads divide evenly, and the KV heads
+    either divide evenly or are each copied to a whole number of GPUs."""
+    return heads % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0)
 
 
 def _tried(
