@@ -160,7 +160,7 @@ def test_plan_of_the_release_stand_in_with_fp8_prints_the_layouts_and_generate_r
     assert plan["time"]["rates_tokens_per_s"]["generate"] == chosen["tokens_per_s"]
     assert "rates modelled for each job's fastest layout (h100 figures)" in printed
     if chosen["overrides"]:
-        assert f"generate runs it with {' '.join(chosen['overrides'])}" in printed
+        assert f"the job builds it with {' '.join(chosen['overrides'])}" in printed
         # planned again with its overrides, the chosen layout is the one generate builds as configured
         again, _ = _plan(tmp_path, *chosen["overrides"])
         rows_again = again["placement"]["jobs"]["generate"]["throughput"]["alternatives"]

@@ -150,7 +150,7 @@ def _alternatives(rows) -> list[str]:
             else "nothing to model"
         )
         chosen = " (chosen: the fastest that fits)" if row["chosen"] else ""
-        runs = f"; generate runs it with {' '.join(row['overrides'])}" if row["chosen"] and row["overrides"] else ""
+        runs = f"; the job builds it with {' '.join(row['overrides'])}" if row["chosen"] and row["overrides"] else ""
         out.append(f"      {name}{chosen}: {hours}{runs}")
     return out
 
