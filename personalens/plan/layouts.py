@@ -1,7 +1,7 @@
 """The layouts a job could take for its bottleneck model (engines/placement/alternatives.py: over more
 GPUs, as several engines, the other models beside it by memory share), each modelled as the run
 takes it (plan/throughput.py `as_run`) on the same dialogues as the configured layout; the fastest
-that fits is chosen, with the overrides under which `generate` builds it. Pure."""
+that fits is chosen, with the overrides under which the job builds it. Pure."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def compared(
     """One row per layout: the configured one first, then each alternative that is not the same
     placements, with its GPUs per engine, engines, and modelled seconds (`largest_shard_s`: the
     sample's times `scale`) or why it does not fit; the fastest that fits is `chosen`. A row's
-    `overrides` make `generate` build it (none for the configured layout). `spec`: as `compare`'s."""
+    `overrides` make the job (`generate`, `judge`) build it (none for the configured layout). `spec`: as
+    `compare`'s."""
     rows = [_row("as configured", configured, (), gpu, work, scale, in_flight_setting, cohorts_setting, spec)]
     if alternatives:
         rows[0] |= _shape(configured, alternatives[0].model)
