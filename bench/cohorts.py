@@ -9,7 +9,7 @@ them, each engine on its own "GPUs" in a thread of its own, sleeping for that ti
 A call's time is personalens/plan/engine_model.py's: its requests replayed through the simplified
 vLLM (admission up to `max_num_seqs` and the KV cache, chunked prefill, a prefix cache that keeps
 each dialogue's last sequence per role), each step overhead + max(memory, compute) from the GPU's
-published figures (plan/throughput.py's H100 SXM: 3.35 TB/s, 989 TFLOPS, at the planner's
+published figures (plan/gpu_model.py's H100 SXM: 3.35 TB/s, 989 TFLOPS, at the planner's
 efficiencies). The engine keeps its model state across calls, so a history evicted from the cache
 is prefilled again. A call sleeps `scale` x its modelled time, reporting each request as it finishes
 at its modelled time; a run's modelled seconds are its wall seconds / `scale`, which also counts the
@@ -60,8 +60,7 @@ from personalens.engines.placement.inflight import Cache  # noqa: E402
 from personalens.engines.replicated import ReplicatedEngine  # noqa: E402
 from personalens.plan.engine_model import Engine as ModelledEngine  # noqa: E402
 from personalens.plan.engine_model import ModelRequest, Turn  # noqa: E402
-from personalens.plan.gpu_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GpuModel  # noqa: E402
-from personalens.plan.throughput import GPUS  # noqa: E402
+from personalens.plan.gpu_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GPUS, GpuModel  # noqa: E402
 
 CHARS_PER_TOKEN = 4
 SHARED_PREFIX = 400  # tokens every dialogue's prompts share (bench/stragglers.py's assumption)

@@ -11,7 +11,8 @@ measured, and both are written to `--record` (bench/results/ by default) as JSON
 Random weights decode random ids: an n-gram proposer finds few repeats to draft from, so this row
 measures what speculative decoding costs when its drafts are mostly rejected, not what it gives on
 real text; `plan` models it only from a measured acceptance rate, and this row records vLLM's
-spec-decode counters where its engine reports them. vLLM's CPU build cannot load fp8 weights
+spec-decode counters where its engine reports them, in the row and in each variant's run folder
+(`logs/summaries/spec_decode.jsonl`, which `plan.calibrate=` reads: plan/speculative.py). vLLM's CPU build cannot load fp8 weights
 (engines/vllm/quantization.py): `--dry-run` composes the variants and prints plan's predictions
 without loading a model, which is what runs without a GPU (tests/test_fp8_spec.py)."""
 
@@ -73,12 +74,14 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         saved = work / f"variant-{k}.plan.json"
         plan = gpu_row.predicted(cfg, saved, args.gpu_type, args.plan_gib)
         steps = json.loads(saved.read_text())["placement"]["jobs"]["generate"]["throughput"]["decode_step"]
-        if any(step["speculative"] for step in steps.values()):
+        if any(step["speculative"] and "tokens_per_step" not in step for step in steps.values()):
             plan["not_modelled"] = "speculative decoding not modelled (no measured acceptance rate)"
         row: dict = {"overrides": extra, "plan": plan}
         if not args.dry_run:
             from personalens.config import run as R
+            from personalens.plan.speculative import from_counters
             from personalens.simulate.command import generate
+            from personalens.store import append_summary
 
             loader = R.engines(cfg, ("user_agent", "assistant"))
             row["load_s"] = gpu_row.timed(f"{name}: model load", loader)
@@ -87,6 +90,11 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             engines = {id(e): e for e in loader().values()}.values()
             row["kv_tokens"] = [getattr(e, "kv_tokens", None) for e in engines]
             row["spec_decode"] = [spec_counters(e) for e in engines]
+            # the counters where `plan.calibrate=<this variant's out_dir>` reads them (plan/speculative.py)
+            for engine, counters in zip(engines, row["spec_decode"]):
+                record = from_counters(engine.name, counters)
+                if record is not None:
+                    append_summary(Path(cfg.run.out_dir), "spec_decode", 0, 1, record)
             for engine in engines:
                 engine.close()
         result[name] = row

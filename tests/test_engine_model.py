@@ -14,8 +14,8 @@ from personalens.engines.placement.fitting import layouts
 from personalens.engines.placement.sizing import ModelNeed, Rules
 from personalens.plan.budget import Fixed, Turns, Workload, spread
 from personalens.plan.engine_model import Turn, simulate
-from personalens.plan.gpu_model import GpuModel
-from personalens.plan.throughput import GPUS, compare, dialogues, engine_of, sampled
+from personalens.plan.gpu_model import GPUS, GpuModel, engine_of
+from personalens.plan.throughput import compare, dialogues, sampled
 
 ARCHITECTURES = Path(__file__).parent / "fixtures" / "architectures"
 

@@ -10,8 +10,8 @@ import pytest
 from personalens.engines.placement.architecture import Architecture
 from personalens.engines.placement.sizing import ModelNeed
 from personalens.plan.engine_model import Turn
+from personalens.plan.gpu_model import GPUS
 from personalens.plan.limit import node_limit
-from personalens.plan.throughput import GPUS
 
 ARCH = Architecture.from_config(
     json.loads((Path(__file__).parent / "fixtures/architectures/qwen25_72b.json").read_text())

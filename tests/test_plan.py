@@ -266,19 +266,24 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
         in proc.stdout
     ), proc.stdout
     assert "+ 3 copies in managed vLLM servers on GPU 5,6,7" in proc.stdout and "not available" not in proc.stdout
-    # no rate given nor measured: the time is the chosen layout's modelled rate, said as modelled, and
-    # the time limit's shard count follows from it (the judge job, not planned here, has none)
+    # no rate given nor measured: the time is the fastest layout's modelled rate, said as modelled, and
+    # the time limit's shard count follows from it (the judge job, not planned here, has none); the
+    # layouts compared begin with the configured one, modelled as the chosen row above
     time_ = plan["time"]
+    compared = modelled["alternatives"]
+    assert compared[0]["name"] == "as configured" and compared[0]["seconds"] == pytest.approx(every["seconds"])
+    [fastest] = [row for row in compared if row["chosen"]]
+    assert fastest["seconds"] == min(row["seconds"] for row in compared if row["fits"])
     assert (
-        time_["rates_tokens_per_s"]["generate"] == every["tokens_per_s"]
+        time_["rates_tokens_per_s"]["generate"] == fastest["tokens_per_s"]
         and time_["rates_tokens_per_s"]["judge"] is None
     )
     assert time_["rates_tokens_per_s"]["source"].startswith("modelled")
     largest = time_["generate_s"]["largest_shard"]
-    assert largest == pytest.approx(plan["tokens"]["at_cap"]["all"]["generated"] / every["tokens_per_s"])
+    assert largest == pytest.approx(plan["tokens"]["at_cap"]["all"]["generated"] / fastest["tokens_per_s"])
     shards = time_["time_limit"]["shards"]
     assert shards >= math.ceil(largest / 1200)  # no fewer shards can hold the modelled time
-    assert "rates modelled for each job's chosen layout (h100 figures)" in proc.stdout
+    assert "rates modelled for each job's fastest layout (h100 figures)" in proc.stdout
     assert f"under 00:20:00 per job: {shards} shards, `slurm/submit.sh {shards} ...`" in proc.stdout
 
 
@@ -478,7 +483,7 @@ def test_the_4x80gb_recipe_its_placement_time_and_the_fp8_refusal(tmp_path, pape
         ("Llama-3.1-70B-Instruct", "in_process", [0, 1, 2, 3])
     ]
     judge_rate = plan["time"]["rates_tokens_per_s"]["judge"]
-    assert judge_rate == next(r["tokens_per_s"] for r in judge["throughput"]["layouts"] if r["chosen"])
+    assert judge_rate == next(r["tokens_per_s"] for r in judge["throughput"]["alternatives"] if r["chosen"])
     if gpu_type == "a100":
         assert proc.returncode == 2
         assert "kv_cache_dtype fp8 refused" in jobs["generate"]["refused"] and "8.0" in jobs["generate"]["refused"]

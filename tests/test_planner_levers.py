@@ -28,9 +28,10 @@ from personalens.engines.models.config import ModelConfig
 from personalens.engines.models.embedded import embedded_model_dir
 from personalens.engines.placement.gpus import simulated
 from personalens.engines.placement.layout import plan_layout
-from personalens.plan import gpu_model, throughput
+from personalens.plan import gpu_model
 from personalens.plan.budget import Fixed, Turns, Workload
-from personalens.plan.throughput import GPUS, compare, dialogues, sampled
+from personalens.plan.gpu_model import GPUS
+from personalens.plan.throughput import compare, dialogues, sampled
 
 # measured: KV tokens vLLM gave, generated tokens/s, share of prompt tokens from the prefix cache
 MEASURED = {
@@ -118,6 +119,6 @@ def test_the_host_link_rate_is_the_fit_to_the_offloading_row(modelled, predicted
     low, high = 1e9, 64e9  # up to a direction of PCIe 5.0 x16
     for _ in range(8):
         middle = (low * high) ** 0.5
-        monkeypatch.setattr(throughput, "HOST_BANDWIDTH", middle)
+        monkeypatch.setattr(gpu_model, "HOST_BANDWIDTH", middle)
         low, high = (middle, high) if modelled("4 GiB + host")[1] / small < measured else (low, middle)
     assert gpu_model.HOST_BANDWIDTH == pytest.approx((low * high) ** 0.5, rel=0.1)

@@ -32,7 +32,8 @@ from personalens.engines.models.embedded import embedded_model_dir
 from personalens.engines.placement.gpus import simulated
 from personalens.engines.placement.layout import plan_layout
 from personalens.plan.budget import Fixed, Turns, Workload
-from personalens.plan.throughput import GPUS, compare, dialogues, sampled
+from personalens.plan.gpu_model import GPUS
+from personalens.plan.throughput import compare, dialogues, sampled
 
 TAIL = {"user": 337, "assistant": 124}
 

@@ -18,7 +18,7 @@ from personalens.engines.placement.sizing import Rules, model_need, weights_byte
 from personalens.engines.vllm.args import cli_flags, engine_args
 from personalens.engines.vllm.quantization import fp8_note, quantization_refusal
 from personalens.errors import PersonalensError
-from personalens.plan.throughput import GPUS, decode_step, engine_of
+from personalens.plan.gpu_model import GPUS, decode_step, engine_of
 
 ARCHITECTURES = Path(__file__).parent / "fixtures" / "architectures"
 LLAMA_8B = json.loads((ARCHITECTURES / "llama31_8b.json").read_text())

@@ -1,7 +1,8 @@
 """What a finished run measured, for estimating a larger one (`plan.calibrate=<run dir>`): from its
 dialogues (turns per dialogue, reply and prompt tokens of every turn, and a reasoning model's
-thinking tokens of them), its judgments, and the summary each generate and judge invocation wrote
-(seconds, prefix-cache hits; store/summaries.py).
+thinking tokens of them), its judgments, the summary each generate and judge invocation wrote
+(seconds, prefix-cache hits; store/summaries.py), and the spec-decode counters of its speculative
+models where it recorded them (plan/speculative.py).
 
 A reply's tokens are all it generated, its thinking included, so the time a run takes counts the
 thinking; what a reply adds to later prompts is its answer alone (engines/chat/reasoning.py)."""
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from personalens.errors import PersonalensError
 from personalens.plan.budget import Turns, fit_history, role_of, spread
 from personalens.plan.prompt_tokens import ScenarioTokens
+from personalens.plan.speculative import SpecDecode, read_spec_decode
 from personalens.store import read_summaries, read_table
 
 
@@ -50,6 +52,8 @@ class Calibration:
     generate: Throughput | None
     judge: Throughput | None
     judge_thinking: float | None = None  # a reasoning judge's thinking tokens per judgment, where counted
+    # per model name, vLLM's spec-decode counters over the run, where it recorded them (plan/speculative.py)
+    spec_decode: Mapping[str, SpecDecode] = field(default_factory=dict)
 
     def turn_counts(self) -> dict[str, dict[int, float]]:
         """kind -> share of dialogues with each number of turns."""
@@ -179,6 +183,7 @@ def read_calibration(run_dir: Path) -> Calibration:
         _summed(read_summaries(run_dir, "generate"), "dialogues"),
         _summed(read_summaries(run_dir, "judge"), "judgments"),
         sum(counted) / len(counted) if counted else None,
+        read_spec_decode(run_dir),
     )
 
 

@@ -86,7 +86,7 @@ def described(options: PlanOptions):
     import dataclasses
 
     from personalens.engines.placement.gpus import simulated
-    from personalens.plan.throughput import GPUS
+    from personalens.plan.gpu_model import GPUS
 
     gpus = simulated(options.gpus, options.gpu_memory_gib)
     return dataclasses.replace(gpus, capabilities=(GPUS[options.gpu_type].capability,) * gpus.count)
@@ -148,16 +148,19 @@ def modelled_rates(placed: dict, gpu_type: str):
     from personalens.plan.schedule import Rates
 
     def rate(job: str) -> float | None:
-        rows = ((placed.get("jobs") or {}).get(job) or {}).get("throughput", {}).get("layouts", [])
+        modelled = ((placed.get("jobs") or {}).get(job) or {}).get("throughput", {})
+        rows = modelled.get("alternatives") or modelled.get("layouts", [])  # the fastest layout, where compared
         return next((row.get("tokens_per_s") for row in rows if row["chosen"] and row["fits"]), None)
 
+    compared = any("alternatives" in (job.get("throughput") or {}) for job in (placed.get("jobs") or {}).values())
+    chosen = "fastest" if compared else "chosen"
     generate, judge = rate("generate"), rate("judge")
     if generate is None and judge is None:
         generate = judge = rate("run")
         if generate is None:
             return None
-        return Rates(generate, judge, f"modelled for the run job's chosen layout ({gpu_type} figures)")
-    return Rates(generate, judge, f"modelled for each job's chosen layout ({gpu_type} figures)")
+        return Rates(generate, judge, f"modelled for the run job's {chosen} layout ({gpu_type} figures)")
+    return Rates(generate, judge, f"modelled for each job's {chosen} layout ({gpu_type} figures)")
 
 
 def placement(
@@ -167,6 +170,7 @@ def placement(
     layouts it could take; a layout that cannot fit is shown refused, with the largest max_model_len
     at which it would fit and, from a calibration run, the share of its dialogues that would end on
     context there."""
+    from personalens.engines.placement.alternatives import alternatives
     from personalens.engines.placement.layout import fitting_max_model_len, plan_layout
 
     if gpus is None:
@@ -196,7 +200,9 @@ def placement(
             continue
         jobs[job] = {**layout.as_dict(), "lines": layout.lines()}
         if workload is not None:
-            jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options, cfg)
+            tried = alternatives(configs, gpus, in_process, R.work(cfg, roles))
+            spec = calibration.spec_decode if calibration is not None else {}
+            jobs[job]["throughput"] = throughput(job, layout, models, workload, largest, options, cfg, tried, spec)
     if {"judge", "run"} & set(options.jobs):
         jobs.update(panel_phases(cfg, gpus))
     return {"planned": True, "gpus": gpus.describe(), "jobs": jobs}
@@ -252,11 +258,25 @@ def reproducibility(cfg: DictConfig, gpus, *, given: bool) -> dict:
     return {"on": True, "mode": mode.name, "env": dict(mode.env), "cost": mode.cost, "here": here}
 
 
-def throughput(job: str, layout, models: dict, workload, largest: dict, options: PlanOptions, cfg: DictConfig) -> dict:
-    """The job's layouts modelled on a sample of the largest shard's dialogues (plan/throughput.py)."""
+def throughput(
+    job: str,
+    layout,
+    models: dict,
+    workload,
+    largest: dict,
+    options: PlanOptions,
+    cfg: DictConfig,
+    tried=(),
+    spec=None,
+) -> dict:
+    """The job's layouts modelled on a sample of the largest shard's dialogues (plan/throughput.py), and
+    the layouts `tried` for its bottleneck model beside the configured one (plan/layouts.py); its
+    speculative models as the calibration run measured them (`spec`, plan/speculative.py)."""
     from personalens.engines.placement.cohorts import setting as cohorts
+    from personalens.plan.gpu_model import GPUS
+    from personalens.plan.layouts import compared as compared_layouts
     from personalens.plan.limit import node_limit
-    from personalens.plan.throughput import GPUS, TURN_ROLES, compare, dialogues, sampled
+    from personalens.plan.throughput import TURN_ROLES, compare, dialogues, sampled
 
     served = [role for role in JOBS[job] if models[role].engine == "server"]
     if served:
@@ -269,13 +289,16 @@ def throughput(job: str, layout, models: dict, workload, largest: dict, options:
     work = {"generate": [turns], "judge": [judged], "run": [turns, judged]}[job]
     gpu = GPUS[options.gpu_type]
     lockstep = cfg.get("lockstep", {})
-    compared = compare(layout, gpu, work, lockstep.get("in_flight", "auto"), cohorts(lockstep.get("cohorts", "auto")))
+    settings = (lockstep.get("in_flight", "auto"), cohorts(lockstep.get("cohorts", "auto")))
+    compared = compare(layout, gpu, work, *settings, spec)
     of = sum(largest.values())
-    limit = node_limit(layout.needs, work, gpu, layout.gpus.count)
+    limit = node_limit(layout.needs, work, gpu, layout.gpus.count, spec)
     for row in [*compared["layouts"], limit]:
         if "seconds" in row:  # the sample's time scaled to the largest shard's dialogues
             row["largest_shard_s"] = row["seconds"] * of / len(shapes)
     compared["node_limit"] = limit
+    if tried:
+        compared["alternatives"] = compared_layouts(layout, tried, gpu, work, of / len(shapes), *settings, spec)
     return {"gpu": gpu.name, "dialogues": len(shapes), "of": of, "basis": workload.source, **compared}
 
 

@@ -1,10 +1,15 @@
 """The roofline model of one engine's GPUs that plan/engine_model.py steps by: a step takes overhead +
 max(memory time, compute time), memory = weights + the running requests' KV read once, compute = 2 x
-parameters x tokens in the step + attention over the context."""
+parameters x tokens in the step + attention over the context. With the GPUs' published figures
+(`GPUS`) and the engine of one model's placement on them (`engine_of`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from personalens.engines.placement.placed import Placement
+from personalens.engines.placement.sizing import ModelNeed
+from personalens.plan.speculative import SpecDecode
 
 # assumed: the share of a GPU's peak HBM bandwidth decoding reaches, and of its dense FLOPS prefill-heavy
 # steps reach (held, with the rest of the model, against the GPU rows of docs/performance.md by
@@ -43,6 +48,10 @@ class GpuModel:
     name: str = ""  # the model it stands for, in Result.busy
     host_tokens: int = 0  # KV tokens its host memory keeps for evicted sequences (kv_offload_gib)
     host_bandwidth: float = HOST_BANDWIDTH  # bytes/s of reloading them, all its GPUs' links together
+    # speculative decoding, from a run's measured acceptance only (plan/speculative.py): the tokens a
+    # sequence gains per verifying step (1: none), and the draft tokens such a step computes per sequence
+    tokens_per_step: float = 1.0
+    drafted: float = 0.0
 
     def reload_seconds(self, tokens: int) -> float:
         """Copying `tokens` of offloaded KV back to the GPUs (not overlapped with the step)."""
@@ -50,22 +59,25 @@ class GpuModel:
 
     def step_seconds(self, decodes: int, prefill: int, context: int) -> float:
         """One engine step: `decodes` running requests one token each, `prefill` prompt tokens,
-        `context` tokens of KV read by the step's attention."""
+        `context` tokens of KV read by the step's attention. Speculating, each decode computes its
+        drafts too, and a step that only decodes is the share of a verifying step that gains one token
+        a sequence; a step that also prefills is taken without the gain."""
         memory = (self.bytes_per_param * self.params + context * self.kv_bytes_per_token) / self.bandwidth
-        tokens = decodes + prefill
+        tokens = decodes * (1 + self.drafted) + prefill
         compute = (2 * self.params * tokens + 4 * self.layers * self.hidden * context * min(tokens, 1)) / self.flops
-        return self.overhead + max(memory, compute)
+        step = self.overhead + max(memory, compute)
+        return step / self.tokens_per_step if decodes and not prefill else step
 
     def decode_seconds(self, decodes: int, context: int, steps: int) -> float:
         """`steps` engine steps that only decode `decodes` requests, the KV read growing by `decodes`
         tokens a step from `context`: step_seconds summed in closed form (both of its terms grow
-        linearly, so the larger one changes at most once)."""
+        linearly, so the larger one changes at most once), speculating as step_seconds does."""
         memory = (
             (self.bytes_per_param * self.params + context * self.kv_bytes_per_token) / self.bandwidth,
             decodes * self.kv_bytes_per_token / self.bandwidth,
         )
         compute = (
-            (2 * self.params * decodes + 4 * self.layers * self.hidden * context) / self.flops,
+            (2 * self.params * decodes * (1 + self.drafted) + 4 * self.layers * self.hidden * context) / self.flops,
             4 * self.layers * self.hidden * decodes / self.flops,
         )
 
@@ -84,4 +96,85 @@ class GpuModel:
         def total(line: tuple[float, float], lo: int, hi: int) -> float:
             return (hi - lo) * line[0] + line[1] * (lo + hi - 1) * (hi - lo) / 2
 
-        return steps * self.overhead + total(first, 0, split) + total(last, split, steps)
+        return (steps * self.overhead + total(first, 0, split) + total(last, split, steps)) / self.tokens_per_step
+
+
+@dataclass(frozen=True)
+class GpuFigures:
+    """A GPU's peak figures, from its maker's datasheet."""
+
+    name: str
+    bandwidth: float  # bytes/s of HBM
+    flops: float  # dense bf16 FLOP/s
+    capability: str  # CUDA compute capability (what an fp8 KV cache needs is checked against it)
+    fp8_flops: float | None = None  # dense FP8 FLOP/s; None: no FP8 tensor cores (fp8 weights run weight-only)
+
+
+# assumed: NVIDIA's datasheets (SXM boards, dense figures: half the "with sparsity" ones): H100 3.35 TB/s,
+# 989 TFLOPS bf16, 1,979 TFLOPS FP8; H200 4.8 TB/s and the H100's rates; A100 80GB 2,039 GB/s and 312
+# TFLOPS bf16, no FP8; compute capability 9.0 (Hopper) and 8.0 (Ampere)
+GPUS = {
+    "h100": GpuFigures("H100 SXM", 3.35e12, 989e12, "9.0", 1979e12),
+    "h200": GpuFigures("H200 SXM", 4.8e12, 989e12, "9.0", 1979e12),
+    "a100": GpuFigures("A100 SXM 80GB", 2.039e12, 312e12, "8.0"),
+}
+
+
+def weight_bytes_per_param(need: ModelNeed) -> float:
+    """Bytes a decode step reads per parameter: the dtype's, or a quantized model's stored weights over
+    its parameters (fp8: about one)."""
+    return need.weights / need.arch.parameters() if need.quantization else float(need.dtype_bytes)
+
+
+def compute_rate(need: ModelNeed, gpu: GpuFigures) -> float:
+    """Peak FLOP/s of one GPU for this model: FP8 where its weights are fp8 and the GPU has FP8 tensor
+    cores (W8A8), else 16-bit (weight-only methods dequantize to 16 bits)."""
+    fp8 = need.quantization == "fp8" or need.arch.fp8_weights
+    return gpu.fp8_flops if fp8 and gpu.fp8_flops else gpu.flops
+
+
+def engine_of(need: ModelNeed, placed: Placement, gpu: GpuFigures, spec: SpecDecode | None = None) -> GpuModel:
+    """The engine model of one model on its placement: its tensor-parallel GPUs add up (their
+    communication not counted); its KV cache in tokens of every layer; speculating as `spec` (a run's
+    measurement of it, plan/speculative.py `measured`) says, or not at all."""
+    return GpuModel(
+        params=need.arch.parameters(),
+        layers=need.arch.layers,
+        hidden=need.arch.hidden,
+        kv_bytes_per_token=placed.kv_per_token_per_gpu * need.tp,
+        bandwidth=gpu.bandwidth * BANDWIDTH_EFFICIENCY * need.tp,
+        flops=compute_rate(need, gpu) * FLOPS_EFFICIENCY * need.tp,
+        kv_tokens=placed.kv_tokens,
+        max_num_seqs=need.max_num_seqs,
+        max_batched_tokens=need.batched_tokens,
+        bytes_per_param=weight_bytes_per_param(need),
+        name=need.key,
+        host_tokens=placed.host_kv_tokens,
+        host_bandwidth=HOST_BANDWIDTH * need.tp,
+        tokens_per_step=spec.tokens_per_step if spec else 1.0,
+        drafted=spec.drafted if spec else 0.0,
+    )
+
+
+def decode_step(need: ModelNeed, gpu: GpuFigures, spec: SpecDecode | None = None) -> dict:
+    """What one decode step of the model reads and computes with, per GPU of its engine: its weights
+    (at their stored or quantized bytes), their quantization, the arithmetic's peak rate, and its
+    speculative method with the acceptance it is modelled at (`spec`, measured) or none."""
+    method = dict(need.config.speculative).get("method") if need.config and need.config.speculative else None
+    return {
+        "weights_per_gpu": need.weights / need.tp,
+        "quantization": need.quantization,
+        "tflops": compute_rate(need, gpu) / 1e12,
+        "fp8_compute": compute_rate(need, gpu) != gpu.flops,
+        "speculative": method,
+        **(
+            {
+                "tokens_per_step": spec.tokens_per_step,
+                "acceptance": spec.acceptance,
+                "drafted": spec.drafted,
+                "measured_by": spec.source,
+            }
+            if spec is not None
+            else {}
+        ),
+    }

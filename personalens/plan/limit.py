@@ -14,17 +14,25 @@ layout can be faster. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from personalens.engines.placement.sizing import ModelNeed
 from personalens.plan.engine_model import Turn
-from personalens.plan.throughput import TURN_ROLES, GpuFigures, compute_rate
+from personalens.plan.gpu_model import GpuFigures, compute_rate
+from personalens.plan.speculative import SpecDecode, measured
+from personalens.plan.throughput import TURN_ROLES
 
 
 def node_limit(
-    needs: Sequence[ModelNeed], work: Sequence[Sequence[Sequence[Turn]]], gpu: GpuFigures, gpus: int
+    needs: Sequence[ModelNeed],
+    work: Sequence[Sequence[Sequence[Turn]]],
+    gpu: GpuFigures,
+    gpus: int,
+    spec: Mapping[str, SpecDecode] | None = None,
 ) -> dict:
-    """Per model key its floors (seconds) and the bytes and FLOPs behind them, and `seconds`, their sum."""
+    """Per model key its floors (seconds) and the bytes and FLOPs behind them, and `seconds`, their sum.
+    A speculative model measured in `spec` (per model name, plan/speculative.py) reads its weights and
+    KV once a verifying step, for the tokens such a step gains, and computes its drafts too."""
     by_role = {role: need for need in needs for role in need.roles}
     totals: dict[str, dict[str, float]] = {}
     for phase in work:
@@ -44,8 +52,10 @@ def node_limit(
         if t is None:
             continue
         kv_per_token = need.kv_per_token * need.tp  # every layer's K and V, all its GPUs together
-        read = t["generated"] / need.max_num_seqs * need.weights + t["kv_read"] * kv_per_token
-        flops = 2 * need.arch.parameters() * (t["generated"] + t["computed"])
+        drafts = measured(need, spec)
+        gained, drafted = (drafts.tokens_per_step, drafts.drafted) if drafts else (1.0, 0.0)
+        read = (t["generated"] / need.max_num_seqs * need.weights + t["kv_read"] * kv_per_token) / gained
+        flops = 2 * need.arch.parameters() * (t["generated"] * (1 + drafted) / gained + t["computed"])
         memory_s, compute_s = read / (gpus * gpu.bandwidth), flops / (gpus * compute_rate(need, gpu))
         out["models"][need.key] = {
             "bytes_read": read,

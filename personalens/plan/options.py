@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from personalens.errors import PersonalensError
-from personalens.plan.throughput import GPUS
+from personalens.plan.gpu_model import GPUS
 
 # the jobs whose models are placed together, and their roles
 JOBS = {"generate": ("user_agent", "assistant"), "judge": ("judge",), "run": ("user_agent", "assistant", "judge")}

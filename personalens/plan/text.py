@@ -104,10 +104,12 @@ def _throughput(t: Mapping | None) -> list[str]:
         out.append(
             f"      {row['name']}{chosen}{best}: " + (_modelled(row) if row["fits"] else f"does not fit ({row['why']})")
         )
+    out += _alternatives(t.get("alternatives", ()))
     if "node_limit" in t:
         out.append(_limit(t["node_limit"]))
     if "decode_step" in t:
         out.append("    per decode step, each engine reads per GPU: " + "; ".join(map(_step, t["decode_step"].items())))
+        out += [_speculative(item) for item in t["decode_step"].items() if item[1].get("speculative")]
     if "in_flight" in t:
         out.append(
             f"    dialogues in flight whose histories the dialogue models' KV caches keep: {t['in_flight']:,} "
@@ -123,6 +125,33 @@ def _throughput(t: Mapping | None) -> list[str]:
                 )
             )
         )
+    return out
+
+
+def _alternatives(rows) -> list[str]:
+    """The layouts tried for the bottleneck model, one line each, the chosen one with its overrides."""
+    if not rows:
+        return []
+    out = ["    layouts for the job's bottleneck model (engines/placement/alternatives.py), as the run takes each:"]
+    for row in rows:
+        name = row["name"]
+        if not row["overrides"] and row["fits"]:
+            name += f" ({row['tp']} GPU(s) per engine, {row['engines']} engine(s))"
+        if not row["fits"]:
+            why = row["why"].split(". Ways out")[0]  # plan.json has it whole, with the sizes
+            if why.startswith("these models do not fit"):
+                why = why.split(": ")[0]
+            out.append(f"      {name}: does not fit ({why})")
+            continue
+        hours = (
+            f"{row['tokens_per_s']:,.0f} generated tokens/s ({row['seconds']:,.0f} s, the largest shard "
+            f"{duration(row['largest_shard_s'])})"
+            if "seconds" in row
+            else "nothing to model"
+        )
+        chosen = " (chosen: the fastest that fits)" if row["chosen"] else ""
+        runs = f"; the job builds it with {' '.join(row['overrides'])}" if row["chosen"] and row["overrides"] else ""
+        out.append(f"      {name}{chosen}: {hours}{runs}")
     return out
 
 
@@ -143,14 +172,24 @@ def _step(item: tuple[str, Mapping]) -> str:
     key, d = item
     quantized = f" ({d['quantization']})" if d["quantization"] else ""
     arithmetic = "FP8" if d["fp8_compute"] else "16-bit"
-    drafted = (
-        f" (speculative {d['speculative']} not modelled: no measured acceptance rate; as without it)"
-        if d.get("speculative")
-        else ""
-    )
     return (
         f"{key} {d['weights_per_gpu'] / GIB:.1f} GiB of weights{quantized}, then its KV; "
-        f"{arithmetic} arithmetic at {d['tflops']:,.0f} TFLOPS peak{drafted}"
+        f"{arithmetic} arithmetic at {d['tflops']:,.0f} TFLOPS peak"
+    )
+
+
+def _speculative(item: tuple[str, Mapping]) -> str:
+    """One line per speculative model: the acceptance it is modelled at, or that none is known."""
+    key, d = item
+    head = f"    speculative decoding ({d['speculative']}) of {key}: "
+    if "tokens_per_step" not in d:
+        return head + (
+            "no measured acceptance rate, so modelled as without it (a calibration run that recorded vLLM's "
+            "spec-decode counters gives one: plan.calibrate=)"
+        )
+    return head + (
+        f"{d['tokens_per_step']:.2f} tokens a verifying step ({d['acceptance']:.0%} of {d['drafted']:.1f} drafted "
+        f"accepted), measured by {d['measured_by']}"
     )
 
 

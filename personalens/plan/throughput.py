@@ -15,77 +15,11 @@ from personalens.engines.placement.placed import Layout, Placement
 from personalens.engines.placement.sizing import ModelNeed
 from personalens.plan.budget import Workload, judge_prompts, turn_prompts
 from personalens.plan.engine_model import Turn, simulate
-from personalens.plan.gpu_model import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, HOST_BANDWIDTH, GpuModel
+from personalens.plan.gpu_model import GpuFigures, GpuModel, decode_step, engine_of
+from personalens.plan.speculative import SpecDecode, measured
 
 # which model serves a turn: the dialogue's roles are the user agent's and the assistant's turns
 TURN_ROLES = {"user": "user_agent", "assistant": "assistant", "judge": "judge"}
-
-
-@dataclass(frozen=True)
-class GpuFigures:
-    """A GPU's peak figures, from its maker's datasheet."""
-
-    name: str
-    bandwidth: float  # bytes/s of HBM
-    flops: float  # dense bf16 FLOP/s
-    capability: str  # CUDA compute capability (what an fp8 KV cache needs is checked against it)
-    fp8_flops: float | None = None  # dense FP8 FLOP/s; None: no FP8 tensor cores (fp8 weights run weight-only)
-
-
-# assumed: NVIDIA's datasheets (SXM boards, dense figures: half the "with sparsity" ones): H100 3.35 TB/s,
-# 989 TFLOPS bf16, 1,979 TFLOPS FP8; H200 4.8 TB/s and the H100's rates; A100 80GB 2,039 GB/s and 312
-# TFLOPS bf16, no FP8; compute capability 9.0 (Hopper) and 8.0 (Ampere)
-GPUS = {
-    "h100": GpuFigures("H100 SXM", 3.35e12, 989e12, "9.0", 1979e12),
-    "h200": GpuFigures("H200 SXM", 4.8e12, 989e12, "9.0", 1979e12),
-    "a100": GpuFigures("A100 SXM 80GB", 2.039e12, 312e12, "8.0"),
-}
-
-
-def weight_bytes_per_param(need: ModelNeed) -> float:
-    """Bytes a decode step reads per parameter: the dtype's, or a quantized model's stored weights over
-    its parameters (fp8: about one)."""
-    return need.weights / need.arch.parameters() if need.quantization else float(need.dtype_bytes)
-
-
-def compute_rate(need: ModelNeed, gpu: GpuFigures) -> float:
-    """Peak FLOP/s of one GPU for this model: FP8 where its weights are fp8 and the GPU has FP8 tensor
-    cores (W8A8), else 16-bit (weight-only methods dequantize to 16 bits)."""
-    fp8 = need.quantization == "fp8" or need.arch.fp8_weights
-    return gpu.fp8_flops if fp8 and gpu.fp8_flops else gpu.flops
-
-
-def engine_of(need: ModelNeed, placed: Placement, gpu: GpuFigures) -> GpuModel:
-    """The engine model of one model on its placement: its tensor-parallel GPUs add up (their
-    communication not counted); its KV cache in tokens of every layer."""
-    return GpuModel(
-        params=need.arch.parameters(),
-        layers=need.arch.layers,
-        hidden=need.arch.hidden,
-        kv_bytes_per_token=placed.kv_per_token_per_gpu * need.tp,
-        bandwidth=gpu.bandwidth * BANDWIDTH_EFFICIENCY * need.tp,
-        flops=compute_rate(need, gpu) * FLOPS_EFFICIENCY * need.tp,
-        kv_tokens=placed.kv_tokens,
-        max_num_seqs=need.max_num_seqs,
-        max_batched_tokens=need.batched_tokens,
-        bytes_per_param=weight_bytes_per_param(need),
-        name=need.key,
-        host_tokens=placed.host_kv_tokens,
-        host_bandwidth=HOST_BANDWIDTH * need.tp,
-    )
-
-
-def decode_step(need: ModelNeed, gpu: GpuFigures) -> dict:
-    """What one decode step of the model reads and computes with, per GPU of its engine: its weights
-    (at their stored or quantized bytes), their quantization, and the arithmetic's peak rate."""
-    return {
-        "weights_per_gpu": need.weights / need.tp,
-        "quantization": need.quantization,
-        "tflops": compute_rate(need, gpu) / 1e12,
-        "fp8_compute": compute_rate(need, gpu) != gpu.flops,
-        # drafted tokens are modelled only from a measured acceptance rate, which no run has given
-        "speculative": dict(need.config.speculative).get("method") if need.config and need.config.speculative else None,
-    }
 
 
 def sampled(load: Mapping[str, int], workload: Workload, limit: int) -> list[tuple[str, int]]:
@@ -238,6 +172,7 @@ def compare(
     work: Sequence[Sequence[Sequence[Turn]]],
     in_flight_setting: str | int = "auto",
     cohorts_setting: int = 0,
+    spec: Mapping[str, SpecDecode] | None = None,
 ) -> dict:
     """The modelled throughput of the chosen layout with its copies on the GPUs it leaves free, with
     the dialogues in flight that `lockstep.in_flight` (`in_flight_setting`: auto, all or N) gives the
@@ -247,13 +182,13 @@ def compare(
     (simulate/window.py); the run's first dialogues, before any has ended, are not modelled. Every
     layout's dialogues run in the cohorts `lockstep.cohorts` (`cohorts_setting`, 0 for auto) gives
     it (`cohorts_of`); where that is more than one, the chosen row is modelled with one cohort too.
-    The fastest is marked."""
+    The fastest is marked. A speculative model drafts as `spec` (per model name) measured it, else
+    is modelled as without (plan/speculative.py)."""
     by_key = {n.key: n for n in layout.needs}
     planned = tuple(p for p in layout.placements if p.planned)
     longest = longest_sequences(work[0]) if work and work[0] else {}
     limit = in_flight(planned, longest) if longest else None
-    auto = run_window(planned, longest) if longest else None
-    run = {"auto": auto, "all": None}.get(in_flight_setting, in_flight_setting)  # type: ignore[arg-type]
+    run = _run_window(planned, work, in_flight_setting)
     dialogues = max(1, len(work[0])) if work and work[0] else 1
     window = _below(run, dialogues)
     with_copies = any(p.copies for p in planned)
@@ -301,7 +236,7 @@ def compare(
                     else {}
                 ),
                 **_cohorts_row(dealt),
-                **_numbers(modelled(_engines(by_key, placements, gpu), work, n, dealt), placements),
+                **_numbers(modelled(_engines(by_key, placements, gpu, spec), work, n, dealt), placements),
             }
         )
     if len(layout.needs) > 1:  # one model: the same GPUs either way
@@ -311,7 +246,8 @@ def compare(
                 dealt = cohorts_of(alternative.placements, cohorts_setting, dialogues)
                 row |= _cohorts_row(dealt)
                 row |= _numbers(
-                    modelled(_engines(by_key, alternative.placements, gpu), work, None, dealt), alternative.placements
+                    modelled(_engines(by_key, alternative.placements, gpu, spec), work, None, dealt),
+                    alternative.placements,
                 )
             rows.append(row)
     timed = [r for r in rows if "tokens_per_s" in r]
@@ -319,11 +255,38 @@ def compare(
         max(timed, key=lambda r: r["tokens_per_s"])["best"] = True
     return {
         "layouts": rows,
-        "decode_step": {key: decode_step(need, gpu) for key, need in by_key.items()},
+        "decode_step": {key: decode_step(need, gpu, measured(need, spec)) for key, need in by_key.items()},
         "lockstep_in_flight": in_flight_setting,
         "run_in_flight": window,
         **({"in_flight": limit} if limit is not None else {}),
     }
+
+
+def as_run(
+    layout: Layout,
+    gpu: GpuFigures,
+    work: Sequence[Sequence[Sequence[Turn]]],
+    in_flight_setting: str | int = "auto",
+    cohorts_setting: int = 0,
+    spec: Mapping[str, SpecDecode] | None = None,
+) -> Modelled | None:
+    """`layout` modelled as the run takes it, as `compare`'s chosen row: its copies, the dialogues in
+    flight `lockstep.in_flight` gives it, its cohorts."""
+    planned = tuple(p for p in layout.placements or () if p.planned)
+    dialogues = max(1, len(work[0])) if work and work[0] else 1
+    window = _below(_run_window(planned, work, in_flight_setting), dialogues)
+    dealt = cohorts_of(planned, cohorts_setting, dialogues, window)
+    return modelled(_engines({n.key: n for n in layout.needs}, planned, gpu, spec), work, window, dealt)
+
+
+def _run_window(
+    planned: Sequence[Placement], work: Sequence[Sequence[Sequence[Turn]]], in_flight_setting: str | int
+) -> int | None:
+    """The dialogues in flight `lockstep.in_flight` gives the run (auto: `run_window` for the tokens
+    the modelled dialogues keep at their longest; all: None)."""
+    longest = longest_sequences(work[0]) if work and work[0] else {}
+    auto = run_window(planned, longest) if longest else None
+    return {"auto": auto, "all": None}.get(in_flight_setting, in_flight_setting)  # type: ignore[arg-type, return-value]
 
 
 def _cohorts_row(dealt: Cohorts) -> dict:
@@ -341,12 +304,15 @@ def _below(n: int | None, dialogues: int) -> int | None:
 
 
 def _engines(
-    needs: Mapping[str, ModelNeed], placements: Sequence[Placement], gpu: GpuFigures
+    needs: Mapping[str, ModelNeed],
+    placements: Sequence[Placement],
+    gpu: GpuFigures,
+    spec: Mapping[str, SpecDecode] | None = None,
 ) -> dict[str, list[GpuModel]]:
     engines = {}
     for p in placements:
         # each copy an engine of its own, taking its share of the dialogues
-        made = [engine_of(needs[p.key], placed, gpu) for placed in (p, *p.copies)]
+        made = [engine_of(needs[p.key], placed, gpu, measured(needs[p.key], spec)) for placed in (p, *p.copies)]
         for turn_role, role in TURN_ROLES.items():
             if role in p.roles:
                 engines[turn_role] = made

@@ -7,7 +7,8 @@
 - layout.py: the decision itself, one `Layout` of `Placement`s (placed.py) from the model configs to
   the engines and servers that start (engines/factory.py) and to what `personalens plan` models
   (plan/); fitting.py tries the two layouts and says why none fits, copies.py fills the GPUs left
-  free with copies of models;
+  free with copies of models, alternatives.py lists the other layouts of a job's bottleneck model
+  (each the options under which layout.py makes it) for `personalens plan` to model;
 - inflight.py: how many dialogues an engine keeps in flight with their histories still cached.
 
 Pure but for gpus.py's `nvidia-smi` and layout.py's reading of model directories. Imports only
