@@ -27,6 +27,9 @@
 #   ARRAY        shards to run, in sbatch --array syntax (default: all, 0-(SHARDS-1)); e.g. 1,3
 #   LOG_DIR      where job logs go, named <job name>-<job id>_<array index>.log (default: slurm-logs)
 #   SBATCH_ARGS  more sbatch arguments for every job, split on spaces, e.g. "--qos=high"
+#   PLAN         the plan.json of `personalens plan` with these overrides and plan.gpus=GPUS: the
+#                generate and judge tasks each also take the overrides of the layout it chose for them
+#                (the fastest that fits; none where that is the configured one)
 set -euo pipefail
 
 usage="usage: [SETTING=value ...] $0 SHARDS [hydra overrides...]   (settings: see the top of $0)"
@@ -72,11 +75,38 @@ mapfile -t shard_resources < <(resources "")
 mapfile -t report_resources < <(resources REPORT_)
 shard_jobs+=("${shard_resources[@]}")
 
+# the overrides of the layout that PLAN chose for job $1, one a line (none without PLAN)
+chosen_layout() {
+  [[ -z ${PLAN:-} ]] && return 0
+  local python
+  python=$(dirname "$personalens")/python
+  [[ -x $python ]] || python=python3
+  "$python" - "$PLAN" "$1" <<'PY'
+import json, sys
+
+path, job = sys.argv[1], sys.argv[2]
+try:
+    with open(path) as f:
+        jobs = json.load(f)["placement"]["jobs"]
+except (OSError, ValueError, KeyError, TypeError) as err:
+    sys.exit(f"PLAN={path}: not a plan.json of `personalens plan` ({type(err).__name__}: {err})")
+rows = ((jobs.get(job) or {}).get("throughput") or {}).get("alternatives") or []
+chosen = next((row for row in rows if row.get("chosen")), None)
+print("\n".join(chosen["overrides"] if chosen else []))
+PY
+}
+generate_layout=() judge_layout=()
+chosen=$(chosen_layout generate) || exit 2
+[[ -n $chosen ]] && mapfile -t generate_layout <<< "$chosen"
+chosen=$(chosen_layout judge) || exit 2
+[[ -n $chosen ]] && mapfile -t judge_layout <<< "$chosen"
+
 # --parsable prints "<job id>[;<cluster>]"
 submit() { sbatch "${common[@]}" "$@" | cut -d';' -f1; }
 
-generate=$(submit "${shard_jobs[@]}" "$here/generate.sbatch" "$@")
-judge=$(submit "${shard_jobs[@]}" "--dependency=aftercorr:$generate" --kill-on-invalid-dep=yes "$here/judge.sbatch" "$@")
+generate=$(submit "${shard_jobs[@]}" "$here/generate.sbatch" "$@" "${generate_layout[@]}")
+judge=$(submit "${shard_jobs[@]}" "--dependency=aftercorr:$generate" --kill-on-invalid-dep=yes "$here/judge.sbatch" \
+  "$@" "${judge_layout[@]}")
 report=$(submit "${report_job[@]}" "${report_resources[@]}" "--dependency=afterany:$judge" --kill-on-invalid-dep=yes \
   "$here/report.sbatch" "$@")
 

@@ -287,6 +287,45 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
     assert f"under 00:20:00 per job: {shards} shards, `slurm/submit.sh {shards} ...`" in proc.stdout
 
 
+def test_submit_gives_each_job_the_layout_plan_chose_for_it(tmp_path, paper_models):
+    """On 8 x 80 GB the judge's 70B is modelled fastest as one engine over the eight GPUs, not the
+    configured two of four (docs/cluster.md): slurm/submit.sh with PLAN= adds that layout's overrides to
+    the judge's tasks alone (generate was not planned: nothing added), and refuses a PLAN that is no
+    plan.json before it submits anything. sbatch is a stand-in that records its arguments; the chain on
+    a real SLURM is tests/test_slurm.py's."""
+    plan = tmp_path / "plan.json"
+    args = ["plan.gpus=8", "plan.gpu_memory_gib=80", "plan.jobs=[judge]", "plan.model_dialogues=16"]
+    run_cli("plan", *paper_models, *args, f"plan.out={plan}", timeout=120)
+    rows = json.loads(plan.read_text())["placement"]["jobs"]["judge"]["throughput"]["alternatives"]
+    [chosen] = [r for r in rows if r["chosen"]]
+    assert chosen["overrides"] == ["judge.tensor_parallel_size=8", "judge.replicas=1"]
+    bin_dir, log = tmp_path / "bin", tmp_path / "sbatch.log"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/bin/bash\necho "$*" >> "$SBATCH_LOG"\necho 4711\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SBATCH_LOG": str(log),
+        "PERSONALENS": str(Path(sys.executable).parent / "personalens"),
+        "LOG_DIR": str(tmp_path / "logs"),
+        "GPUS": "8",
+    }
+
+    def submit(plan_file: Path) -> subprocess.CompletedProcess:
+        command = ["bash", str(REPO / "slurm" / "submit.sh"), "2", *paper_models]
+        return subprocess.run(command, env={**env, "PLAN": str(plan_file)}, capture_output=True, text=True)
+
+    done = submit(plan)
+    assert done.returncode == 0, done.stderr
+    generate, judge, report = log.read_text().splitlines()
+    given = " ".join(paper_models)
+    assert generate.endswith(f"generate.sbatch {given}") and report.endswith(f"report.sbatch {given}")
+    assert judge.endswith(f"judge.sbatch {given} judge.tensor_parallel_size=8 judge.replicas=1")
+    refused = submit(tmp_path / "missing.json")
+    assert refused.returncode == 2 and f"PLAN={tmp_path / 'missing.json'}: not a plan.json" in refused.stderr
+    assert len(log.read_text().splitlines()) == 3  # nothing more submitted
+
+
 def test_plan_refuses_the_same_models_on_one_gpu_and_says_why(tmp_path, paper_models):
     out = tmp_path / "plan.json"
     proc = run_cli("plan", *paper_models, "plan.gpus=1", "plan.gpu_memory_gib=80", f"plan.out={out}", check=False)
