@@ -249,7 +249,8 @@ def _check_served(command: str, overrides: list[str]) -> None:
     for arg in overrides:
         served = _SERVER_KEY.match(arg)
         role = served and served.group(1)
-        if role and not any(arg.lstrip("+") in (f"engine@{role}=server", f"model@{role}=server") for arg in overrides):
+        served_by = (f"engine@{role}=server", f"model@{role}=server")
+        if role and not any(other.lstrip("+") in served_by for other in overrides):
             raise UsageError(
                 f"personalens {command}: error: {arg}: {role}'s server block comes with engine@{role}=server "
                 f"(its model config on a server the lab runs, docs/cluster.md); give it before {role}.server keys"
