@@ -1,8 +1,9 @@
 """The spec-decode records `generate` and `judge` write (engines/spec_decode.py, store/summaries.py), pure:
 a server's counters read from its /metrics before and after an invocation, the difference recorded per
 model (its copies summed), an unreadable server a warning and no record, a record written however the
-invocation ends; and read back as `plan.calibrate=` reads them (plan/speculative.py). The in-process
-engine's own counters, and `plan` on them, run in tests/test_spec_decode_vllm.py."""
+invocation ends, one record of a judge panel's shared engine; and read back as `plan.calibrate=` reads
+them (plan/speculative.py). The in-process engine's own counters, and `plan` on them, run in
+tests/test_spec_decode_vllm.py; two managed `vllm serve` copies drafting, in tests/test_managed_vllm.py."""
 
 from __future__ import annotations
 
@@ -150,3 +151,35 @@ def test_each_invocation_records_what_its_speculative_models_drafted_on_their_se
     spec = measured["assistant-model"]
     assert (spec.drafts, spec.draft_tokens, spec.accepted_tokens) == (90, 180, 35)
     assert spec.tokens_per_step == pytest.approx(1 + 35 / 90)
+
+
+def test_judge_records_its_models_drafts_once_over_every_judge_of_the_panel_that_shares_it(tmp_path):
+    """`judge` with a panel of two judges of one model config (one engine): one record of the
+    invocation, the drafts of both judges' requests (a scripted engine that counts one draft a request)."""
+    from test_fidelity import config
+    from test_judge_panel import WARM, Judge, generated
+
+    from personalens.config.judges import panel
+    from personalens.judge import command as judge_command
+
+    class Drafting(Judge):
+        speculative = True
+
+        def spec_decode(self):
+            return SpecCounts(len(self.requests), 3 * len(self.requests), len(self.requests))
+
+    out, _ = generated(tmp_path)
+    cfg = config(f"run.out_dir={out}", "data.kinds=SD", WARM)
+    assert len(panel(cfg)) == 2
+    judge = Drafting()
+    judge.requests += [None] * 5  # drafts before the invocation (a shared engine's earlier work)
+    assert judge_command.judge(cfg, lambda: {"judge": judge}) == 0
+    [record] = read_summaries(out, "spec_decode")
+    asked = len(judge.requests) - 5
+    assert asked > 0 and record == {
+        "model": "scripted-judge",
+        "command": "judge",
+        "drafts": asked,
+        "draft_tokens": 3 * asked,
+        "accepted_tokens": asked,
+    }
