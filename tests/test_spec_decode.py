@@ -144,6 +144,12 @@ def test_each_invocation_records_what_its_speculative_models_drafted_on_their_se
         first.text = exposition((190, 0), (480, 0), (85, 0))
     judged = [r for r in read_summaries(tmp_path, "spec_decode") if r["command"] == "judge"]
     assert [(r["drafts"], r["draft_tokens"], r["accepted_tokens"]) for r in judged] == [(10, 20, 5), (20, 40, 0)]
+    # a server that restarted during the invocation counts from 0 again: no record, one warning
+    with caplog.at_level(logging.WARNING), spec_decode_recorded(tmp_path, "judge", 0, 1) as drafts:
+        drafts.seen({"judge": assistant})
+        first.text = exposition((3, 0), (9, 0), (1, 0))
+    assert len(read_summaries(tmp_path, "spec_decode")) == 4
+    assert caplog.messages[-1] == "assistant-model: no spec_decode record of this judge: its counters went back"
 
     # what plan.calibrate= reads: per model, every invocation summed
     measured = read_spec_decode(tmp_path)

@@ -76,7 +76,8 @@ class SpecDecodeWatch:
     """The counters of an invocation's speculative engines: `seen` is given every mapping of engines the
     invocation gets (role to engine; an engine shared by roles counts once) and reads each speculative
     engine the first time; `records` reads them again and gives the differences, per model. An engine
-    whose counters could not be read at either end gives no record, and one warning line."""
+    whose counters could not be read at either end, or went back (its server restarted), gives no
+    record, and one warning line."""
 
     def __init__(self, command: str):
         self.command = command
@@ -98,5 +99,9 @@ class SpecDecodeWatch:
                     "be read (a server's /metrics unreachable, or without vllm:spec_decode_num_* counters)"
                 )
                 continue
-            out.append(SpecDecodeRecord(engine.name, self.command, **dataclasses.asdict(end - start)))
+            counts = dataclasses.asdict(end - start)
+            if min(counts.values()) < 0:  # a server that restarted in between counts from 0 again
+                log.warning(f"{engine.name}: no spec_decode record of this {self.command}: its counters went back")
+                continue
+            out.append(SpecDecodeRecord(engine.name, self.command, **counts))
         return out
