@@ -13,10 +13,12 @@ from cli_helpers import ENGINE_CORE_HERE, run_cli
 pytestmark = pytest.mark.vllm
 
 NGRAM = "{method:ngram,num_speculative_tokens:3,prompt_lookup_max:4}"
-# three SD dialogues of one round each, both roles one speculative model config (one engine)
+# three SD dialogues of one round of short replies each, both roles one speculative model config (one engine)
 ARGS = (
     "protocol=quick",
     "protocol.max_rounds_sd=1",
+    "protocol.user_agent.max_tokens=32",
+    "protocol.assistant.max_tokens=48",
     "data.users=[1]",
     "data.kinds=SD",
     "progress=false",
