@@ -10,8 +10,8 @@ measured, and both are written to `--record` (bench/results/ by default) as JSON
 
 Random weights decode random ids: an n-gram proposer finds few repeats to draft from, so this row
 measures what speculative decoding costs when its drafts are mostly rejected, not what it gives on
-real text; `plan` models it only from a measured acceptance rate, and this row records vLLM's
-spec-decode counters where its engine reports them, in the row and in each variant's run folder
+real text; `plan` models it only from a measured acceptance rate, and this row copies the vLLM
+spec-decode counters that `generate` recorded in each variant's run folder
 (`logs/summaries/spec_decode.jsonl`, which `plan.calibrate=` reads: plan/speculative.py). vLLM's CPU build cannot load fp8 weights
 (engines/vllm/quantization.py): `--dry-run` composes the variants and prints plan's predictions
 without loading a model, which is what runs without a GPU (tests/test_fp8_spec.py)."""
@@ -42,21 +42,6 @@ def variants(ngram: dict = NGRAM) -> dict[str, list[str]]:
     return {"bf16": [], "fp8 weights": fp8, "bf16 + ngram": drafts, "fp8 weights + ngram": fp8 + drafts}
 
 
-def spec_counters(engine) -> dict:
-    """vLLM's spec-decode counters of an in-process engine (drafted and accepted tokens), where it keeps
-    them ({} where its stats are off)."""
-    try:
-        metrics = engine._llm.get_metrics()
-    except Exception:  # stats disabled, or a release without get_metrics
-        return {}
-    wanted = (
-        "vllm:spec_decode_num_draft_tokens",
-        "vllm:spec_decode_num_accepted_tokens",
-        "vllm:spec_decode_num_drafts",
-    )
-    return {m.name: m.value for m in metrics if m.name in wanted and hasattr(m, "value")}
-
-
 def line(name: str, row: dict) -> str:
     plan = row["plan"]
     measured = f"{row['tokens_per_s']:,.1f} tokens/s measured, " if "tokens_per_s" in row else ""
@@ -79,9 +64,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         row: dict = {"overrides": extra, "plan": plan}
         if not args.dry_run:
             from personalens.config import run as R
-            from personalens.plan.speculative import from_counters
+            from personalens.plan.speculative import read_spec_decode
             from personalens.simulate.command import generate
-            from personalens.store import append_summary
 
             loader = R.engines(cfg, ("user_agent", "assistant"))
             row["load_s"] = gpu_row.timed(f"{name}: model load", loader)
@@ -89,12 +73,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             row |= gpu_row.measured(Path(cfg.run.out_dir), seconds)
             engines = {id(e): e for e in loader().values()}.values()
             row["kv_tokens"] = [getattr(e, "kv_tokens", None) for e in engines]
-            row["spec_decode"] = [spec_counters(e) for e in engines]
-            # the counters where `plan.calibrate=<this variant's out_dir>` reads them (plan/speculative.py)
-            for engine, counters in zip(engines, row["spec_decode"]):
-                record = from_counters(engine.name, counters)
-                if record is not None:
-                    append_summary(Path(cfg.run.out_dir), "spec_decode", 0, 1, record)
+            # the counters generate recorded, where `plan.calibrate=<this variant's out_dir>` reads them
+            row["spec_decode"] = {m: vars(s) for m, s in read_spec_decode(Path(cfg.run.out_dir)).items()}
             for engine in engines:
                 engine.close()
         result[name] = row

@@ -40,6 +40,7 @@ from personalens.engines.serving.managed import serve_args, start_servers
 from personalens.engines.serving.processes import MARKER_ENV
 from personalens.engines.stop import Stop
 from personalens.engines.vllm.args import engine_args
+from personalens.store import read_summaries
 from personalens.store.schema import KEY_COLUMNS
 
 pytestmark = pytest.mark.vllm
@@ -52,6 +53,7 @@ TINY = {
     "cpu_reserved_cores": 0,
     "placement": "managed_server",
 }
+NGRAM = "{method:ngram,num_speculative_tokens:3,prompt_lookup_max:4}"  # a speculative: block, as an override
 MODELS = {"assistant": ("SmolLM2-assistant", 0), "user_agent": ("SmolLM2-user", 1), "judge": ("SmolLM2-user", 1)}
 
 
@@ -150,9 +152,10 @@ def test_two_copies_of_a_model_answer_a_real_generate_dialogue_by_dialogue(tmp_p
     """The user agent's and the assistant's model (one config, so one engine) with `replicas: 2` and
     `placement: managed_server`: two servers start together and answer a `personalens generate` of 3
     dialogues. vLLM logs each reply a server sends (VLLM_DEBUG_LOG_API_SERVER_RESPONSE), so each
-    server's replies are counted and matched with the dialogues the affinity rule gives it."""
+    server's replies are counted and matched with the dialogues the affinity rule gives it. Both draft
+    n-grams (`speculative:`): generate records their spec-decode counters, read from their /metrics."""
     out = tmp_path / "run"
-    model = {**TINY, "name": "SmolLM2-copies", "replicas": 2}
+    model = {**TINY, "name": "SmolLM2-copies", "replicas": 2, "speculative": NGRAM}
     args = ["generate", "data.users=1", "data.kinds=SD", "protocol=quick", "protocol.max_rounds_sd=2"]
     args += ["protocol.user_agent.max_tokens=24", "protocol.assistant.max_tokens=24", "progress=false"]
     args += [f"{role}.{k}={v}" for role in ("user_agent", "assistant") for k, v in model.items()]
@@ -183,6 +186,11 @@ def test_two_copies_of_a_model_answer_a_real_generate_dialogue_by_dialogue(tmp_p
         assert len(sent) == sum(len(d["turns"]) for d in mine) > 0, (log.name, sent)
         replies = [t["text"] for d in mine for t in d["turns"] if t["role"] == "assistant"]
         assert not Counter(replies) - Counter(sent), (log.name, replies, sent)
+    # one record of the model's drafts over the invocation, its two servers' counters summed
+    [record] = read_summaries(out, "spec_decode")
+    assert (record["model"], record["command"]) == ("SmolLM2-copies", "generate")
+    assert 0 < record["drafts"] <= record["draft_tokens"] <= 3 * record["drafts"]
+    assert record["accepted_tokens"] <= record["draft_tokens"]
 
 
 def _status(url: str, key: str | None, body: dict | None = None) -> int:

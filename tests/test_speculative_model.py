@@ -1,6 +1,7 @@
 """Speculative decoding in `plan`, pure: modelled only from the spec-decode counters a calibration run
 recorded (plan/speculative.py), as a model whose `speculative:` is unset or unmeasured runs without
-it; the counters read where the calibration is read, as bench/fp8_spec.py writes them."""
+it; the counters read where the calibration is read, as `generate` and `judge` write them
+(tests/test_spec_decode.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from personalens.engines.placement.architecture import Architecture
 from personalens.engines.placement.gpus import GIB
 from personalens.engines.placement.placed import Placement
 from personalens.engines.placement.sizing import ModelNeed
+from personalens.engines.spec_decode import SpecDecodeRecord
 from personalens.plan.calibration import read_calibration
 from personalens.plan.engine_model import Turn
 from personalens.plan.gpu_model import GPUS, decode_step, engine_of
 from personalens.plan.limit import node_limit
-from personalens.plan.speculative import SpecDecode, from_counters, measured
+from personalens.plan.speculative import SpecDecode, measured
 from personalens.plan.text import _speculative
 from personalens.store import append_summary
 from personalens.store.summaries import summaries_dir
@@ -41,12 +43,9 @@ def _calibration_run(run: Path) -> Path:
 def test_a_calibration_run_gives_each_models_spec_decode_counters_summed(tmp_path):
     run = _calibration_run(tmp_path / "run")
     assert read_calibration(run).spec_decode == {}  # a run that recorded none
-    counters = {"vllm:spec_decode_num_drafts": 400, "vllm:spec_decode_num_draft_tokens": 1200}
-    assert from_counters("m", counters) is None  # stats without every counter: not a measurement
-    counters["vllm:spec_decode_num_accepted_tokens"] = 300
-    for index in (0, 1):  # two shards, as bench/fp8_spec.py writes a variant's
-        append_summary(run, "spec_decode", index, 2, from_counters("m", counters))
-    append_summary(run, "spec_decode", 0, 1, SpecDecode("never drafted", 0, 0, 0))
+    for index in (0, 1):  # two shards' invocations
+        append_summary(run, "spec_decode", index, 2, SpecDecodeRecord("m", "generate", 400, 1200, 300))
+    append_summary(run, "spec_decode", 0, 1, SpecDecodeRecord("never drafted", "judge", 0, 0, 0))
     with open(summaries_dir(run) / "spec_decode.jsonl", "a") as f:
         f.write(json.dumps({"model": "m", "drafts": 5}) + "\n" + '{"model": "m", "dra')  # partial, cut off
     [measured] = read_calibration(run).spec_decode.values()

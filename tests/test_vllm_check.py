@@ -18,7 +18,7 @@ from personalens.engines.serving.managed import serve_args, start_servers
 from personalens.engines.stop import Stop
 from personalens.engines.vllm import api as vllm_api
 from personalens.engines.vllm import check as vllm_check
-from personalens.engines.vllm.api import ENGINE_ARGS, INTERFACE, LLM_ARGUMENTS, TESTED
+from personalens.engines.vllm.api import ENGINE_ARGS, INTERFACE, LLM_ARGUMENTS, OPTIONAL_ARGUMENTS, TESTED
 from personalens.engines.vllm.args import engine_args
 from personalens.engines.vllm.check import MISSING, VllmVersionError, installed_vllm, problem
 
@@ -35,6 +35,9 @@ EVERY_FLAG = ModelConfig(
     enforce_eager=True,
     enable_prefix_caching=False,
     reasoning_parser="deepseek_r1",  # --reasoning-parser: a managed server of a reasoning model
+    quantization="fp8",
+    speculative=(("method", "ngram"), ("num_speculative_tokens", 3)),
+    rope_scaling=(("factor", 2.0), ("rope_type", "yarn")),  # --hf-overrides
 )
 OLD_FRONTEND = "vllm.entrypoints.openai.cli_args:FrontendArgs"  # where 0.26-0.28 keep it
 NEW_FRONTEND = "vllm.entrypoints.launchers.cli_args:FrontendArgs"  # 0.29 on
@@ -130,7 +133,7 @@ def test_an_untested_version_runs_when_asked_if_its_interfaces_match(caplog):
 
 
 def test_the_table_lists_every_engine_argument_personalens_passes():
-    assert set(engine_args(EVERY_FLAG, "/w", "bfloat16")) <= set(LLM_ARGUMENTS)
+    assert set(engine_args(EVERY_FLAG, "/w", "bfloat16")) <= set(LLM_ARGUMENTS) | set(OPTIONAL_ARGUMENTS)
     rows = {(use, target) for use, target, _names, _releases in INTERFACE}
     assert {("in_process", ENGINE_ARGS), ("server", ENGINE_ARGS), ("server", vllm_api.SERVER_MODULE)} <= rows
 

@@ -165,7 +165,9 @@ class Engine(Protocol):
     An engine whose `generate` may run in several threads at once, its calls' requests then sharing
     the engine's batch (a call that starts while another runs joins its batch, as vLLM admits new
     requests at its next step), has `joins_calls = True`; lockstep cohorts then send their calls to it
-    without waiting for its running call (simulate/workers.py). Without it, calls run one at a time."""
+    without waiting for its running call (simulate/workers.py). Without it, calls run one at a time.
+    An engine of a model whose config sets `speculative:` has `speculative = True` and `spec_decode()`,
+    vLLM's spec-decode counters so far, which `generate` and `judge` record (engines/spec_decode.py)."""
 
     name: str  # the model name recorded in outputs
 

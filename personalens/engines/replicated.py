@@ -30,6 +30,7 @@ import threading
 from collections.abc import Sequence
 
 from personalens.engines.base import Engine, Generation, OnFinished, Request
+from personalens.engines.spec_decode import SpecCounts
 from personalens.engines.stop import POLL_S, Stop
 
 
@@ -63,6 +64,7 @@ class ReplicatedEngine:
         self._turn = itertools.count()
         # base.Engine: concurrent calls are safe where every copy takes them
         self.joins_calls = all(getattr(e, "joins_calls", False) for e in self.engines)
+        self.speculative = getattr(engines[0], "speculative", False)  # one model config: every copy's
 
     def generate(self, requests: Sequence[Request], on_finished: OnFinished | None = None) -> list[Generation]:
         split_up = split(requests, len(self.engines), self._turn)
@@ -116,6 +118,12 @@ class ReplicatedEngine:
             for thread in threads:
                 thread.join()
         return replies
+
+    def spec_decode(self) -> SpecCounts | None:
+        """The copies' spec-decode counters summed (engines/spec_decode.py); None where any copy's
+        cannot be read, as a sum without it would not be the model's."""
+        counts = [engine.spec_decode() for engine in self.engines]
+        return None if None in counts else sum(counts, SpecCounts())
 
     def close(self) -> None:
         """Frees each copy that holds anything here (the in-process engine); the copies' servers are

@@ -19,6 +19,7 @@ from personalens.engines.stop import Stop
 from personalens.errors import PersonalensError
 
 if TYPE_CHECKING:
+    from personalens.engines.spec_decode import SpecDecodeWatch
     from personalens.engines.stop import Stop
 
 
@@ -35,14 +36,21 @@ def judge(
     before the next loads. `engines`: model@judge's (`run` passes the engines it generated with);
     `planned`: the groups `judge_groups` planned (`run` plans them before generating). `stop`:
     checked after each part file of judgments (engines/stop.py); running it again resumes."""
+    from personalens.store import spec_decode_recorded
+
     scenarios = R.scenarios(cfg)
     groups = planned if planned is not None else judge_groups(cfg, engines, stop, scenarios)
-    date = start_date(Path(cfg.run.out_dir))  # before a model loads or its server starts: they render with it
+    out_dir = Path(cfg.run.out_dir)
+    date = start_date(out_dir)  # before a model loads or its server starts: they render with it
     with R.shard_lease(cfg, "judge", stop) as lease:
         for i, group in enumerate(groups):  # model@judge's group first
+            # its model's spec-decode counters, recorded however it ends (engines/spec_decode.py)
+            recorded = spec_decode_recorded(out_dir, "judge", cfg.shard.index, cfg.shard.count)
             try:
-                for member in group.members:  # each part lands only while the lease is this command's
-                    judge_one(member.cfg, member.saved, member.name, group.load, scenarios, date, stop, lease.confirm)
+                with recorded as drafts:
+                    for member in group.members:  # each part lands only while the lease is this command's
+                        args = (member.cfg, member.saved, member.name, group.load, scenarios, date, stop)
+                        judge_one(*args, drafts, lease.confirm)
             finally:
                 if not group.shared or i + 1 < len(groups):  # `run`'s, when last, end with the command
                     getattr(group.load, "close", lambda: None)()
@@ -121,11 +129,13 @@ def judge_one(
     scenarios: list,
     date: str,
     stop: Stop | None,
+    drafts: SpecDecodeWatch,
     guard: Callable[[], None] | None = None,
 ) -> None:
     """One judge of the panel: its config saved as `<saved>.yaml` (refused when that name was saved
-    under another judge) with the run's `date`, then what it has not judged yet; `guard`: called
-    before each part of judgments lands (the shard lease's confirm, store/lease.py)."""
+    under another judge) with the run's `date`, then what it has not judged yet; `drafts`: shown the
+    engines it gets, for their spec-decode counters (engines/spec_decode.py); `guard`: called before
+    each part of judgments lands (the shard lease's confirm, store/lease.py)."""
     from personalens.judge.run import judge as score
     from personalens.store import append_summary, read_table, shard_dir
 
@@ -150,7 +160,7 @@ def judge_one(
         dialogues.to_pylist(),
         {s.key: s for s in scenarios},
         templates=templates,
-        load_engine=lambda: load()["judge"],
+        load_engine=lambda: drafts.seen(load())["judge"],
         sampling=sampling,
         dimensions=list(cfg.judging.dimensions),
         turn_level=bool(cfg.judging.turn_level),

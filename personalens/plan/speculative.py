@@ -1,9 +1,10 @@
 """Speculative decoding as `plan` models it: only from an acceptance a run measured, never from an
 assumed speedup. A run's measurement is vLLM's spec-decode counters of each model's engines (verifying
-steps that drafted, tokens drafted, tokens accepted), one JSON line per model in
-`<out_dir>/logs/summaries/spec_decode.jsonl` (store/summaries.py; bench/fp8_spec.py writes them on a
-GPU), read with the calibration run (`plan.calibrate=`). A model whose `speculative:` is set and which
-no calibration measured is modelled as without it, and `plan` says so."""
+steps that drafted, tokens drafted, tokens accepted), one JSON line per model and invocation of
+`generate` or `judge` in `<out_dir>/logs/summaries/spec_decode[.shard-KKK-of-NNN].jsonl`, which those
+commands write (engines/spec_decode.py, store/summaries.py), read with the calibration run
+(`plan.calibrate=`). A model whose `speculative:` is set and which no calibration measured is modelled
+as without it, and `plan` says so."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.engines.placement.sizing import ModelNeed
+from personalens.engines.spec_decode import COUNTERS
 from personalens.store import read_summaries
-
-COUNTERS = ("drafts", "draft_tokens", "accepted_tokens")  # vLLM's spec_decode_num_<counter>
 
 
 @dataclass(frozen=True)
@@ -41,16 +41,6 @@ class SpecDecode:
     @property
     def acceptance(self) -> float:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
-
-
-def from_counters(model: str, counters: Mapping[str, float]) -> SpecDecode | None:
-    """A model's record from vLLM's counters as its metrics name them (`vllm:spec_decode_num_drafts`,
-    ...); None where they are not all there (its stats off, or no speculative decoding)."""
-    try:
-        counts = [int(counters[f"vllm:spec_decode_num_{k}"]) for k in COUNTERS]
-    except (KeyError, TypeError, ValueError):
-        return None
-    return SpecDecode(model, *counts)
 
 
 def read_spec_decode(run_dir: Path) -> dict[str, SpecDecode]:

@@ -38,6 +38,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
         append_summary,
         existing_values,
         shard_dir,
+        spec_decode_recorded,
         stored_turns,
     )
 
@@ -59,7 +60,9 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
     # checks the models, their layout and chat templates before the config is saved
     load = engines or R.engines(cfg, ROLES, stop, first=next(iter(scenarios), None))
     count = cohorts_setting(cfg.lockstep.get("cohorts", "auto"), one=getattr(load, "in_process_core", False))
-    with R.shard_lease(cfg, "generate", stop) as lease:
+    # the spec-decode counters of its speculative models, recorded however it ends (engines/spec_decode.py)
+    recorded = spec_decode_recorded(out_dir, "generate", cfg.shard.index, cfg.shard.count)
+    with R.shard_lease(cfg, "generate", stop) as lease, recorded as drafts:
         # fixed for the run once its config is checked, before any model loads or server starts: they render with it
         date = start_date(out_dir, fix=True)
         resolved = {
@@ -76,7 +79,7 @@ def generate(cfg: DictConfig, engines: Callable[[], dict] | None = None, stop: S
             scenarios,
             setting=setting,
             templates=templates,
-            load_engines=lambda: {"user": load()["user_agent"], "assistant": load()["assistant"]},
+            load_engines=lambda: drafts.seen({"user": load()["user_agent"], "assistant": load()["assistant"]}),
             protocol=Protocol(
                 cfg.protocol.max_rounds_sd,
                 cfg.protocol.max_rounds_md,

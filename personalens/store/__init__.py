@@ -15,7 +15,7 @@ from personalens.store.schema import (
     TURN_TYPE,
     TURNS_SCHEMA,
 )
-from personalens.store.summaries import append_summary, read_summaries
+from personalens.store.summaries import append_summary, read_summaries, spec_decode_recorded
 from personalens.store.turns import continued_dialogues, partial_dialogues, stored_turns
 
 __all__ = [
@@ -38,5 +38,6 @@ __all__ = [
     "partial_dialogues",
     "stored_turns",
     "append_summary",
+    "spec_decode_recorded",
     "read_summaries",
 ]

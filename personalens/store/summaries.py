@@ -1,14 +1,19 @@
 """What each `generate` or `judge` invocation did (its counts, tokens and seconds), one JSON line per
 invocation in `<out_dir>/logs/summaries/<command>[.shard-KKK-of-NNN].jsonl`. The Parquet tables hold
 per-turn token counts but not the prefix cache's share nor the wall time, which `personalens plan
-plan.calibrate=<run>` reads here to estimate a larger run."""
+plan.calibrate=<run>` reads here to estimate a larger run. Beside them, `spec_decode` holds one line per
+speculative model and invocation: vLLM's spec-decode counters over it (`spec_decode_recorded`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from personalens.engines.spec_decode import SpecDecodeWatch
 
 log = logging.getLogger(__name__)
 
@@ -42,3 +47,16 @@ def read_summaries(out_dir: Path, command: str) -> list[dict]:
             if isinstance(record, dict):
                 records.append(record)
     return records
+
+
+@contextmanager
+def spec_decode_recorded(out_dir: Path, command: str, index: int, count: int) -> Iterator[SpecDecodeWatch]:
+    """A watch that the block shows the engines it gets (engines/spec_decode.py); when the block ends,
+    however it ends (a stopped invocation records what it did), one `spec_decode` line per speculative
+    model it saw: its counters over the block."""
+    watch = SpecDecodeWatch(command)
+    try:
+        yield watch
+    finally:
+        for record in watch.records():
+            append_summary(out_dir, "spec_decode", index, count, record)

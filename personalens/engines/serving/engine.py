@@ -57,6 +57,7 @@ from personalens.engines.flow import InFlight, PromptSizes, ReplySizes, in_fligh
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.serving.http import Failed, Refused, ServerClient, ServerError
 from personalens.engines.serving.processes import GRACE_S
+from personalens.engines.spec_decode import SpecCounts, from_metrics
 from personalens.engines.stop import Stop
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class ServerEngine:
             raise ModelConfigError(f"model {config.name!r}: engine server needs server.base_url")
         self.name = config.name
         self._server = config.server
+        self.speculative = bool(config.speculative)  # the server's own `--speculative-config` (spec_decode.py)
         self._stop = stop or Stop()
         # the server applies the chat template, which this side cannot read: only an explicit
         # `system_role: false` folds the system prompt
@@ -265,6 +267,12 @@ class ServerEngine:
                 f"{self.name}: its server reports no KV cache size on /metrics; up to "
                 f"{self._server.max_concurrency} requests in flight"
             )
+
+    def spec_decode(self) -> SpecCounts | None:
+        """The server's spec-decode counters since it started, from its /metrics (engines/spec_decode.py);
+        None where it cannot be read or has none. Read even after the command's stop was requested."""
+        text = asyncio.run(self._metrics())
+        return from_metrics(text) if text else None
 
     async def _metrics(self) -> str | None:
         async with ServerClient(self._server, 1) as client:

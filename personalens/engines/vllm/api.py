@@ -17,16 +17,20 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SERVER_KEY_ENV = "VLLM_API_KEY"
 ENGINE_ARGS = "vllm.engine.arg_utils:EngineArgs"
 
-# what vllm/args.py and embedding.py give vllm.LLM (which passes them on to EngineArgs) and a server
-# as its engine flags
+# what vllm/args.py, embedding.py and local.py give vllm.LLM (which passes them on to EngineArgs) and a
+# server as its engine flags (disable_log_stats: local.py's, read against 0.32.0 only)
 LLM_ARGUMENTS = (
     "model", "tokenizer", "dtype", "tensor_parallel_size", "gpu_memory_utilization", "kv_cache_memory_bytes",
     "max_model_len", "enable_prefix_caching", "enforce_eager", "enable_chunked_prefill", "seed", "max_num_seqs",
     "max_num_batched_tokens", "block_size", "load_format", "structured_outputs_config", "runner", "reasoning_parser",
+    "disable_log_stats",
 )  # fmt: skip
 # what vllm/args.py passes only when a model config sets it, so a release without one is refused only
-# then (vllm/kv.py)
-OPTIONAL_ARGUMENTS = ("kv_cache_dtype", "kv_offloading_size", "kv_offloading_backend")
+# then (vllm/kv.py); the managed servers' flags of each are allowed by this list
+OPTIONAL_ARGUMENTS = (
+    "kv_cache_dtype", "kv_offloading_size", "kv_offloading_backend", "quantization", "speculative_config",
+    "hf_overrides",
+)  # fmt: skip
 # the flags managed.serve_args gives every server besides its engine's: one of EngineArgs, the rest
 # of the server's front end
 SERVED_NAME = ("served_model_name",)
@@ -55,6 +59,8 @@ INTERFACE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("in_process", "vllm:SamplingParams", ("temperature", "top_p", "max_tokens", "min_tokens", "seed", "structured_outputs"), ""),
     ("in_process", "vllm.sampling_params:StructuredOutputsParams", ("grammar",), ""),
     ("in_process", "vllm.platforms:current_platform", (), ""),
+    # a speculative model's engine's stat logger of its own (vllm/spec_stats.py): read against 0.32.0 only
+    ("in_process", "vllm.v1.metrics.loggers:AggregateStatLoggerBase", (), ""),
     ("server", SERVER_MODULE, (), ""),
     ("server", "vllm.envs:environment_variables", (SERVER_KEY_ENV,), ""),
     ("server", ENGINE_ARGS, LLM_ARGUMENTS + SERVED_NAME, ""),

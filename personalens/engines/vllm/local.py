@@ -47,6 +47,7 @@ from personalens.engines.dtype import local_dtype
 from personalens.engines.flow import InFlight, PromptSizes, ReplySizes, in_flight, needs, share
 from personalens.engines.models.config import ModelConfig, ModelConfigError
 from personalens.engines.models.embedded import model_path
+from personalens.engines.spec_decode import SpecCounts
 from personalens.engines.stop import Stop
 from personalens.engines.vllm.args import engine_args
 from personalens.engines.vllm.check import check_in_process
@@ -79,9 +80,13 @@ class VllmEngine:
         from vllm import LLM  # heavy; only engines that run in-process need it
         from vllm.platforms import current_platform
 
+        from personalens.engines.vllm.spec_stats import count_spec_decode  # imports vLLM
+
         self.name = config.name
         self.dtype = local_dtype(config.dtype)
-        self._llm = LLM(**engine_args(config, model, self.dtype.dtype))
+        self.speculative = bool(config.speculative)  # its stats then on, for the drafts it counts (spec_stats.py)
+        self._llm = LLM(**engine_args(config, model, self.dtype.dtype), disable_log_stats=not self.speculative)
+        self._drafts = count_spec_decode(self._llm, self.name) if self.speculative else None
         tokenizer = self._llm.get_tokenizer()
         self._system_role = resolve_system_role(config.system_role, tokenizer.chat_template)
         # the template and tokenizer LLM.chat applies, for callers that keep prompts as token ids
@@ -387,6 +392,10 @@ class VllmEngine:
         if refusal is None:
             self._chains.answering(answer_id, answer_id, Generation("", len(ids), 0))
         return answer_id, refusal
+
+    def spec_decode(self) -> SpecCounts | None:
+        """Its spec-decode counters since it loaded (engines/spec_decode.py)."""
+        return None if self._drafts is None else self._drafts.counts
 
     def reset_prefix_cache(self) -> None:
         """Forget cached prompt prefixes (benchmarks start each phase cold)."""
