@@ -9,9 +9,12 @@ For the bottleneck model, each tensor-parallel width its attention heads divide 
 the job's GPUs, is tried two ways:
 - **own GPUs**: as many engines of that width as the GPUs leave beside the other models' own
   (`replicas: N`), the other models on GPUs of their own and their copies on whatever is left;
-- **beside**: engines of that width on every GPU, the other models in this process beside its first
-  engine, sharing those GPUs' memory (`placement: in_process` for every model).
-With one model the two are the same, tried once. Several engines split the dialogues between them,
+- **beside its first engine**: engines of that width on every GPU, the other models in this process
+  beside its first engine, sharing those GPUs' memory (`placement: in_process` for every model);
+- **beside every engine**: the same engines, with a copy of each other model beside each of them
+  (`placement: in_process` and `replicas: N` for every model: copies.py's groups), so that each
+  engine's dialogues have the other models on their own GPUs.
+With one model the ways are the same, tried once; with one engine, the last two. Several engines split the dialogues between them,
 each dialogue's requests kept on the engine where it started (engines/replicated.py).
 """
 
@@ -42,6 +45,7 @@ class Alternative:
     layout: Layout | None  # None: it does not fit
     why: str = ""  # why it does not fit
     alone: bool = False  # the job's only local model
+    paired: bool = False  # beside, with a copy of each other model beside every engine of it
 
     @property
     def name(self) -> str:
@@ -49,7 +53,9 @@ class Alternative:
         where = (
             ""
             if self.alone
-            else ", the others beside it by memory share"
+            else ", a copy of the others beside each by memory share"
+            if self.paired
+            else f", the others beside {'its first' if self.engines > 1 else 'it'} by memory share"
             if self.beside
             else ", the others on own GPUs"
         )
@@ -96,12 +102,14 @@ def alternatives(
     own_gpus = sum(c.tensor_parallel_size for c in others)
     out = []
     for tp in (t for t in range(1, gpus.count + 1) if _splits(arch.heads, arch.kv_heads, t)):
-        ways = [(False, (gpus.count - own_gpus) // tp)]
+        ways = [(False, False, (gpus.count - own_gpus) // tp)]
         if others:
-            ways.append((True, gpus.count // tp))
-        for beside, engines in ways:
+            ways.append((True, False, gpus.count // tp))
+            if gpus.count // tp > 1:
+                ways.append((True, True, gpus.count // tp))
+        for beside, paired, engines in ways:
             if engines >= 1:
-                out.append(_tried(configs, chosen, tp, engines, beside, gpus, in_process, work))
+                out.append(_tried(configs, chosen, tp, engines, beside, paired, gpus, in_process, work))
     return out
 
 
@@ -117,6 +125,7 @@ def _tried(
     tp: int,
     engines: int,
     beside: bool,
+    paired: bool,
     gpus: GpuSpec,
     in_process: frozenset[str],
     work: Mapping[str, float] | None,
@@ -129,13 +138,14 @@ def _tried(
             moved[role] = dataclasses.replace(config, **changes)
             overrides += [f"{role}.{k}={v}" for k, v in changes.items()]
         elif beside and config.engine == "vllm":
-            moved[role] = dataclasses.replace(config, placement="in_process")
-            overrides.append(f"{role}.placement=in_process")
+            beside_it = {"placement": "in_process"} | ({"replicas": engines} if paired else {})
+            moved[role] = dataclasses.replace(config, **beside_it)
+            overrides += [f"{role}.{k}={v}" for k, v in beside_it.items()]
         else:
             moved[role] = config
     alone = not any(c.engine == "vllm" and c != chosen for c in configs.values())
     try:
         layout = plan_layout(moved, gpus, in_process, work)
     except PersonalensError as err:
-        return Alternative(chosen.name, tp, engines, beside, tuple(overrides), None, str(err), alone)
-    return Alternative(chosen.name, tp, engines, beside, tuple(overrides), layout, alone=alone)
+        return Alternative(chosen.name, tp, engines, beside, tuple(overrides), None, str(err), alone, paired)
+    return Alternative(chosen.name, tp, engines, beside, tuple(overrides), layout, alone=alone, paired=paired)
