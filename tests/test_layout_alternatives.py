@@ -225,7 +225,7 @@ def test_plan_of_the_release_stand_in_with_fp8_prints_the_layouts_and_generate_r
     rows = modelled["alternatives"]
     # the configured layout, then every other way of placing the 72B: one line each
     assert rows[0]["name"] == "as configured" and (rows[0]["tp"], rows[0]["engines"]) == (4, 1)
-    assert len(rows) == 7 and sum(not r["fits"] for r in rows) == 3
+    assert len(rows) == 10 and sum(not r["fits"] for r in rows) == 5
     block = printed.split("layouts for the job's bottleneck model")[1].splitlines()[1 : 1 + len(rows)]
     assert [line.strip().startswith(r["name"]) for line, r in zip(block, rows)] == [True] * len(rows)
     assert all("does not fit" in line for line, r in zip(block, rows) if not r["fits"])
