@@ -236,6 +236,16 @@ def test_plan_of_the_release_stand_in_with_fp8_prints_the_layouts_and_generate_r
     assert chosen["seconds"] == min(r["seconds"] for r in rows if r["fits"])
     assert plan["time"]["rates_tokens_per_s"]["generate"] == chosen["tokens_per_s"]
     assert "rates modelled for each job's fastest layout (h100 figures)" in printed
+    # the 72B's engine of 4 GPUs all-reduces twice in each of its 80 layers; the 8B on one GPU does not
+    steps = modelled["decode_step"]
+    assert (
+        steps["Qwen2.5-72B-Instruct"]["allreduce"]["per_step"] == 160
+        and "allreduce" not in steps["Llama-3.1-8B-Instruct"]
+    )
+    assert steps["Qwen2.5-72B-Instruct"]["allreduce"]["latency_s"] == pytest.approx(
+        160 * GPUS["h100"].allreduce_latency
+    )
+    assert "160 all-reduces over its 4 GPUs, 0.96 ms a step + " in printed
     if chosen["overrides"]:
         assert f"the job builds it with {' '.join(chosen['overrides'])}" in printed
         # planned again with its overrides, the chosen layout is the one generate builds as configured

@@ -77,14 +77,19 @@ class GpuModel:
     link_bandwidth: float = H100_LINK  # bytes/s of an all-reduce's bus bandwidth (nccl-tests' busbw)
     allreduce_latency: float = H100_ALLREDUCE_S  # seconds of one all-reduce however small
 
+    def allreduce_terms(self) -> tuple[float, float]:
+        """A step's tensor-parallel communication as (seconds a step, seconds a token of the step):
+        after attention and after the MLP of every layer an all-reduce of the step's hidden states,
+        each its latency plus a ring's 2(n-1)/n of the bytes at the bus bandwidth; none on one GPU."""
+        if self.tp <= 1:
+            return 0.0, 0.0
+        moved = self.hidden * ALLREDUCE_VALUE_BYTES * 2 * (self.tp - 1) / self.tp
+        return 2 * self.layers * self.allreduce_latency, 2 * self.layers * moved / self.link_bandwidth
+
     def allreduce_seconds(self, tokens: float) -> float:
-        """A step's tensor-parallel communication: after attention and after the MLP of every layer,
-        an all-reduce of the step's `tokens` hidden states, each its latency plus a ring's 2(n-1)/n of
-        the bytes at the bus bandwidth."""
-        if self.tp <= 1 or not tokens:
-            return 0.0
-        moved = tokens * self.hidden * ALLREDUCE_VALUE_BYTES * 2 * (self.tp - 1) / self.tp
-        return 2 * self.layers * (self.allreduce_latency + moved / self.link_bandwidth)
+        """The communication of a step of `tokens` tokens (`allreduce_terms`)."""
+        latency, per_token = self.allreduce_terms()
+        return latency + per_token * tokens if tokens else 0.0
 
     def reload_seconds(self, tokens: int) -> float:
         """Copying `tokens` of offloaded KV back to the GPUs (not overlapped with the step)."""
@@ -197,15 +202,36 @@ def engine_of(need: ModelNeed, placed: Placement, gpu: GpuFigures, spec: SpecDec
 
 def decode_step(need: ModelNeed, gpu: GpuFigures, spec: SpecDecode | None = None) -> dict:
     """What one decode step of the model reads and computes with, per GPU of its engine: its weights
-    (at their stored or quantized bytes), their quantization, the arithmetic's peak rate, and its
+    (at their stored or quantized bytes), their quantization, the arithmetic's peak rate, over several
+    GPUs their all-reduces (how many a step, their latency a step and their time a token), and its
     speculative method with the acceptance it is modelled at (`spec`, measured) or none."""
     method = dict(need.config.speculative).get("method") if need.config and need.config.speculative else None
+    group = GpuModel(
+        layers=need.arch.layers,
+        hidden=need.arch.hidden,
+        tp=need.tp,
+        link_bandwidth=gpu.link_bandwidth,
+        allreduce_latency=gpu.allreduce_latency,
+    )
+    latency, per_token = group.allreduce_terms()
     return {
         "weights_per_gpu": need.weights / need.tp,
         "quantization": need.quantization,
         "tflops": compute_rate(need, gpu) / 1e12,
         "fp8_compute": compute_rate(need, gpu) != gpu.flops,
         "speculative": method,
+        **(
+            {
+                "allreduce": {
+                    "gpus": need.tp,
+                    "per_step": 2 * need.arch.layers,
+                    "latency_s": latency,
+                    "per_token_s": per_token,
+                }
+            }
+            if need.tp > 1
+            else {}
+        ),
         **(
             {
                 "tokens_per_step": spec.tokens_per_step,
