@@ -326,10 +326,17 @@ def main(argv: list[str] | None = None) -> None:
             )
             sys.exit(2)
         label, rest = f"{command.name} {action}", argv[2:]
+    from personalens.config.layout_plan import check, expand
+    from personalens.errors import PersonalensError
+
     try:
-        overrides = command.overrides(rest, action)
+        # `layout=plan.json` (generate, judge): the layout plan chose, as overrides (config/layout_plan.py)
+        overrides, layout = expand(command.name, command.overrides(rest, action))
     except UsageError as err:
         print(err, file=sys.stderr)
+        sys.exit(2)
+    except PersonalensError as err:
+        print(f"personalens {label}: error: {err}", file=sys.stderr)
         sys.exit(2)
     function = command.function()
     register_resolvers()
@@ -337,7 +344,6 @@ def main(argv: list[str] | None = None) -> None:
     @hydra.main(config_path=str(project_path("conf")), config_name="config", version_base="1.3")
     def app(cfg: DictConfig) -> None:
         from personalens import console
-        from personalens.errors import PersonalensError
 
         log_file = _route_library_output(command, label, cfg)
         console.show_personalens_logs()
@@ -347,6 +353,9 @@ def main(argv: list[str] | None = None) -> None:
         stop = Stop()
         stops = {"stop": stop} if "stop" in inspect.signature(function).parameters else {}
         try:
+            if layout is not None:
+                check(layout, cfg)
+                print(layout.line(), file=console.err())
             with stop.on_signals() if stops else nullcontext():
                 code = function(cfg, **stops)
         except Stopped as err:

@@ -28,8 +28,8 @@
 #   LOG_DIR      where job logs go, named <job name>-<job id>_<array index>.log (default: slurm-logs)
 #   SBATCH_ARGS  more sbatch arguments for every job, split on spaces, e.g. "--qos=high"
 #   PLAN         the plan.json of `personalens plan` with these overrides and plan.gpus=GPUS: the
-#                generate and judge tasks each also take the overrides of the layout it chose for them
-#                (the fastest that fits; none where that is the configured one)
+#                generate and judge tasks each run the layout it chose for them (`layout=PLAN`: the
+#                fastest that fits; the configured one where the plan kept it or did not place the job)
 set -euo pipefail
 
 usage="usage: [SETTING=value ...] $0 SHARDS [hydra overrides...]   (settings: see the top of $0)"
@@ -75,31 +75,20 @@ mapfile -t shard_resources < <(resources "")
 mapfile -t report_resources < <(resources REPORT_)
 shard_jobs+=("${shard_resources[@]}")
 
-# the overrides of the layout that PLAN chose for job $1, one a line (none without PLAN)
-chosen_layout() {
-  [[ -z ${PLAN:-} ]] && return 0
-  local python
-  python=$(dirname "$personalens")/python
-  [[ -x $python ]] || python=python3
-  "$python" - "$PLAN" "$1" <<'PY'
-import json, sys
-
-path, job = sys.argv[1], sys.argv[2]
-try:
-    with open(path) as f:
-        jobs = json.load(f)["placement"]["jobs"]
-except (OSError, ValueError, KeyError, TypeError) as err:
-    sys.exit(f"PLAN={path}: not a plan.json of `personalens plan` ({type(err).__name__}: {err})")
-rows = ((jobs.get(job) or {}).get("throughput") or {}).get("alternatives") or []
-chosen = next((row for row in rows if row.get("chosen")), None)
-print("\n".join(chosen["overrides"] if chosen else []))
-PY
-}
+# PLAN: each generate and judge task runs the layout plan chose for it (`layout=PLAN`, config/layout_plan.py);
+# a PLAN that is no plan.json, or whose layout clashes with these overrides, is refused here, before anything
+# is submitted (`--cfg job` composes the config with the plan's overrides without running the command)
 generate_layout=() judge_layout=()
-chosen=$(chosen_layout generate) || exit 2
-[[ -n $chosen ]] && mapfile -t generate_layout <<< "$chosen"
-chosen=$(chosen_layout judge) || exit 2
-[[ -n $chosen ]] && mapfile -t judge_layout <<< "$chosen"
+if [[ -n ${PLAN:-} ]]; then
+  plan=$(realpath -m "$PLAN")  # absolute, so that tasks find it from any node
+  for job in generate judge; do
+    if ! "$personalens" "$job" "$@" "layout=$plan" --cfg job >/dev/null; then
+      echo "$0: PLAN=$PLAN: $job refused it (above); nothing submitted" >&2
+      exit 2
+    fi
+  done
+  generate_layout=("layout=$plan") judge_layout=("layout=$plan")
+fi
 
 # --parsable prints "<job id>[;<cluster>]"
 submit() { sbatch "${common[@]}" "$@" | cut -d';' -f1; }

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from cli_helpers import REPO, run_cli
 from test_merge import turn_rows
 
@@ -287,18 +288,34 @@ def test_plan_prefers_free_gpus_and_shows_both_layouts_modelled(tmp_path, paper_
     assert f"under 00:20:00 per job: {shards} shards, `slurm/submit.sh {shards} ...`" in proc.stdout
 
 
-def test_submit_gives_each_job_the_layout_plan_chose_for_it(tmp_path, paper_models):
+def test_each_job_runs_the_layout_plan_chose_for_it_alone_and_through_submit(tmp_path, paper_models):
     """On 8 x 80 GB the judge's 70B is modelled fastest as one engine over the eight GPUs, not the
-    configured two of four (docs/cluster.md): slurm/submit.sh with PLAN= adds that layout's overrides to
-    the judge's tasks alone (generate was not planned: nothing added), and refuses a PLAN that is no
-    plan.json before it submits anything. sbatch is a stand-in that records its arguments; the chain on
-    a real SLURM is tests/test_slurm.py's."""
+    configured two of four (docs/cluster.md). `judge layout=plan.json` composes that layout's overrides
+    (generate was not planned: its configured layout), refuses a key the command line sets too and a
+    judge model other than the planned one before anything loads; slurm/submit.sh with PLAN= gives the
+    generate and judge tasks `layout=<plan>` and refuses a PLAN that is no plan.json before it submits
+    anything. sbatch is a stand-in that records its arguments; the chain on a real SLURM is
+    tests/test_slurm.py's."""
     plan = tmp_path / "plan.json"
     args = ["plan.gpus=8", "plan.gpu_memory_gib=80", "plan.jobs=[judge]", "plan.model_dialogues=16"]
     run_cli("plan", *paper_models, *args, f"plan.out={plan}", timeout=120)
     rows = json.loads(plan.read_text())["placement"]["jobs"]["judge"]["throughput"]["alternatives"]
     [chosen] = [r for r in rows if r["chosen"]]
     assert chosen["overrides"] == ["judge.tensor_parallel_size=8", "judge.replicas=1"]
+
+    composed = run_cli("judge", *paper_models, f"layout={plan}", "--cfg", "job").stdout
+    judge = yaml.safe_load(composed)["judge"]
+    assert (judge["tensor_parallel_size"], judge["replicas"]) == (8, 1)
+    clash = run_cli("judge", *paper_models, f"layout={plan}", "judge.replicas=2", "--cfg", "job", check=False)
+    assert clash.returncode == 2 and "judge.replicas is set both on the command line and by the layout" in clash.stderr
+    other = run_cli(
+        "judge", *paper_models, "model@judge=smollm2", f"layout={plan}", f"run.out_dir={tmp_path / 'run'}", check=False
+    )
+    assert (
+        other.returncode == 2
+        and "planned judge Llama-3.1-70B-Instruct, this judge has SmolLM2-135M-Instruct" in other.stderr
+    )
+
     bin_dir, log = tmp_path / "bin", tmp_path / "sbatch.log"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text('#!/bin/bash\necho "$*" >> "$SBATCH_LOG"\necho 4711\n')
@@ -319,10 +336,11 @@ def test_submit_gives_each_job_the_layout_plan_chose_for_it(tmp_path, paper_mode
     assert done.returncode == 0, done.stderr
     generate, judge, report = log.read_text().splitlines()
     given = " ".join(paper_models)
-    assert generate.endswith(f"generate.sbatch {given}") and report.endswith(f"report.sbatch {given}")
-    assert judge.endswith(f"judge.sbatch {given} judge.tensor_parallel_size=8 judge.replicas=1")
+    assert generate.endswith(f"generate.sbatch {given} layout={plan}") and report.endswith(f"report.sbatch {given}")
+    assert judge.endswith(f"judge.sbatch {given} layout={plan}")
     refused = submit(tmp_path / "missing.json")
-    assert refused.returncode == 2 and f"PLAN={tmp_path / 'missing.json'}: not a plan.json" in refused.stderr
+    assert refused.returncode == 2 and f"layout={tmp_path / 'missing.json'}: not a plan.json" in refused.stderr
+    assert f"PLAN={tmp_path / 'missing.json'}: generate refused it" in refused.stderr
     assert len(log.read_text().splitlines()) == 3  # nothing more submitted
 
 

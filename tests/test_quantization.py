@@ -81,6 +81,17 @@ def test_fp8_on_loading_sizes_a_16_bit_checkpoint_as_the_published_fp8_checkpoin
     assert from_count == pytest.approx(PUBLISHED_FP8_8B, rel=0.005) and "fp8 on loading" in source
 
 
+def test_fp8_on_loading_sizes_a_70b_as_the_published_8_bit_70b_checkpoint():
+    """No FP8 70B checkpoint's file sizes were read here; RedHatAI/Meta-Llama-3.1-70B-Instruct-quantized.w8a8
+    stores the same bytes an FP8 one of llm-compressor's scheme does (8-bit linear weights, one scale per
+    output channel, embeddings and lm_head in 16 bits) and its tree page gives its files as 72.7 GB
+    (tests/fixtures/architectures/README.md): the 70B quantized on loading is sized at that."""
+    arch = Architecture.from_config(json.loads((ARCHITECTURES / "llama31_70b.json").read_text()))
+    size, source = weights_bytes(Path("/nonexistent"), arch, 2, "fp8")
+    assert size == pytest.approx(72.7e9, rel=0.005) and "fp8 on loading" in source
+    assert size / weights_bytes(Path("/nonexistent"), arch, 2)[0] == pytest.approx(0.515, abs=0.005)
+
+
 def test_fp8_on_loading_scales_a_checkpoints_files_and_leaves_a_quantized_one_as_stored(tmp_path):
     arch = Architecture.from_config(LLAMA_8B)
     (tmp_path / "model.safetensors.index.json").write_text(
