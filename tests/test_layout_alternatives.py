@@ -16,7 +16,7 @@ from test_engine_layout import Recorder, conf, loader, model_dir
 
 from personalens.engines.factory import model_configs
 from personalens.engines.models.embedded import embedded_model_dir
-from personalens.engines.placement.alternatives import alternatives, bottleneck
+from personalens.engines.placement.alternatives import alternatives, bottleneck, places
 from personalens.engines.placement.free import held_by_gpu
 from personalens.engines.placement.gpus import simulated
 from personalens.engines.placement.layout import plan_layout
@@ -57,6 +57,15 @@ def _dialogues(n: int, rounds: int, assistant: int = 300) -> list[list[Turn]]:
     return out
 
 
+def _overridden(raw: dict, overrides) -> dict:
+    """The roles' model configs with `role.key=value` overrides applied, as the command line does."""
+    overridden = OmegaConf.create(raw)
+    for override in overrides:
+        key, value = override.split("=")
+        OmegaConf.update(overridden, key, int(value) if value.isdigit() else value)
+    return OmegaConf.to_container(overridden)
+
+
 def test_each_alternative_is_the_layout_the_engine_loader_builds_under_its_overrides(tmp_path):
     raw = _release_models(tmp_path, "fp8")
     configs = model_configs(raw)
@@ -87,12 +96,8 @@ def test_each_alternative_is_the_layout_the_engine_loader_builds_under_its_overr
     for a in tried:
         assert (a.layout is None) == ("do not fit" in a.why), a.name
     for a in fitting:
-        overridden = OmegaConf.create(raw)
-        for override in a.overrides:
-            key, value = override.split("=")
-            OmegaConf.update(overridden, key, int(value) if value.isdigit() else value)
         recorder = Recorder()
-        load = loader(OmegaConf.to_container(overridden), tmp_path, NODE_8X80, recorder)
+        load = loader(_overridden(raw, a.overrides), tmp_path, NODE_8X80, recorder)
         assert load.layout == a.layout, a.name
         [big] = [p for p in load.layout.placements if p.config.name == "Qwen2.5-72B-Instruct"]
         assert (len(big.gpus), 1 + len(big.copies)) == (a.tp, a.engines), a.name
@@ -151,6 +156,24 @@ def test_the_fastest_layout_that_fits_is_chosen_and_the_configured_one_is_shown(
     assert chosen["seconds"] == min(r["seconds"] for r in timed) and len(timed) >= 4
     assert all(r["largest_shard_s"] == pytest.approx(r["seconds"] * 10.0) for r in timed)
     assert all(not r["fits"] and r["why"] for r in rows if r not in timed)
+
+
+def test_the_ways_are_the_same_layouts_from_a_config_that_took_one_of_them(tmp_path):
+    """A plan's chosen overrides applied (`layout=plan.json`), the next plan tries the same layouts: each
+    way sets what it needs of the other models (placement, replicas) back where the config changed it."""
+    raw = _release_models(tmp_path, "fp8")
+    tried = alternatives(model_configs(raw), NODE_8X80, frozenset(), WORK)
+
+    def shown(ways) -> list:
+        return [(a.name, places(a.layout) if a.layout else None) for a in ways]
+
+    for a in (a for a in tried if a.layout is not None):
+        again = alternatives(model_configs(_overridden(raw, a.overrides)), NODE_8X80, frozenset(), WORK)
+        assert shown(again) == shown(tried), a.name
+    each = next(a for a in tried if a.paired and a.layout is not None)
+    first = _overridden(raw, each.overrides)
+    own = next(a for a in alternatives(model_configs(first), NODE_8X80) if (a.tp, a.beside) == (4, False))
+    assert "assistant.placement=auto" in own.overrides and "assistant.replicas=auto" in own.overrides
 
 
 def test_a_copy_of_the_8b_beside_every_72b_engine_is_modelled_faster_the_busier_the_8b_is(tmp_path):

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from personalens.engines.models.config import ModelConfig
+from personalens.engines.models.config import REPLICAS_AUTO, ModelConfig
 from personalens.engines.placement.copies import engine_time
 from personalens.engines.placement.gpus import GpuSpec
 from personalens.engines.placement.layout import plan_layout
@@ -113,6 +113,19 @@ def alternatives(
     return out
 
 
+def _other(config: ModelConfig, beside: bool, paired: bool, engines: int) -> dict:
+    """The options a way sets on another local model, where its config has them otherwise (so that a
+    way is the same layout whatever the config began with, a plan's earlier choice among them):
+    beside, in this process, as many engines as the bottleneck's (`paired`) or one (replicas auto: no
+    GPU is left free); on own GPUs, placement and replicas auto (GPUs of its own, copies on those
+    left free)."""
+    wanted = {
+        "placement": "in_process" if beside else "auto",
+        "replicas": engines if paired else REPLICAS_AUTO,
+    }
+    return {k: v for k, v in wanted.items() if getattr(config, k) != v}
+
+
 def _splits(heads: int, kv_heads: int, tp: int) -> bool:
     """Whether vLLM shards the attention over `tp` GPUs: the heads divide evenly, and the KV heads
     either divide evenly or are each copied to a whole number of GPUs."""
@@ -137,10 +150,10 @@ def _tried(
         if config == chosen:
             moved[role] = dataclasses.replace(config, **changes)
             overrides += [f"{role}.{k}={v}" for k, v in changes.items()]
-        elif beside and config.engine == "vllm":
-            beside_it = {"placement": "in_process"} | ({"replicas": engines} if paired else {})
-            moved[role] = dataclasses.replace(config, **beside_it)
-            overrides += [f"{role}.{k}={v}" for k, v in beside_it.items()]
+        elif config.engine == "vllm":
+            wanted = _other(config, beside, paired, engines)
+            moved[role] = dataclasses.replace(config, **wanted)
+            overrides += [f"{role}.{k}={v}" for k, v in wanted.items()]
         else:
             moved[role] = config
     alone = not any(c.engine == "vllm" and c != chosen for c in configs.values())
