@@ -39,8 +39,9 @@ H100_LINK = 370e9
 # one-way rate the H100 measurement above reaches (370 of 450), no measurement of its own
 A100_LINK = 300e9 * 370 / 450
 # assumed: one all-reduce's latency however small, a separate term: about 6 us as nccl-tests measured on
-# 2 of 8 x H100 SXM (NCCL 2.20.5, its NVLS tree algorithm, CUDA graphs; github.com/NVIDIA/nccl/issues/1259, which reports it
-# growing with the GPUs: a floor for wider groups). vLLM's own all-reduce for small messages may be faster
+# 2 of 8 x H100 SXM (NCCL 2.20.5, its NVLS tree algorithm, CUDA graphs; github.com/NVIDIA/nccl/issues/1259,
+# which reports it growing with the GPUs: a floor for wider groups). vLLM's own all-reduce for small
+# messages may be faster
 H100_ALLREDUCE_S = 6e-6
 # assumed: about 10 us as nccl-tests measured a ring all-reduce of 8-128 bytes on 2 GPUs of a DGX-A100
 # (one channel; github.com/NVIDIA/nccl-tests/issues/123, which measured 34 us on 8)
@@ -176,8 +177,9 @@ def compute_rate(need: ModelNeed, gpu: GpuFigures) -> float:
 
 def engine_of(need: ModelNeed, placed: Placement, gpu: GpuFigures, spec: SpecDecode | None = None) -> GpuModel:
     """The engine model of one model on its placement: its tensor-parallel GPUs' bandwidth and FLOPS
-    add up, and each step pays their all-reduces at the GPUs' link figures; its KV cache in tokens of every layer; speculating as `spec` (a run's
-    measurement of it, plan/speculative.py `measured`) says, or not at all."""
+    add up, and each step pays their all-reduces at the GPUs' link figures; its KV cache in tokens of
+    every layer; speculating as `spec` (a run's measurement of it, plan/speculative.py `measured`)
+    says, or not at all."""
     return GpuModel(
         params=need.arch.parameters(),
         layers=need.arch.layers,

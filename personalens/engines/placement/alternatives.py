@@ -6,7 +6,7 @@ that layout; `personalens plan` models them (plan/layouts.py) and says which is 
 overrides that run it. Pure but for `plan_layout`'s reading of model directories.
 
 For the bottleneck model, each tensor-parallel width its attention heads divide (`_splits`), up to
-the job's GPUs, is tried two ways:
+the job's GPUs, is tried these ways:
 - **own GPUs**: as many engines of that width as the GPUs leave beside the other models' own
   (`replicas: N`), the other models on GPUs of their own and their copies on whatever is left;
 - **beside its first engine**: engines of that width on every GPU, the other models in this process
@@ -14,8 +14,9 @@ the job's GPUs, is tried two ways:
 - **beside every engine**: the same engines, with a copy of each other model beside each of them
   (`placement: in_process` and `replicas: N` for every model: copies.py's groups), so that each
   engine's dialogues have the other models on their own GPUs.
-With one model the ways are the same, tried once; with one engine, the last two. Several engines split the dialogues between them,
-each dialogue's requests kept on the engine where it started (engines/replicated.py).
+With one model the ways are the same, tried once; with one engine, the last two. Several engines
+split the dialogues between them, each dialogue's requests kept on the engine where it started
+(engines/replicated.py).
 """
 
 from __future__ import annotations
