@@ -21,12 +21,12 @@ ARCHITECTURES = Path(__file__).parent / "fixtures" / "architectures"
 
 
 @pytest.mark.parametrize(
-    ("decodes", "context", "steps"),
-    [(4, 0, 50), (256, 0, 400), (256, 300_000, 30), (1, 10, 1), (64, 1_000, 2)],
-    ids=["memory-bound", "compute-then-memory", "long-context", "one-step", "two-steps"],
+    ("decodes", "context", "steps", "tp"),
+    [(4, 0, 50, 1), (256, 0, 400, 1), (256, 300_000, 30, 1), (1, 10, 1, 1), (64, 1_000, 2, 1), (96, 5_000, 40, 4)],
+    ids=["memory-bound", "compute-then-memory", "long-context", "one-step", "two-steps", "tensor-parallel"],
 )
-def test_decode_steps_in_closed_form_equal_the_steps_one_by_one(decodes, context, steps):
-    gpu = GpuModel()
+def test_decode_steps_in_closed_form_equal_the_steps_one_by_one(decodes, context, steps, tp):
+    gpu = GpuModel(tp=tp)
     one_by_one = sum(gpu.step_seconds(decodes, 0, context + i * decodes) for i in range(steps))
     assert gpu.decode_seconds(decodes, context, steps) == pytest.approx(one_by_one, rel=1e-12)
 
@@ -41,6 +41,38 @@ def test_256_decodes_switch_from_compute_to_memory_within_the_stretch():
         for i in (0, 399)
     ]
     assert terms[0][0] > terms[0][1] and terms[1][0] == terms[1][1]  # compute first, memory last
+
+
+def test_a_tensor_parallel_step_pays_two_all_reduces_a_layer_of_its_tokens_hidden_states():
+    """Counted by hand: Qwen2.5-72B's 80 layers of hidden 8192 on 4 H100s, a step of 96 decodes and 512
+    prompt tokens: 160 all-reduces of 608 x 8192 x 2 bytes, a ring moving 2 x 3/4 of them."""
+    h100 = GPUS["h100"]
+    one = GpuModel(params=72.7e9, layers=80, hidden=8192, link_bandwidth=h100.link_bandwidth)
+    four = dataclasses.replace(one, tp=4, allreduce_latency=h100.allreduce_latency)
+    paid = 160 * (h100.allreduce_latency + 608 * 8192 * 2 * 1.5 / h100.link_bandwidth)
+    assert four.step_seconds(96, 512, 40_000) - one.step_seconds(96, 512, 40_000) == pytest.approx(paid)
+    assert one.allreduce_seconds(608) == 0 and four.allreduce_seconds(0) == 0
+    # the latency is a term of its own: without it only the bytes are paid
+    assert dataclasses.replace(four, allreduce_latency=0).allreduce_seconds(608) == pytest.approx(
+        paid - 160 * h100.allreduce_latency
+    )
+
+
+def test_one_engine_of_8_gpus_pays_more_communication_than_two_of_4_for_the_same_tokens():
+    """The same 96 sequences a step: one engine of 8 GPUs all-reduces them all over a wider ring; two
+    engines of 4 each all-reduce their half, side by side."""
+    arch = Architecture.from_config(json.loads((ARCHITECTURES / "qwen25_72b.json").read_text()))
+    rules = Rules(gpu_bytes=80 * 2**30)
+    engines = {}
+    for tp in (4, 8):
+        need = ModelNeed("72b", ("user_agent",), arch, arch.parameters(), 2, tp=tp, max_model_len=16_384)
+        [placed] = layouts([need], tp, rules).placements
+        engines[tp] = engine_of(need, placed, GPUS["h100"])
+    assert (engines[4].tp, engines[8].tp) == (4, 8)
+    wide, narrow = engines[8].allreduce_seconds(96), engines[4].allreduce_seconds(48)
+    assert wide > narrow and wide - narrow == pytest.approx(
+        160 * (96 * 7 / 4 - 48 * 3 / 2) * 8192 * 2 / GPUS["h100"].link_bandwidth
+    )
 
 
 def one_turn_dialogues(n: int, prompt: int = 1000, reply: int = 100) -> list[list[Turn]]:
@@ -74,6 +106,8 @@ def test_a_layouts_engines_follow_its_models_gpus_and_kv():
     [placed] = layouts([need], 4, Rules(gpu_bytes=80 * 10**9)).placements
     engine = engine_of(need, placed, GPUS["h100"])
     assert engine.bandwidth == pytest.approx(4 * 3.35e12 * 0.75) and engine.flops == pytest.approx(4 * 989e12 * 0.5)
+    # its 4 GPUs all-reduce at the H100's NVLink figures
+    assert (engine.tp, engine.link_bandwidth, engine.allreduce_latency) == (4, 370e9, 6e-6)
     assert engine.kv_bytes_per_token == arch.kv_bytes_per_token(2) == 4 * placed.kv_per_token_per_gpu
     assert engine.kv_tokens == placed.kv_tokens == placed.kv_cache_memory_bytes // placed.kv_per_token_per_gpu
     # a 70B judge on 8 GPUs: the run's second copy on GPUs 4-7 is modelled, faster than the judge alone

@@ -5,12 +5,13 @@ model of its GPUs (gpu_model.py). `personalens plan` compares layouts with it, b
 The engine: FCFS admission while fewer than `max_num_seqs` requests run and their KV fits the cache;
 every step decodes one token of every running request and prefills up to `max_num_batched_tokens` -
 running prompt tokens of the admitted requests (chunked prefill). A step takes overhead + max(memory
-time, compute time): memory = weights + the running requests' KV read once, compute = 2 x parameters
-x tokens in the step + attention over the context. The prefix cache keeps each (dialogue, role)'s
-last sequence (prompt and reply) until it is evicted, least recently used first, when admissions need
-room; a hit saves the part of the new prompt that repeats it. A prompt's beginning that other
-dialogues' prompts share (`Turn.shared`, `shared_prefix` for every prompt: instructions, a user's
-profile) is a hit too: their requests keep reusing it, so it stays cached. With host memory for KV
+time, compute time) + communication: memory = weights + the running requests' KV read once, compute =
+2 x parameters x tokens in the step + attention over the context, communication = an engine over
+several GPUs' two all-reduces a layer of the step's tokens (gpu_model.py). The prefix cache keeps
+each (dialogue, role)'s last sequence (prompt and reply) until it is evicted, least recently used
+first, when admissions need room; a hit saves the part of the new prompt that repeats it. A
+prompt's beginning that other dialogues' prompts share (`Turn.shared`, `shared_prefix` for every
+prompt: instructions, a user's profile) is a hit too: their requests keep reusing it, so it stays cached. With host memory for KV
 (`GpuModel.host_tokens`, kv_offload_gib) an evicted sequence moves there, and a hit on it is copied
 back at the host link's bandwidth instead of prefilled again.
 

@@ -172,9 +172,16 @@ def _step(item: tuple[str, Mapping]) -> str:
     key, d = item
     quantized = f" ({d['quantization']})" if d["quantization"] else ""
     arithmetic = "FP8" if d["fp8_compute"] else "16-bit"
+    reduce = d.get("allreduce")
+    communication = (
+        f"; {reduce['per_step']} all-reduces over its {reduce['gpus']} GPUs, {reduce['latency_s'] * 1e3:.2f} ms a step "
+        f"+ {reduce['per_token_s'] * 1e6:.1f} us a sequence"
+        if reduce
+        else ""
+    )
     return (
         f"{key} {d['weights_per_gpu'] / GIB:.1f} GiB of weights{quantized}, then its KV; "
-        f"{arithmetic} arithmetic at {d['tflops']:,.0f} TFLOPS peak"
+        f"{arithmetic} arithmetic at {d['tflops']:,.0f} TFLOPS peak{communication}"
     )
 
 

@@ -6,13 +6,17 @@ that layout; `personalens plan` models them (plan/layouts.py) and says which is 
 overrides that run it. Pure but for `plan_layout`'s reading of model directories.
 
 For the bottleneck model, each tensor-parallel width its attention heads divide (`_splits`), up to
-the job's GPUs, is tried two ways:
+the job's GPUs, is tried these ways:
 - **own GPUs**: as many engines of that width as the GPUs leave beside the other models' own
   (`replicas: N`), the other models on GPUs of their own and their copies on whatever is left;
-- **beside**: engines of that width on every GPU, the other models in this process beside its first
-  engine, sharing those GPUs' memory (`placement: in_process` for every model).
-With one model the two are the same, tried once. Several engines split the dialogues between them,
-each dialogue's requests kept on the engine where it started (engines/replicated.py).
+- **beside its first engine**: engines of that width on every GPU, the other models in this process
+  beside its first engine, sharing those GPUs' memory (`placement: in_process` for every model);
+- **beside every engine**: the same engines, with a copy of each other model beside each of them
+  (`placement: in_process` and `replicas: N` for every model: copies.py's groups), so that each
+  engine's dialogues have the other models on their own GPUs.
+With one model the ways are the same, tried once; with one engine, the last two. Several engines
+split the dialogues between them, each dialogue's requests kept on the engine where it started
+(engines/replicated.py).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from personalens.engines.models.config import ModelConfig
+from personalens.engines.models.config import REPLICAS_AUTO, ModelConfig
 from personalens.engines.placement.copies import engine_time
 from personalens.engines.placement.gpus import GpuSpec
 from personalens.engines.placement.layout import plan_layout
@@ -42,6 +46,7 @@ class Alternative:
     layout: Layout | None  # None: it does not fit
     why: str = ""  # why it does not fit
     alone: bool = False  # the job's only local model
+    paired: bool = False  # beside, with a copy of each other model beside every engine of it
 
     @property
     def name(self) -> str:
@@ -49,7 +54,9 @@ class Alternative:
         where = (
             ""
             if self.alone
-            else ", the others beside it by memory share"
+            else ", a copy of the others beside each by memory share"
+            if self.paired
+            else f", the others beside {'its first' if self.engines > 1 else 'it'} by memory share"
             if self.beside
             else ", the others on own GPUs"
         )
@@ -96,13 +103,28 @@ def alternatives(
     own_gpus = sum(c.tensor_parallel_size for c in others)
     out = []
     for tp in (t for t in range(1, gpus.count + 1) if _splits(arch.heads, arch.kv_heads, t)):
-        ways = [(False, (gpus.count - own_gpus) // tp)]
+        ways = [(False, False, (gpus.count - own_gpus) // tp)]
         if others:
-            ways.append((True, gpus.count // tp))
-        for beside, engines in ways:
+            ways.append((True, False, gpus.count // tp))
+            if gpus.count // tp > 1:
+                ways.append((True, True, gpus.count // tp))
+        for beside, paired, engines in ways:
             if engines >= 1:
-                out.append(_tried(configs, chosen, tp, engines, beside, gpus, in_process, work))
+                out.append(_tried(configs, chosen, tp, engines, beside, paired, gpus, in_process, work))
     return out
+
+
+def _other(config: ModelConfig, beside: bool, paired: bool, engines: int) -> dict:
+    """The options a way sets on another local model, where its config has them otherwise (so that a
+    way is the same layout whatever the config began with, a plan's earlier choice among them):
+    beside, in this process, as many engines as the bottleneck's (`paired`) or one (replicas auto: no
+    GPU is left free); on own GPUs, placement and replicas auto (GPUs of its own, copies on those
+    left free)."""
+    wanted = {
+        "placement": "in_process" if beside else "auto",
+        "replicas": engines if paired else REPLICAS_AUTO,
+    }
+    return {k: v for k, v in wanted.items() if getattr(config, k) != v}
 
 
 def _splits(heads: int, kv_heads: int, tp: int) -> bool:
@@ -117,6 +139,7 @@ def _tried(
     tp: int,
     engines: int,
     beside: bool,
+    paired: bool,
     gpus: GpuSpec,
     in_process: frozenset[str],
     work: Mapping[str, float] | None,
@@ -128,14 +151,15 @@ def _tried(
         if config == chosen:
             moved[role] = dataclasses.replace(config, **changes)
             overrides += [f"{role}.{k}={v}" for k, v in changes.items()]
-        elif beside and config.engine == "vllm":
-            moved[role] = dataclasses.replace(config, placement="in_process")
-            overrides.append(f"{role}.placement=in_process")
+        elif config.engine == "vllm":
+            wanted = _other(config, beside, paired, engines)
+            moved[role] = dataclasses.replace(config, **wanted)
+            overrides += [f"{role}.{k}={v}" for k, v in wanted.items()]
         else:
             moved[role] = config
     alone = not any(c.engine == "vllm" and c != chosen for c in configs.values())
     try:
         layout = plan_layout(moved, gpus, in_process, work)
     except PersonalensError as err:
-        return Alternative(chosen.name, tp, engines, beside, tuple(overrides), None, str(err), alone)
-    return Alternative(chosen.name, tp, engines, beside, tuple(overrides), layout, alone=alone)
+        return Alternative(chosen.name, tp, engines, beside, tuple(overrides), None, str(err), alone, paired)
+    return Alternative(chosen.name, tp, engines, beside, tuple(overrides), layout, alone=alone, paired=paired)

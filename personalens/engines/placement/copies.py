@@ -1,6 +1,13 @@
 """Copies of models on the GPUs a layout leaves free (`replicas`): a fixed number where the config
 asks for one, else shared out by work, each next copy to the model whose engines take the longest per
-dialogue. Each copy is a managed vLLM server with the KV cache the model has alone on its GPUs."""
+dialogue. Each copy is a managed vLLM server with the KV cache the model has alone on its GPUs.
+
+Where every model runs in this process sharing the first GPUs (the shared layout) and each asks for
+the same number N of engines (`replicas: N`), the copies come in groups instead: N - 1 more groups
+of GPUs each like the first, every model's copy on its group's GPUs with the KV cache and memory
+share it has in the first, so that each engine of every model has an engine of each other model
+beside it. A dialogue's requests go to the same copy of each model (engines/replicated.py picks it
+from the dialogue alone), so each group of GPUs serves its own dialogues."""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from personalens.engines.placement.fitting import shared_layout
-from personalens.engines.placement.placed import Layout, Placement
+from personalens.engines.placement.placed import SHARED, Layout, Placement
 from personalens.engines.placement.sizing import ModelNeed, Rules
 from personalens.errors import PersonalensError
 
@@ -39,6 +46,9 @@ def with_copies(chosen: Layout, n_gpus: int, work: Mapping[str, float] | None = 
     then the GPUs still free to the models set to `replicas: auto`, one copy at a time to the one
     whose engines take the longest per dialogue (`engine_time` over its engines), as long as
     one fits."""
+    groups = _groups(chosen)
+    if groups is not None:
+        return _grouped(chosen, groups, n_gpus)
     rules = chosen.rules
     used = {g for p in chosen.placements for g in p.gpus}
     free = [g for g in range(n_gpus) if g not in used]
@@ -79,3 +89,37 @@ def with_copies(chosen: Layout, n_gpus: int, work: Mapping[str, float] | None = 
         )
     placements = tuple(dataclasses.replace(p, copies=tuple(given.get(p.key, ()))) for p in chosen.placements)
     return dataclasses.replace(chosen, placements=placements, copies_why="; ".join(whys))
+
+
+def _groups(chosen: Layout) -> int | None:
+    """N where the chosen layout is the shared one, of several models that each ask for N > 1
+    engines; else None."""
+    asked = {m.replicas for m in chosen.needs}
+    if chosen.name != SHARED or len(chosen.needs) < 2 or len(asked) != 1:
+        return None
+    [n] = asked
+    return n if n is not None and n > 1 else None
+
+
+def _grouped(chosen: Layout, n: int, n_gpus: int) -> Layout:
+    """`chosen` (shared) with N - 1 more groups of GPUs, each holding a copy of every model placed as
+    the first group holds it: the group's GPUs are the first group's, shifted by its width."""
+    width = 1 + max(g for p in chosen.placements for g in p.gpus)
+    if n * width > n_gpus:
+        raise PersonalensError(
+            f"replicas {n} for every model in this process ({', '.join(m.key for m in chosen.needs)}) asks for {n} "
+            f"groups of the {width} GPU(s) they share: {n * width} GPUs, the job has {n_gpus}. Ways out: fewer "
+            "replicas, more GPUs, or placement auto for the smaller models (their copies on GPUs of their own)"
+        )
+
+    def copy(p: Placement, k: int) -> Placement:
+        # the run config's memory share is the model's own part of each GPU, as in process beside the others
+        return dataclasses.replace(p, mode="managed_server", gpus=tuple(g + k * width for g in p.gpus), copy=k)
+
+    placements = tuple(dataclasses.replace(p, copies=tuple(copy(p, k) for k in range(1, n))) for p in chosen.placements)
+    why = (
+        f"replicas {n} for every model in this process: {n} groups of GPU(s) "
+        + " and ".join(",".join(str(g + k * width) for g in range(width)) for k in range(n))
+        + ", each with an engine of every model sharing its GPUs by memory share (the copies in managed vLLM servers)"
+    )
+    return dataclasses.replace(chosen, placements=placements, copies_why=why)

@@ -14,7 +14,9 @@ When both fit, own GPUs wins (for one model they are the same): every model gets
 cache, no contention), and the job's GPUs do not sit idle. The GPUs the chosen layout leaves free
 then hold copies of models (`replicas`), each a managed vLLM server with the KV cache the model has
 alone on its GPUs, shared out by work: the next copy goes to the model whose engines take the longest
-per dialogue (generated tokens times weights read per GPU). Without GPUs (vLLM's CPU build) nothing
+per dialogue (generated tokens times weights read per GPU); where every model runs in this process
+and each asks for the same N engines, the copies are N - 1 more groups of GPUs, each holding a copy
+of every model as the first group holds them (copies.py). Without GPUs (vLLM's CPU build) nothing
 is planned: in-process engines split their configured memory share, and only a model whose config
 says `placement: managed_server` gets a server, or with `replicas: N` N servers (which is how servers
 are tested on CPUs).
