@@ -71,7 +71,7 @@ H100 = GPUS["h100"]
 # Llama-3.1-8B-Instruct on one H100: engine_model's defaults (its published config; 400,000 KV tokens)
 LLAMA_8B = replace(GpuModel(), bandwidth=H100.bandwidth * BANDWIDTH_EFFICIENCY, flops=H100.flops * FLOPS_EFFICIENCY)
 # Llama-3.1-70B-Instruct (published config: 70.6e9 parameters, 80 layers, hidden 8192, 8 KV heads of
-# 128) in bf16 on 4 H100s, tensor parallel (their communication not counted, as the planner does);
+# 128) in bf16 on 4 H100s, tensor parallel (its all-reduces left out: tp at 1, as bench/results/cohorts.md was modelled);
 # KV cache assumed: 4 x 0.9 x 80 GB - 141 GB of weights - 8 GB of activations, / 320 KiB a token
 LLAMA_70B_TP4 = GpuModel(
     params=70.6e9,

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from personalens import cli
+from personalens.config.layout_plan import JOBS as LAYOUT_JOBS
 
 REPO = Path(__file__).resolve().parents[1]
 _PROGRAM = re.compile(r"(?:^|[\s;&|(`'\"])(?:\S*/)?personalens\s+(?=[a-z])")
@@ -159,7 +160,12 @@ def check(command: DocCommand) -> str | None:
             overrides = sub.overrides(rest, action)
         except cli.UsageError as err:
             return str(err)
-        problem = _composed(tuple(overrides))
+        # `layout=plan.json` names a file the user's `plan` writes: the CLI takes it on generate and judge
+        # (config/layout_plan.py) and composes the overrides it holds; only where it may stand is checked
+        planned = [o for o in overrides if o.startswith("layout=")]
+        if planned and sub.name not in LAYOUT_JOBS:
+            return f"{planned[0]}: only generate and judge run a planned layout"
+        problem = _composed(tuple(o for o in overrides if o not in planned))
         if problem:
             return problem
     return None

@@ -307,7 +307,9 @@ def test_each_job_runs_the_layout_plan_chose_for_it_alone_and_through_submit(tmp
     judge = yaml.safe_load(composed)["judge"]
     assert (judge["tensor_parallel_size"], judge["replicas"]) == (8, 1)
     clash = run_cli("judge", *paper_models, f"layout={plan}", "judge.replicas=2", "--cfg", "job", check=False)
-    assert clash.returncode == 2 and "judge.replicas is set both on the command line and by the layout" in clash.stderr
+    assert clash.returncode == 2 and "judge.replicas is set both on the command line (judge.replicas=2)" in clash.stderr
+    same = run_cli("judge", *paper_models, f"layout={plan}", "judge.replicas=1", "--cfg", "job")
+    assert yaml.safe_load(same.stdout)["judge"]["replicas"] == 1
     other = run_cli(
         "judge", *paper_models, "model@judge=smollm2", f"layout={plan}", f"run.out_dir={tmp_path / 'run'}", check=False
     )

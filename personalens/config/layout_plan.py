@@ -58,8 +58,8 @@ def read(path: Path, job: str) -> ChosenLayout:
 
 def expand(job: str, overrides: list[str]) -> tuple[list[str], ChosenLayout | None]:
     """`overrides` with a `layout=PATH` replaced by the layout's overrides, and the layout (None without
-    one). A key that both the layout and the command line set is refused: which one wins is the user's
-    to say."""
+    one). A key the command line sets to another value than the layout is refused: which one wins is
+    the user's to say."""
     given = [o for o in overrides if o.split("=", 1)[0] == "layout"]
     if not given:
         return overrides, None
@@ -68,15 +68,17 @@ def expand(job: str, overrides: list[str]) -> tuple[list[str], ChosenLayout | No
     if len(given) > 1:
         raise PersonalensError(f"layout= given {len(given)} times; give one plan.json")
     chosen = read(Path(given[0].split("=", 1)[1]), job)
-    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
-    both = [o for o in chosen.overrides if o.split("=", 1)[0] in keys]
-    if both:
-        raise PersonalensError(
-            f"{both[0].split('=', 1)[0]} is set both on the command line and by the layout {chosen.path} chose "
-            f"({both[0]}); leave it out of one"
-        )
+    values = {o.split("=", 1)[0].lstrip("+~"): o.split("=", 1)[-1] for o in overrides}
+    for o in chosen.overrides:
+        key, value = o.split("=", 1)
+        if values.get(key, value) != value:
+            raise PersonalensError(
+                f"{key} is set both on the command line ({key}={values[key]}) and by the layout {chosen.path} "
+                f"chose ({o}); leave it out of one"
+            )
     at = overrides.index(given[0])
-    return [*overrides[:at], *chosen.overrides, *overrides[at + 1 :]], chosen
+    added = [o for o in chosen.overrides if o.split("=", 1)[0] not in values]  # the same value given: once
+    return [*overrides[:at], *added, *overrides[at + 1 :]], chosen
 
 
 def check(chosen: ChosenLayout, cfg: DictConfig) -> None:
