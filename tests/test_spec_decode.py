@@ -189,3 +189,22 @@ def test_judge_records_its_models_drafts_once_over_every_judge_of_the_panel_that
         "draft_tokens": 3 * asked,
         "accepted_tokens": asked,
     }
+
+
+def test_a_request_vllm_ended_as_an_error_names_the_drafting_cause_only_where_the_engine_drafts():
+    """vLLM 0.32 ends a grammar-constrained request whose drafted token the grammar rejects with finish
+    reason "error" (seen on an n-gram judge, docs/cluster.md): the refusal says so where the engine
+    drafts, and not for an engine without drafts nor for an aborted request."""
+    from types import SimpleNamespace
+
+    from personalens.engines.vllm.params import SPECULATIVE_ERROR, generation
+
+    def out(finish: str) -> SimpleNamespace:
+        reply = SimpleNamespace(finish_reason=finish, stop_reason=None, text="", token_ids=[])
+        return SimpleNamespace(outputs=[reply], prompt_token_ids=[1, 2, 3], num_cached_tokens=0)
+
+    drafted = generation(out("error"), speculative=True)
+    assert drafted.error is not None and SPECULATIVE_ERROR in drafted.error and drafted.prompt_tokens == 3
+    assert SPECULATIVE_ERROR not in generation(out("error")).error
+    assert SPECULATIVE_ERROR not in generation(out("abort"), speculative=True).error
+    assert generation(out("stop"), speculative=True).error is None

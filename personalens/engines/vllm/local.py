@@ -308,7 +308,7 @@ class VllmEngine:
     def _read(self, out) -> Generation:
         try:
             if out.request_id in self._chains.continuing:  # an answer request's text is all answer
-                return budget.read_answer(generation(out))
+                return budget.read_answer(generation(out, self.speculative))
             return self._split(out)
         except self._fatal:
             raise
@@ -328,7 +328,7 @@ class VllmEngine:
 
     def _split(self, out) -> Generation:
         """The reply of a finished request, its thinking split from its answer (engines/chat/reasoning.py)."""
-        gen = generation(out)
+        gen = generation(out, self.speculative)
         if gen.error is not None:
             return gen
         reply = out.outputs[0]

@@ -8,12 +8,21 @@ from collections.abc import Sequence
 from personalens.engines.base import Generation, Request, rejected
 from personalens.engines.chat import budget
 
+# why vLLM 0.32 ends a request as an error under speculative decoding: a drafted token its grammar
+# rejects ("grammar rejected tokens [...]. Terminating request" in the log; vllm-project/vllm issue
+# 52620). Measured: 1 of 408 judgments of `personalens run protocol=quick` with an n-gram judge and a
+# two-judge panel on the CPU (docs/models.md)
+SPECULATIVE_ERROR = "under speculative decoding, a grammar that rejects a drafted token ends its request so"
 
-def generation(out) -> Generation:
+
+def generation(out, speculative: bool = False) -> Generation:
+    """A finished request's Generation; one vLLM ended otherwise than by a stop or its length is a
+    refusal, whose reason names the known cause where the engine drafts (`speculative`)."""
     reply = out.outputs[0]
     prompt = len(out.prompt_token_ids)
     if reply.finish_reason not in ("stop", "length"):  # aborted, or an error inside the engine
-        return rejected(f"vLLM ended the request: {reply.finish_reason} ({reply.stop_reason!r})", prompt)
+        known = f"; {SPECULATIVE_ERROR}" if speculative and reply.finish_reason == "error" else ""
+        return rejected(f"vLLM ended the request: {reply.finish_reason} ({reply.stop_reason!r}){known}", prompt)
     return Generation(
         text=reply.text,
         prompt_tokens=prompt,
