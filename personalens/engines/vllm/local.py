@@ -63,6 +63,8 @@ _PROMPT_TAIL = 32  # tokens at a prompt's end read to see whether its template o
 
 class VllmEngine:
     joins_calls = True  # base.Engine: concurrent calls share vLLM's batch
+    speculative = False  # whether it drafts (its config's `speculative`), set when it loads
+    _drafts = None  # its spec-decode counter (spec_stats.py) where it drafts
 
     def __init__(self, config: ModelConfig, stop: Stop | None = None):
         # gpt-oss: its harmony channels are read on the output ids (engines/chat/harmony.py)
