@@ -11,7 +11,7 @@ from personalens.engines.chat import budget
 # why vLLM 0.32 ends a request as an error under speculative decoding: a drafted token its grammar
 # rejects ("grammar rejected tokens [...]. Terminating request" in the log; vllm-project/vllm issue
 # 52620). Measured: 1 of 408 judgments of `personalens run protocol=quick` with an n-gram judge and a
-# two-judge panel on the CPU (docs/models.md)
+# two-judge panel on the CPU (bench/results/speculative-judge-cpu.md)
 SPECULATIVE_ERROR = "under speculative decoding, a grammar that rejects a drafted token ends its request so"
 
 
