@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personalens.engines.placement.sizing import ModelNeed
-from personalens.engines.spec_decode import COUNTERS
+from personalens.engines.spec_decode import COUNTERS, SpecCounts
 from personalens.store import read_summaries
 
 
@@ -46,15 +46,19 @@ class SpecDecode:
 def read_spec_decode(run_dir: Path) -> dict[str, SpecDecode]:
     """Per model name the counters a run's spec_decode summaries hold, summed over its invocations; a
     record without whole counters is left out, as is a model that never drafted."""
-    sums: dict[str, list[int]] = {}
+    sums: dict[str, SpecCounts] = {}
     for record in read_summaries(run_dir, "spec_decode"):
         try:
-            counts = [int(record[k]) for k in COUNTERS]
+            counts = SpecCounts(*(int(record[k]) for k in COUNTERS))
             model = str(record["model"])
         except (KeyError, TypeError, ValueError):
             continue
-        sums[model] = [a + b for a, b in zip(sums.get(model, [0, 0, 0]), counts)]
-    return {m: SpecDecode(m, *c, source=str(run_dir)) for m, c in sums.items() if c[0] > 0}
+        sums[model] = sums.get(model, SpecCounts()) + counts
+    return {
+        m: SpecDecode(m, c.drafts, c.draft_tokens, c.accepted_tokens, source=str(run_dir))
+        for m, c in sums.items()
+        if c.drafts > 0
+    }
 
 
 def measured(need: ModelNeed, runs: Mapping[str, SpecDecode] | None) -> SpecDecode | None:
